@@ -1,0 +1,131 @@
+package node
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+//go:embed page.html
+var pageHTML []byte
+
+// api serves the local REST status API and web page:
+//
+//	GET /v1/status   Status
+//	GET /v1/peers    []PeerStatus
+//	GET /v1/history  []OuterRecord
+//	GET /metrics     Prometheus text format
+//	GET /            web page with plots of loss, members and sync time
+//
+// Requests whose Host or Origin is not local are rejected (DNS rebinding and
+// cross-site reads), whatever address the server listens on.
+type api struct {
+	b   *board
+	log *slog.Logger
+	srv *http.Server
+	ln  net.Listener
+}
+
+func newAPI(addr string, b *board, log *slog.Logger) (*api, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("node: status API listen %s: %w", addr, err)
+	}
+	a := &api{b: b, log: log, ln: ln}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.b.snapshot()) })
+	mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.b.peerList()) })
+	mux.HandleFunc("GET /v1/history", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.b.historyList()) })
+	mux.HandleFunc("GET /metrics", a.metrics)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(pageHTML)
+	})
+	a.srv = &http.Server{
+		Handler:           localOnly(mux),
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+	return a, nil
+}
+
+// Addr is the address the API listens on (useful with port 0).
+func (a *api) Addr() string { return a.ln.Addr().String() }
+
+func (a *api) serve() error {
+	err := a.srv.Serve(a.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (a *api) close(ctx context.Context) error { return a.srv.Shutdown(ctx) }
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// localOnly rejects requests whose Host header or Origin is not a loopback name.
+func localOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isLocalHost(r.Host) {
+			http.Error(w, "forbidden: non-local Host", http.StatusForbidden)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || !isLocalHost(u.Host) {
+				http.Error(w, "forbidden: non-local Origin", http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// isLocalHost reports whether hostport names this machine by a loopback name.
+func isLocalHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (a *api) metrics(w http.ResponseWriter, r *http.Request) {
+	s := a.b.snapshot()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	m := func(name, help string, v float64) {
+		fmt.Fprintf(w, "# HELP intellect_%s %s\n# TYPE intellect_%s gauge\nintellect_%s %g\n", name, help, name, name, v)
+	}
+	m("outer_step", "Outer steps completed.", float64(s.OuterStep))
+	m("inner_step", "Inner step within the current outer step.", float64(s.InnerStep))
+	m("members", "Members of the last ring.", float64(len(s.Members)))
+	m("loss", "Training loss of the last inner step.", s.Loss)
+	m("eval_loss", "Held-out loss of the global model after the last outer step.", s.EvalLoss)
+	m("tokens_per_second", "Training throughput of this node.", s.TokensPerSec)
+	m("compute_utilization", "Compute time over wall time.", s.ComputeUtilization)
+	m("bytes_sent_total", "Bytes sent on all protocols.", float64(s.BytesSent))
+	m("bytes_received_total", "Bytes received on all protocols.", float64(s.BytesReceived))
+	m("allreduce_seconds", "Duration of the last all-reduce.", s.LastAllReduceSec)
+	m("uptime_seconds", "Seconds since the node started.", s.UptimeSec)
+}

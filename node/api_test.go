@@ -1,0 +1,89 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestIsLocalHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"127.0.0.1:8080": true, "localhost:1": true, "LOCALHOST": true, "[::1]:9": true, "127.5.5.5": true,
+		"localhost.:80": true, "evil.com": false, "evil.com:80": false, "10.0.0.1:80": false,
+		"localhost.evil.com": false, "": false, "[::2]:1": false,
+	} {
+		if got := isLocalHost(host); got != want {
+			t.Errorf("isLocalHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+func TestAPIServesAndRejectsNonLocal(t *testing.T) {
+	b := &board{}
+	b.update(func(s *Status) { s.PeerID = "12D3KooWtest"; s.OuterStep = 7; s.Members = []string{"a", "b"} })
+	b.record(OuterRecord{Step: 7, Loss: 1.5})
+	a, err := newAPI("127.0.0.1:0", b, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.serve()
+	defer a.close(context.Background())
+	base := "http://" + a.Addr()
+	cl := &http.Client{Timeout: 5 * time.Second}
+
+	var s Status
+	getJSON(t, cl, base+"/v1/status", &s)
+	if s.PeerID != "12D3KooWtest" || s.OuterStep != 7 || len(s.Members) != 2 {
+		t.Fatalf("status = %+v", s)
+	}
+	var h []OuterRecord
+	getJSON(t, cl, base+"/v1/history", &h)
+	if len(h) != 1 || h[0].Loss != 1.5 {
+		t.Fatalf("history = %+v", h)
+	}
+	body := get(t, cl, base+"/metrics", nil, http.StatusOK)
+	if !strings.Contains(body, "intellect_outer_step 7") {
+		t.Fatalf("metrics missing outer step:\n%s", body)
+	}
+	if page := get(t, cl, base+"/", nil, http.StatusOK); !strings.Contains(page, "<canvas") {
+		t.Fatal("web page has no plots")
+	}
+	get(t, cl, base+"/v1/status", map[string]string{"Host": "evil.example:80"}, http.StatusForbidden)
+	get(t, cl, base+"/v1/status", map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden)
+	get(t, cl, base+"/v1/status", map[string]string{"Origin": "http://localhost:3000"}, http.StatusOK)
+	get(t, cl, base+"/nope", nil, http.StatusNotFound)
+}
+
+func get(t *testing.T, cl *http.Client, url string, hdr map[string]string, want int) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s %v: status %d, want %d: %s", url, hdr, resp.StatusCode, want, b)
+	}
+	return string(b)
+}
+
+func getJSON(t *testing.T, cl *http.Client, url string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(get(t, cl, url, nil, http.StatusOK)), v); err != nil {
+		t.Fatal(err)
+	}
+}

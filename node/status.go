@@ -1,0 +1,132 @@
+package node
+
+import (
+	"sync"
+	"time"
+)
+
+// Status is the node's state as served by GET /v1/status.
+type Status struct {
+	PeerID             string    `json:"peer_id"`
+	Addrs              []string  `json:"addrs"`
+	Run                string    `json:"run"`
+	State              string    `json:"state"`
+	Device             string    `json:"device"`
+	Preset             string    `json:"preset"`
+	Params             int64     `json:"params"`
+	OuterStep          uint64    `json:"outer_step"`
+	InnerStep          int       `json:"inner_step"`
+	InnerSteps         int       `json:"inner_steps"`
+	Members            []string  `json:"members"`
+	Loss               float64   `json:"loss"`
+	EvalLoss           float64   `json:"eval_loss"`
+	ModelHash          string    `json:"model_hash"`
+	TokensPerSec       float64   `json:"tokens_per_sec"`
+	ComputeUtilization float64   `json:"compute_utilization"`
+	BytesSent          int64     `json:"bytes_sent"`
+	BytesReceived      int64     `json:"bytes_received"`
+	LastAllReduceSec   float64   `json:"last_allreduce_sec"`
+	Download           *Download `json:"download,omitempty"`
+	StartedAt          time.Time `json:"started_at"`
+	UptimeSec          float64   `json:"uptime_sec"`
+}
+
+// Download is the progress of a model fetch from peers (joining or adopting).
+type Download struct {
+	Step       uint64 `json:"step"`
+	BytesDone  int64  `json:"bytes_done"`
+	BytesTotal int64  `json:"bytes_total"`
+	Donors     int    `json:"donors"`
+	Retries    int    `json:"retries"`
+}
+
+// PeerStatus is one entry of GET /v1/peers.
+type PeerStatus struct {
+	ID        string    `json:"id"`
+	Addrs     []string  `json:"addrs"`
+	State     string    `json:"state"`
+	OuterStep uint64    `json:"outer_step"`
+	ModelHash string    `json:"model_hash"`
+	LastSeen  time.Time `json:"last_seen"`
+	LatencyMs float64   `json:"latency_ms"`
+	Connected bool      `json:"connected"`
+}
+
+// OuterRecord is one completed outer step, as kept for GET /v1/history and
+// the web page's plots.
+type OuterRecord struct {
+	Step          uint64    `json:"step"`
+	Time          time.Time `json:"time"`
+	Members       int       `json:"members"`
+	Loss          float64   `json:"loss"`
+	EvalLoss      float64   `json:"eval_loss"`
+	AllReduceSec  float64   `json:"allreduce_sec"`
+	ComputeSec    float64   `json:"compute_sec"`
+	WallSec       float64   `json:"wall_sec"`
+	Utilization   float64   `json:"utilization"`
+	BytesSent     int64     `json:"bytes_sent"`
+	BytesReceived int64     `json:"bytes_received"`
+	ModelHash     string    `json:"model_hash"`
+	Attempts      int       `json:"attempts"`
+}
+
+// maxHistory bounds the outer steps kept in memory for /v1/history.
+const maxHistory = 10000
+
+// board holds what the API serves. The training and mesh goroutines write it;
+// HTTP handlers read copies. All methods are safe for concurrent use.
+type board struct {
+	mu      sync.Mutex
+	status  Status
+	peers   []PeerStatus
+	history []OuterRecord
+}
+
+func (b *board) update(f func(s *Status)) {
+	b.mu.Lock()
+	f(&b.status)
+	b.mu.Unlock()
+}
+
+func (b *board) snapshot() Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.status
+	s.Addrs = append([]string(nil), s.Addrs...)
+	s.Members = append([]string(nil), s.Members...)
+	if s.Download != nil {
+		d := *s.Download
+		s.Download = &d
+	}
+	if !s.StartedAt.IsZero() {
+		s.UptimeSec = time.Since(s.StartedAt).Seconds()
+	}
+	return s
+}
+
+func (b *board) setPeers(p []PeerStatus) {
+	b.mu.Lock()
+	b.peers = p
+	b.mu.Unlock()
+}
+
+func (b *board) peerList() []PeerStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]PeerStatus(nil), b.peers...)
+}
+
+func (b *board) record(r OuterRecord) {
+	b.mu.Lock()
+	b.history = append(b.history, r)
+	if len(b.history) > maxHistory {
+		b.history = append(b.history[:0:0], b.history[len(b.history)-maxHistory:]...)
+	}
+	b.mu.Unlock()
+}
+
+func (b *board) historyList() []OuterRecord {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]OuterRecord(nil), b.history...)
+}
