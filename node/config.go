@@ -1,0 +1,151 @@
+// Package node is the composition root of intellect-node: it reads the
+// configuration, starts the libp2p host, drives the pure mesh state machine
+// with timers and gossip, runs the DiLoCo training loop (inner steps, int8
+// ring all-reduce, Nesterov outer step), serves the local REST status API and
+// web page, and keeps checkpoints. It is the only package that owns
+// long-lived goroutines.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Config is everything a node needs. Zero values are filled by Validate.
+type Config struct {
+	// Home is the directory holding the identity key and checkpoints.
+	// Default ~/.intellect-node.
+	Home string
+	// Listen are libp2p listen multiaddrs. Default /ip4/0.0.0.0/tcp/4001.
+	Listen []string
+	// Bootstrap are multiaddrs (with /p2p/) of any running members. None
+	// starts a new network.
+	Bootstrap []string
+	// Run names the training run; nodes of different runs ignore each other.
+	// Default "default".
+	Run string
+	// Preset names the model preset (train.PresetNames). Default "tiny".
+	// ConfigFile, if set, is a JSON model config that overrides Preset.
+	Preset     string
+	ConfigFile string
+	// Data is a token shard file, directory or mixture spec; empty uses the
+	// embedded generated corpus.
+	Data string
+	// Device is "cpu" (default) or "cuda" (only in binaries built with -tags cuda).
+	Device string
+	// StatusAddr is where the REST API listens. Default 127.0.0.1:8642;
+	// "off" disables it.
+	StatusAddr string
+	// InnerSteps is H, the AdamW steps between outer steps. Default 20.
+	InnerSteps int
+	// MinMembers holds the first outer step until this many members agree on
+	// a ring. Default 1.
+	MinMembers int
+	// MaxOuterSteps, if > 0, makes the node leave gracefully after completing
+	// that outer step.
+	MaxOuterSteps uint64
+	// OuterLR and OuterMomentum are the Nesterov outer optimizer's settings.
+	// Defaults 0.7 and 0.9.
+	OuterLR, OuterMomentum float32
+	// Shards is the number of parallel rings (streams per neighbour) of the
+	// all-reduce. Default 4.
+	Shards int
+	// FP32 sends the all-reduce in float32 instead of int8 (for comparisons).
+	FP32 bool
+	// ErrorFeedback carries each node's int8 quantization residual into its
+	// next pseudo-gradient.
+	ErrorFeedback bool
+	// Tick is the period of the mesh state machine's clock. Default 100 ms.
+	Tick time.Duration
+	// AllReduceTimeout bounds one all-reduce attempt. Default 60 s.
+	AllReduceTimeout time.Duration
+	// CheckpointEvery writes a durable checkpoint every so many outer steps
+	// (0: only at exit). Default 10. KeepCheckpoints is how many to keep (3).
+	CheckpointEvery int
+	KeepCheckpoints int
+	// Seed seeds the model initialisation; it must be the same on every
+	// member of a run. Default: derived from Run.
+	Seed uint64
+	// Logger receives the node's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrBadConfig is wrapped by every configuration error.
+var ErrBadConfig = errors.New("node: bad config")
+
+// Validate fills defaults and rejects bad values.
+func (c *Config) Validate() error {
+	if c.Home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return fmt.Errorf("%w: no --home and no user home: %v", ErrBadConfig, err)
+		}
+		c.Home = filepath.Join(h, ".intellect-node")
+	}
+	if len(c.Listen) == 0 {
+		c.Listen = []string{"/ip4/0.0.0.0/tcp/4001"}
+	}
+	if c.Run == "" {
+		c.Run = "default"
+	}
+	if c.Preset == "" {
+		c.Preset = "tiny"
+	}
+	if c.Device == "" {
+		c.Device = "cpu"
+	}
+	if c.StatusAddr == "" {
+		c.StatusAddr = "127.0.0.1:8642"
+	}
+	if c.StatusAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.StatusAddr); err != nil {
+			return fmt.Errorf("%w: --status %q: %v", ErrBadConfig, c.StatusAddr, err)
+		}
+	}
+	defInt(&c.InnerSteps, 20)
+	defInt(&c.MinMembers, 1)
+	defInt(&c.Shards, 4)
+	defInt(&c.CheckpointEvery, 10)
+	defInt(&c.KeepCheckpoints, 3)
+	if c.OuterLR == 0 {
+		c.OuterLR = 0.7
+	}
+	if c.OuterMomentum == 0 {
+		c.OuterMomentum = 0.9
+	}
+	if c.Tick == 0 {
+		c.Tick = 100 * time.Millisecond
+	}
+	if c.AllReduceTimeout == 0 {
+		c.AllReduceTimeout = 60 * time.Second
+	}
+	switch {
+	case c.InnerSteps < 1:
+		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
+	case c.MinMembers < 1:
+		return fmt.Errorf("%w: --min-members must be ≥ 1, got %d", ErrBadConfig, c.MinMembers)
+	case c.Shards < 1 || c.Shards > 64:
+		return fmt.Errorf("%w: shards must be in 1..64, got %d", ErrBadConfig, c.Shards)
+	case c.OuterLR <= 0 || c.OuterMomentum < 0 || c.OuterMomentum >= 1:
+		return fmt.Errorf("%w: outer lr %v momentum %v", ErrBadConfig, c.OuterLR, c.OuterMomentum)
+	case c.Tick < time.Millisecond:
+		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
+	case c.CheckpointEvery < 0 || c.KeepCheckpoints < 1:
+		return fmt.Errorf("%w: checkpoint every %d keep %d", ErrBadConfig, c.CheckpointEvery, c.KeepCheckpoints)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func defInt(p *int, v int) {
+	if *p == 0 {
+		*p = v
+	}
+}
