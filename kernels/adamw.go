@@ -1,0 +1,71 @@
+package kernels
+
+import "math"
+
+// AdamW applies one decoupled-weight-decay Adam step (Loshchilov & Hutter, as
+// PyTorch's AdamW) to p in place, given its gradient g and moments m, v
+// (updated in place); step counts from 1 for the bias correction:
+//
+//	m ← β1·m + (1−β1)·g ;  v ← β2·v + (1−β2)·g²
+//	p ← p − lr·( m/(1−β1^step) / (sqrt(v/(1−β2^step)) + eps) + wd·p )
+//
+// Element-wise, in parallel chunks; the result does not depend on GOMAXPROCS.
+func AdamW(p, g, m, v []float32, lr, beta1, beta2, eps, wd float32, step int) {
+	bc1 := float32(1 - math.Pow(float64(beta1), float64(step)))
+	bc2 := float32(1 - math.Pow(float64(beta2), float64(step)))
+	layerPar(len(p), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			mi := beta1*m[i] + (1-beta1)*gi
+			vi := beta2*v[i] + (1-beta2)*gi*gi
+			m[i], v[i] = mi, vi
+			den := float32(math.Sqrt(float64(vi/bc2))) + eps
+			p[i] -= lr * ((mi/bc1)/den + wd*p[i])
+		}
+	})
+}
+
+// AdamWRef is the float64 reference of AdamW on float64 slices.
+func AdamWRef(p, g, m, v []float64, lr, beta1, beta2, eps, wd float64, step int) {
+	bc1 := 1 - math.Pow(beta1, float64(step))
+	bc2 := 1 - math.Pow(beta2, float64(step))
+	for i := range p {
+		m[i] = beta1*m[i] + (1-beta1)*g[i]
+		v[i] = beta2*v[i] + (1-beta2)*g[i]*g[i]
+		p[i] -= lr * ((m[i]/bc1)/(math.Sqrt(v[i]/bc2)+eps) + wd*p[i])
+	}
+}
+
+// adamwChunk is the fixed block size of SumSquares: its partial sums are
+// combined in block order, so the result is the same for any GOMAXPROCS.
+const adamwChunk = 1 << 14
+
+// SumSquares returns Σ x[i]² accumulated in float64, computed in parallel over
+// fixed blocks whose partial sums are added in order: deterministic.
+func SumSquares(x []float32) float64 {
+	nb := (len(x) + adamwChunk - 1) / adamwChunk
+	parts := make([]float64, nb)
+	layerPar(nb, 4, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			var s float64
+			for _, v := range x[b*adamwChunk : min((b+1)*adamwChunk, len(x))] {
+				s += float64(v) * float64(v)
+			}
+			parts[b] = s
+		}
+	})
+	var s float64
+	for _, p := range parts {
+		s += p
+	}
+	return s
+}
+
+// Scale multiplies x by a in place, in parallel.
+func Scale(x []float32, a float32) {
+	layerPar(len(x), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x[i] *= a
+		}
+	})
+}

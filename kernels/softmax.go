@@ -1,0 +1,155 @@
+package kernels
+
+import (
+	"math"
+	"runtime"
+	"sync"
+)
+
+// This file holds the row softmax and the small helpers shared by the layer
+// kernels (rmsnorm, rope, attention, xent, swiglu, adamw): a goroutine
+// fan-out over index ranges and unrolled float32 dot/axpy loops.
+
+// layerPar runs f over [0, n) split into at most GOMAXPROCS contiguous ranges,
+// one goroutine each, and returns when all are done. Small n runs inline.
+// minPer is the least number of items worth a goroutine.
+func layerPar(n, minPer int, f func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if minPer < 1 {
+		minPer = 1
+	}
+	if w := n / minPer; w < workers {
+		workers = w
+	}
+	if workers <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// layerJobs runs f(i) for i in [0, n) on up to GOMAXPROCS goroutines that pull
+// indices from a shared counter, so uneven jobs balance. f must not write
+// memory another job writes.
+func layerJobs(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			f(i)
+		}
+		return
+	}
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// dot32 returns Σ a[i]·b[i] over len(a) in float32 with four partial sums.
+func dot32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpy32 computes y[i] += alpha·x[i] over len(x).
+func axpy32(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		y[i] += alpha * x[i]
+		y[i+1] += alpha * x[i+1]
+		y[i+2] += alpha * x[i+2]
+		y[i+3] += alpha * x[i+3]
+	}
+	for ; i < len(x); i++ {
+		y[i] += alpha * x[i]
+	}
+}
+
+// expf is exp in float32 through float64 math.Exp: deterministic on every
+// platform Go supports.
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+// SoftmaxRows replaces each of the N rows of x (N, V) by its softmax, in place.
+// Rows run in parallel.
+func SoftmaxRows(x []float32, N, V int) {
+	layerPar(N, 8, func(lo, hi int) {
+		for n := lo; n < hi; n++ {
+			softmaxRow(x[n*V : (n+1)*V])
+		}
+	})
+}
+
+// softmaxRow replaces row by its softmax and returns max and log Σ exp(row−max).
+func softmaxRow(row []float32) (maxv, logSum float32) {
+	maxv = float32(math.Inf(-1))
+	for _, v := range row {
+		maxv = max(maxv, v)
+	}
+	var sum float64
+	for i, v := range row {
+		e := expf(v - maxv)
+		row[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range row {
+		row[i] *= inv
+	}
+	return maxv, float32(math.Log(sum))
+}
+
+// SoftmaxRowsRef is the float64 reference of SoftmaxRows: out (N, V) = softmax of x (N, V).
+func SoftmaxRowsRef(out, x []float64, N, V int) {
+	for n := 0; n < N; n++ {
+		row := x[n*V : (n+1)*V]
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = math.Max(m, v)
+		}
+		var s float64
+		for _, v := range row {
+			s += math.Exp(v - m)
+		}
+		for i, v := range row {
+			out[n*V+i] = math.Exp(v-m) / s
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package kernels
+
+import "math"
+
+// XEntForwardBackward is the fused loss layer: for each row n of logits it
+// computes the cross-entropy against targets[n] plus the max-z-loss
+// zcoef·(max_v logits[n,v])² (Baichuan 2 / INTELLECT-1), and, when dlogits is
+// not nil, the gradient of scale·(that sum) with respect to the logits:
+//
+//	dlogits[n,v] = scale·(softmax[n,v] − [v = target] + 2·zcoef·max·[v = argmax])
+//
+// dlogits may alias logits (the logits are then overwritten). Rows run in
+// parallel. A target outside [0, V) is a caller bug and panics.
+//
+//	losses  (N)     written: cross-entropy + z-loss per row
+//	ce      (N)     written when not nil: cross-entropy alone
+//	dlogits (N, V)  written when not nil
+//	logits  (N, V)
+//	targets (N)
+func XEntForwardBackward(dlogits, losses, ce, logits []float32, targets []int32, N, V int, zcoef, scale float32) {
+	layerPar(N, 4, func(lo, hi int) {
+		for n := lo; n < hi; n++ {
+			row := logits[n*V : (n+1)*V]
+			tgt := int(targets[n])
+			maxv, arg := row[0], 0
+			for i, v := range row {
+				if v > maxv {
+					maxv, arg = v, i
+				}
+			}
+			var sum float64
+			for _, v := range row {
+				sum += math.Exp(float64(v - maxv))
+			}
+			lse := float64(maxv) + math.Log(sum)
+			c := float32(lse - float64(row[tgt]))
+			losses[n] = c + zcoef*maxv*maxv
+			if ce != nil {
+				ce[n] = c
+			}
+			if dlogits == nil {
+				continue
+			}
+			d := dlogits[n*V : (n+1)*V]
+			inv := 1 / sum
+			for i, v := range row {
+				d[i] = scale * float32(math.Exp(float64(v-maxv))*inv)
+			}
+			d[tgt] -= scale
+			d[arg] += scale * 2 * zcoef * maxv
+		}
+	})
+}
+
+// XEntRef is the float64 reference of the loss in XEntForwardBackward: it
+// returns Σ_n (cross-entropy + zcoef·max²) over the N rows of logits (N, V).
+func XEntRef(logits []float64, targets []int32, N, V int, zcoef float64) float64 {
+	var total float64
+	for n := 0; n < N; n++ {
+		row := logits[n*V : (n+1)*V]
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = math.Max(m, v)
+		}
+		var s float64
+		for _, v := range row {
+			s += math.Exp(v - m)
+		}
+		total += m + math.Log(s) - row[targets[n]] + zcoef*m*m
+	}
+	return total
+}
