@@ -1,5 +1,7 @@
 package kernels
 
+import "fmt"
+
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major matrices, with the
 // same meaning as BLAS cblas_sgemm(CblasRowMajor, ...):
 //
@@ -9,8 +11,18 @@ package kernels
 //
 // When beta == 0, C is not read (NaNs in C do not propagate).
 // Sgemm may use several goroutines; it returns when C is complete.
+//
+// Sgemm panics when a dimension is negative, a leading dimension is smaller
+// than the row it describes, or a slice is too short for the matrix it holds:
+// those are bugs of the caller, and the assembly kernels must never write
+// outside C.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	SgemmRef(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	g := gemmArgs{transA: transA, transB: transB, m: m, n: n, k: k,
+		alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+	if err := g.check(); err != nil {
+		panic(err)
+	}
+	sgemm(activeGemm, &g)
 }
 
 // SgemmRef is the simple reference for Sgemm: a triple loop accumulating in
@@ -39,6 +51,127 @@ func SgemmRef(transA, transB bool, m, n, k int, alpha float32, a []float32, lda 
 				v += beta * c[i*ldc+j]
 			}
 			c[i*ldc+j] = v
+		}
+	}
+}
+
+// gemmArgs holds the arguments of one Sgemm call.
+type gemmArgs struct {
+	transA, transB bool
+	m, n, k        int
+	alpha          float32
+	a              []float32
+	lda            int
+	b              []float32
+	ldb            int
+	beta           float32
+	c              []float32
+	ldc            int
+}
+
+// check reports whether the dimensions, leading dimensions and slice lengths
+// describe matrices that lie inside the given slices.
+func (g *gemmArgs) check() error {
+	if g.m < 0 || g.n < 0 || g.k < 0 {
+		return fmt.Errorf("kernels: Sgemm: negative dimension m=%d n=%d k=%d", g.m, g.n, g.k)
+	}
+	if err := checkMatrix("C", g.c, g.m, g.n, g.ldc); err != nil {
+		return err
+	}
+	if g.k == 0 || g.alpha == 0 || g.m == 0 || g.n == 0 {
+		return nil // A and B are not referenced
+	}
+	ar, ac := g.m, g.k
+	if g.transA {
+		ar, ac = ac, ar
+	}
+	br, bc := g.k, g.n
+	if g.transB {
+		br, bc = bc, br
+	}
+	if err := checkMatrix("A", g.a, ar, ac, g.lda); err != nil {
+		return err
+	}
+	return checkMatrix("B", g.b, br, bc, g.ldb)
+}
+
+// checkMatrix checks that a rows×cols row-major matrix with leading dimension
+// ld fits in s.
+func checkMatrix(name string, s []float32, rows, cols, ld int) error {
+	if ld < max(1, cols) {
+		return fmt.Errorf("kernels: Sgemm: ld%s=%d < max(1, %d columns)", name, ld, cols)
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	if need := (rows-1)*ld + cols; len(s) < need {
+		return fmt.Errorf("kernels: Sgemm: %s is %d×%d with ld=%d: needs %d elements, has %d",
+			name, rows, cols, ld, need, len(s))
+	}
+	return nil
+}
+
+// smallGemmWork is the m·n·k below which Sgemm skips packing and runs a plain
+// loop: for tiny products, copying operands into panels costs more than it saves.
+const smallGemmWork = 2048
+
+// sgemm runs a checked call with the given micro-kernel.
+func sgemm(kern *gemmKernel, g *gemmArgs) {
+	if g.m == 0 || g.n == 0 {
+		return
+	}
+	if g.k == 0 || g.alpha == 0 {
+		scaleMatrix(g.c, g.m, g.n, g.ldc, g.beta)
+		return
+	}
+	if g.m*g.n*g.k < smallGemmWork {
+		sgemmSmall(g)
+		return
+	}
+	sgemmPacked(kern, g)
+}
+
+// scaleMatrix sets C = beta·C, writing zeros without reading C when beta == 0.
+func scaleMatrix(c []float32, m, n, ldc int, beta float32) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		if beta == 1 {
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// sgemmSmall computes a small product directly with dot products in float32,
+// without packing or goroutines.
+func sgemmSmall(g *gemmArgs) {
+	sai, sap := g.lda, 1 // A(i,p) = a[i*sai + p*sap]
+	if g.transA {
+		sai, sap = 1, g.lda
+	}
+	sbp, sbj := g.ldb, 1 // B(p,j) = b[p*sbp + j*sbj]
+	if g.transB {
+		sbp, sbj = 1, g.ldb
+	}
+	for i := 0; i < g.m; i++ {
+		row := g.c[i*g.ldc : i*g.ldc+g.n]
+		for j := range row {
+			var s float32
+			ai, bj := i*sai, j*sbj
+			for p := 0; p < g.k; p++ {
+				s += g.a[ai+p*sap] * g.b[p*sbp+bj]
+			}
+			if g.beta == 0 {
+				row[j] = g.alpha * s
+			} else {
+				row[j] = g.alpha*s + g.beta*row[j]
+			}
 		}
 	}
 }

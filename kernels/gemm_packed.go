@@ -1,0 +1,248 @@
+package kernels
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// parallelGemmWork is the m·n·k from which Sgemm splits the work over
+// goroutines: below it, waking another thread costs more than it saves.
+const parallelGemmWork = 1 << 20
+
+// sgemmPacked computes a product with packed panels, cache blocking and, for
+// large products, all GOMAXPROCS threads.
+//
+// With enough rows, the threads share each packed block of B (they pack it
+// together) and take blocks of mc rows of A from a common counter, which
+// keeps them balanced when the machine is shared. With few rows and many
+// columns, each thread instead takes its own range of columns and packs the
+// (small) A itself.
+func sgemmPacked(kern *gemmKernel, g *gemmArgs) {
+	workers := 1
+	if g.m*g.n*g.k >= parallelGemmWork {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	rowBlocks := (g.m + kern.mc - 1) / kern.mc
+	colPanels := (g.n + kern.nr - 1) / kern.nr
+	if workers > 1 && rowBlocks < 2*workers && colPanels >= 2*workers {
+		splitColumns(kern, g, workers, colPanels)
+		return
+	}
+	blockedGemm(kern, g, min(workers, rowBlocks))
+}
+
+// splitColumns runs workers independent blocked products on column ranges of C.
+func splitColumns(kern *gemmKernel, g *gemmArgs, workers, colPanels int) {
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		j0 := colPanels * w / workers * kern.nr
+		j1 := min(g.n, colPanels*(w+1)/workers*kern.nr)
+		sub := g.columns(j0, j1)
+		if w == workers-1 {
+			blockedGemm(kern, &sub, 1)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			blockedGemm(kern, &sub, 1)
+		}()
+	}
+	wg.Wait()
+}
+
+// columns returns the sub-problem that computes columns [j0, j1) of C.
+func (g *gemmArgs) columns(j0, j1 int) gemmArgs {
+	s := *g
+	s.n = j1 - j0
+	if s.transB {
+		s.b = s.b[j0*s.ldb:]
+	} else {
+		s.b = s.b[j0:]
+	}
+	s.c = s.c[j0:]
+	return s
+}
+
+// gemmBuffers are the packing buffers of one blocked product.
+type gemmBuffers struct {
+	bp []float32   // packed kc×nc block of B, shared by the workers
+	ap [][]float32 // packed mc×kc block of A, one per worker
+	t  [][]float32 // one mr×nr tile per worker, for the edges of C
+}
+
+var gemmBufferPool sync.Pool // of *gemmBuffers
+
+// getGemmBuffers returns buffers large enough for kern and workers.
+func getGemmBuffers(kern *gemmKernel, workers int) *gemmBuffers {
+	bufs, _ := gemmBufferPool.Get().(*gemmBuffers)
+	if bufs == nil {
+		bufs = new(gemmBuffers)
+	}
+	bufs.bp = grow(bufs.bp, kern.kc*kern.nc)
+	for len(bufs.ap) < workers {
+		bufs.ap = append(bufs.ap, nil)
+		bufs.t = append(bufs.t, nil)
+	}
+	for w := 0; w < workers; w++ {
+		bufs.ap[w] = grow(bufs.ap[w], kern.mc*kern.kc)
+		bufs.t[w] = grow(bufs.t[w], kern.mr*kern.nr)
+	}
+	return bufs
+}
+
+// grow returns s with length n, reallocating when its capacity is too small.
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// blockedGemm is the Goto/BLIS loop nest: for each kc×nc block of B, pack it
+// (workers together), then let the workers take mc-row blocks of A, pack
+// each and multiply it by the packed B block tile by tile.
+func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
+	bufs := getGemmBuffers(kern, workers)
+	defer gemmBufferPool.Put(bufs)
+	rowBlocks := (g.m + kern.mc - 1) / kern.mc
+	for jc := 0; jc < g.n; jc += kern.nc {
+		nc := min(kern.nc, g.n-jc)
+		panels := (nc + kern.nr - 1) / kern.nr
+		for pc := 0; pc < g.k; pc += kern.kc {
+			kc := min(kern.kc, g.k-pc)
+			beta := g.beta
+			if pc > 0 {
+				beta = 1 // later blocks of k accumulate onto the first
+			}
+			parallel(workers, func(w int) {
+				lo, hi := panels*w/workers, panels*(w+1)/workers
+				packB(bufs.bp[lo*kc*kern.nr:], g, kern.nr, pc, kc, jc+lo*kern.nr, min(nc, hi*kern.nr)-lo*kern.nr)
+			})
+			var next atomic.Int64
+			parallel(workers, func(w int) {
+				for {
+					blk := int(next.Add(1)) - 1
+					if blk >= rowBlocks {
+						return
+					}
+					ic := blk * kern.mc
+					mc := min(kern.mc, g.m-ic)
+					packA(bufs.ap[w], g, kern.mr, ic, mc, pc, kc)
+					macroGemm(kern, g, bufs.ap[w], bufs.bp, bufs.t[w], ic, mc, jc, nc, kc, beta)
+				}
+			})
+		}
+	}
+}
+
+// parallel runs f(0..workers-1), the last on the calling goroutine, and
+// returns when all have returned.
+func parallel(workers int, f func(w int)) {
+	if workers == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for w := 0; w < workers-1; w++ {
+		go func() {
+			defer wg.Done()
+			f(w)
+		}()
+	}
+	f(workers - 1)
+	wg.Wait()
+}
+
+// macroGemm multiplies a packed mc×kc block of A by a packed kc×nc block of
+// B into C[ic:ic+mc, jc:jc+nc], one mr×nr tile at a time. Full tiles are
+// written in place; edge tiles go through t and are merged.
+func macroGemm(kern *gemmKernel, g *gemmArgs, ap, bp, t []float32, ic, mc, jc, nc, kc int, beta float32) {
+	mr, nr := kern.mr, kern.nr
+	for jr := 0; jr < nc; jr += nr {
+		bpanel := bp[jr*kc : (jr+nr)*kc]
+		cols := min(nr, nc-jr)
+		for ir := 0; ir < mc; ir += mr {
+			apanel := ap[ir*kc : (ir+mr)*kc]
+			rows := min(mr, mc-ir)
+			off := (ic+ir)*g.ldc + jc + jr
+			if rows == mr && cols == nr {
+				kern.tile(kc, apanel, bpanel, g.c[off:], g.ldc, g.alpha, beta)
+				continue
+			}
+			kern.tile(kc, apanel, bpanel, t, nr, g.alpha, 0)
+			mergeTile(g.c[off:], g.ldc, t, nr, rows, cols, beta)
+		}
+	}
+}
+
+// mergeTile sets the rows×cols corner of C to t + beta·C, not reading C when
+// beta == 0.
+func mergeTile(c []float32, ldc int, t []float32, ldt, rows, cols int, beta float32) {
+	for r := 0; r < rows; r++ {
+		dst, src := c[r*ldc:r*ldc+cols], t[r*ldt:r*ldt+cols]
+		if beta == 0 {
+			copy(dst, src)
+			continue
+		}
+		for j, v := range src {
+			dst[j] = v + beta*dst[j]
+		}
+	}
+}
+
+// packA copies rows [ic, ic+mc) and depths [pc, pc+kc) of op(A) into panels
+// of mr rows: panel q holds, for each depth p, the mr values
+// op(A)[ic+q·mr+r][pc+p], zero past the last row.
+func packA(dst []float32, g *gemmArgs, mr, ic, mc, pc, kc int) {
+	for q := 0; q < mc; q += mr {
+		rows := min(mr, mc-q)
+		panel := dst[q*kc : (q+mr)*kc]
+		if g.transA { // op(A)[i][p] = a[p*lda+i]: each depth is contiguous
+			for p := 0; p < kc; p++ {
+				d := panel[p*mr : p*mr+mr]
+				copy(d, g.a[(pc+p)*g.lda+ic+q:][:rows])
+				clear(d[rows:])
+			}
+			continue
+		}
+		for r := 0; r < rows; r++ { // op(A)[i][p] = a[i*lda+p]: each row is contiguous
+			src := g.a[(ic+q+r)*g.lda+pc:][:kc]
+			for p, v := range src {
+				panel[p*mr+r] = v
+			}
+		}
+		for p := 0; rows < mr && p < kc; p++ {
+			clear(panel[p*mr+rows : p*mr+mr])
+		}
+	}
+}
+
+// packB copies depths [pc, pc+kc) and columns [jc, jc+nc) of op(B) into
+// panels of nr columns: panel q holds, for each depth p, the nr values
+// op(B)[pc+p][jc+q·nr+j], zero past the last column.
+func packB(dst []float32, g *gemmArgs, nr, pc, kc, jc, nc int) {
+	for q := 0; q < nc; q += nr {
+		cols := min(nr, nc-q)
+		panel := dst[q*kc : (q+nr)*kc]
+		if !g.transB { // op(B)[p][j] = b[p*ldb+j]: each depth is contiguous
+			for p := 0; p < kc; p++ {
+				d := panel[p*nr : p*nr+nr]
+				copy(d, g.b[(pc+p)*g.ldb+jc+q:][:cols])
+				clear(d[cols:])
+			}
+			continue
+		}
+		for j := 0; j < cols; j++ { // op(B)[p][j] = b[j*ldb+p]: each column is contiguous
+			src := g.b[(jc+q+j)*g.ldb+pc:][:kc]
+			for p, v := range src {
+				panel[p*nr+j] = v
+			}
+		}
+		for p := 0; cols < nr && p < kc; p++ {
+			clear(panel[p*nr+cols : p*nr+nr])
+		}
+	}
+}
