@@ -1,0 +1,402 @@
+package p2p
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// ErrCkptNoDonors is returned (wrapped, with the reasons) when no donor can
+// supply the wanted checkpoint: none has it, all are busy or unreachable, or
+// every one that had it failed or served bad data.
+var ErrCkptNoDonors = errors.New("p2p: no donor could supply the checkpoint")
+
+// ErrCkptBadSpec is returned when the wanted step and hash are unusable.
+var ErrCkptBadSpec = errors.New("p2p: bad checkpoint spec")
+
+// CkptFetchSpec names the checkpoint a joiner wants: the outer step and the
+// model hash the mesh gossips for it (hex SHA-256 of θ₀, as Snapshot.Hash).
+type CkptFetchSpec struct {
+	Step uint64
+	Hash string
+}
+
+// CkptFetchConfig configures FetchCheckpoint. The zero value is usable:
+// Validate fills in defaults.
+type CkptFetchConfig struct {
+	// ManifestTimeout bounds opening a stream to a donor and receiving its
+	// manifest. 0 means 10 s.
+	ManifestTimeout time.Duration
+	// ChunkTimeout bounds the wait for each chunk answer (and each request
+	// write). A donor that exceeds it is dropped and its chunks are fetched
+	// from other donors. 0 means 30 s.
+	ChunkTimeout time.Duration
+	// Pipeline is the number of chunk requests in flight per donor. 0 means 4.
+	Pipeline int
+	// MaxBytes is the largest snapshot accepted, checked before allocating.
+	// 0 means 64 GiB.
+	MaxBytes int64
+	// BusyRetries is how many more manifest rounds are tried when the donors
+	// that have the checkpoint are all busy. 0 means 5; negative means none.
+	BusyRetries int
+	// BusyBackoff is the wait before the first retry, doubled each time.
+	// 0 means 250 ms.
+	BusyBackoff time.Duration
+	// Logger receives the joiner's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate fills in defaults and rejects impossible values.
+func (c *CkptFetchConfig) Validate() error {
+	if c.ManifestTimeout < 0 || c.ChunkTimeout < 0 || c.Pipeline < 0 || c.MaxBytes < 0 || c.BusyBackoff < 0 {
+		return errors.New("p2p: ckpt fetch timeouts, pipeline and max bytes must not be negative")
+	}
+	c.ManifestTimeout = cmpOr(c.ManifestTimeout, 10*time.Second)
+	c.ChunkTimeout = cmpOr(c.ChunkTimeout, 30*time.Second)
+	c.Pipeline = cmpOr(c.Pipeline, 4)
+	c.MaxBytes = cmpOr(c.MaxBytes, 64<<30)
+	c.BusyBackoff = cmpOr(c.BusyBackoff, 250*time.Millisecond)
+	if c.BusyRetries == 0 {
+		c.BusyRetries = 5
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// cmpOr returns v, or def when v is zero.
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// CkptProgress is the state of a download, passed to the progress callback.
+type CkptProgress struct {
+	Step          uint64
+	BytesDone     int64 // verified bytes received
+	BytesTotal    int64 // size of the snapshot
+	ChunksDone    int
+	ChunksTotal   int
+	Donors        int // donors agreeing with the wanted step and hash, still in use
+	ChunksRetried int // chunks requested again after a bad, failed or slow answer
+	BadDonors     int // donors caught serving bad data so far
+	// ByDonor counts verified chunks received from each donor (a copy).
+	ByDonor map[peer.ID]int
+}
+
+// FetchCheckpoint downloads the snapshot of want.Step whose θ₀ hashes to
+// want.Hash from several donors in parallel and returns its Data (decode it
+// with DecodeSnapshot). It asks every donor for a manifest, uses the donors
+// that have the wanted step and hash (the largest group of agreeing
+// manifests), spreads chunks over them, verifies every chunk against the
+// manifest, retries a bad, failed or slow chunk from another donor and, at
+// the end, checks θ₀ against want.Hash. bad lists the donors caught serving
+// bad data or violating the protocol; it is returned with errors, too.
+//
+// progress, if not nil, is called after the manifests are in and after every
+// verified chunk; calls never overlap, come from the fetch's goroutines and
+// must return quickly.
+func FetchCheckpoint(ctx context.Context, h host.Host, donors []peer.ID, want CkptFetchSpec, cfg CkptFetchConfig, progress func(CkptProgress)) (data []byte, bad []peer.ID, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	hash, err := ckptParseHash(want.Hash)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrCkptBadSpec, err)
+	}
+	f := &ckptFetcher{h: h, want: want, hash: hash, cfg: cfg, progress: progress,
+		log: cfg.Logger.With("system", "ckpt", "step", want.Step), excluded: map[peer.ID]bool{}}
+	return f.run(ctx, ckptDedupe(donors))
+}
+
+// ckptDedupe returns ids without repeats, in their first order.
+func ckptDedupe(ids []peer.ID) []peer.ID {
+	seen := make(map[peer.ID]bool, len(ids))
+	var out []peer.ID
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// ckptFetcher holds the state of one FetchCheckpoint call across attempts.
+type ckptFetcher struct {
+	h        host.Host
+	want     CkptFetchSpec
+	hash     [32]byte
+	cfg      CkptFetchConfig
+	progress func(CkptProgress)
+	log      *slog.Logger
+	excluded map[peer.ID]bool // bad, failed or stalled donors
+	bad      []peer.ID
+	reasons  []string
+}
+
+// run tries manifest rounds and transfers until one verifies or no usable
+// donor is left. Every failed transfer excludes the donors it used, so the
+// loop ends.
+func (f *ckptFetcher) run(ctx context.Context, donors []peer.ID) ([]byte, []peer.ID, error) {
+	backoff, busyLeft := f.cfg.BusyBackoff, max(f.cfg.BusyRetries, 0)
+	for {
+		var cands []peer.ID
+		for _, d := range donors {
+			if !f.excluded[d] {
+				cands = append(cands, d)
+			}
+		}
+		if len(cands) == 0 {
+			return nil, f.bad, f.noDonors()
+		}
+		group, busy := f.askManifests(ctx, cands)
+		if err := ctx.Err(); err != nil {
+			return nil, f.bad, err
+		}
+		if len(group) == 0 {
+			if busy == 0 || busyLeft == 0 {
+				return nil, f.bad, f.noDonors()
+			}
+			busyLeft--
+			if err := ckptSleep(ctx, backoff); err != nil {
+				return nil, f.bad, err
+			}
+			backoff *= 2
+			continue
+		}
+		data, err := f.transfer(ctx, group)
+		if err == nil {
+			return data, f.bad, nil
+		}
+		if ctx.Err() != nil {
+			return nil, f.bad, ctx.Err()
+		}
+		f.reasons = append(f.reasons, err.Error())
+	}
+}
+
+// noDonors builds the final error with the reasons collected.
+func (f *ckptFetcher) noDonors() error {
+	if len(f.reasons) == 0 {
+		return fmt.Errorf("%w: step %d hash %.12s", ErrCkptNoDonors, f.want.Step, f.want.Hash)
+	}
+	return fmt.Errorf("%w: step %d hash %.12s: %s", ErrCkptNoDonors, f.want.Step, f.want.Hash, strings.Join(f.reasons, "; "))
+}
+
+// markBad records a donor caught serving bad data or violating the protocol.
+func (f *ckptFetcher) markBad(p peer.ID, why string) {
+	if containsPeer(f.bad, p) {
+		return
+	}
+	f.excluded[p] = true
+	f.bad = append(f.bad, p)
+	f.reasons = append(f.reasons, fmt.Sprintf("%s: %s", p, why))
+	f.log.Warn("checkpoint donor served bad data", "peer", p, "why", why)
+}
+
+// containsPeer reports whether ids holds p.
+func containsPeer(ids []peer.ID, p peer.ID) bool {
+	for _, id := range ids {
+		if id == p {
+			return true
+		}
+	}
+	return false
+}
+
+// ckptSleep waits d or until ctx ends.
+func ckptSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ckptOffer is one donor's answer to a manifest request, with the stream
+// kept open for chunk requests when the manifest agrees.
+type ckptOffer struct {
+	peer peer.ID
+	s    network.Stream
+	man  *ckptManifest
+	busy bool
+	bad  bool // protocol violation
+	err  error
+}
+
+// askManifests asks every candidate for its manifest in parallel and returns
+// the offers of the largest group of donors agreeing on the wanted step and
+// hash (their streams open), and how many donors answered busy. Streams of
+// all other donors are closed; those donors are excluded from later rounds
+// unless they were busy.
+func (f *ckptFetcher) askManifests(ctx context.Context, cands []peer.ID) (group []*ckptOffer, busy int) {
+	offers := make([]*ckptOffer, len(cands))
+	done := make(chan struct{}, len(cands))
+	for i, p := range cands {
+		go func() {
+			offers[i] = f.askManifest(ctx, p)
+			done <- struct{}{}
+		}()
+	}
+	for range cands {
+		<-done
+	}
+	groups := map[string][]*ckptOffer{}
+	var best string
+	for _, o := range offers {
+		switch {
+		case o.busy:
+			busy++
+		case o.bad:
+			f.markBad(o.peer, o.err.Error())
+		case o.err != nil:
+			f.excluded[o.peer] = true
+			f.reasons = append(f.reasons, fmt.Sprintf("%s: %v", o.peer, o.err))
+		case o.man.status != ckptStatusOK:
+			f.excluded[o.peer] = true
+			f.reasons = append(f.reasons, fmt.Sprintf("%s: has step %d hash %x", o.peer, o.man.step, o.man.modelHash[:6]))
+		default:
+			k := o.man.key()
+			groups[k] = append(groups[k], o)
+			if best == "" || len(groups[k]) > len(groups[best]) {
+				best = k
+			}
+		}
+	}
+	for k, g := range groups {
+		if k == best {
+			continue
+		}
+		for _, o := range g {
+			f.log.Warn("checkpoint donor disagrees with the other donors' manifest", "peer", o.peer)
+			o.s.Close()
+		}
+	}
+	return groups[best], busy
+}
+
+// askManifest opens a stream to p and exchanges the manifest request.
+func (f *ckptFetcher) askManifest(ctx context.Context, p peer.ID) *ckptOffer {
+	o := &ckptOffer{peer: p}
+	mctx, cancel := context.WithTimeout(ctx, f.cfg.ManifestTimeout)
+	defer cancel()
+	s, err := f.h.NewStream(mctx, p, CkptProtocolID)
+	if err != nil {
+		o.err = fmt.Errorf("open %s: %w", CkptProtocolID, err)
+		return o
+	}
+	stop := context.AfterFunc(mctx, func() { s.Reset() })
+	defer stop()
+	s.SetDeadline(time.Now().Add(f.cfg.ManifestTimeout))
+	if err := WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(f.want.Step, f.hash)); err != nil {
+		return o.fail(s, fmt.Errorf("send manifest request: %w", err), false)
+	}
+	typ, payload, err := ReadFrame(s, f.maxManifest(), nil)
+	if err != nil {
+		return o.fail(s, fmt.Errorf("read manifest: %w", err), errors.Is(err, ErrFrameTooLarge))
+	}
+	switch typ {
+	case ckptMsgManifest:
+		o.man, err = ckptDecodeManifest(payload)
+	case ckptMsgError:
+		var code uint8
+		var text string
+		if code, text, err = ckptDecodeError(payload); err == nil {
+			o.busy = code == ckptErrBusy
+			err = fmt.Errorf("donor error %d: %s", code, text)
+		}
+		return o.fail(s, err, !o.busy && errors.Is(err, ErrCkptProtocol))
+	default:
+		err = fmt.Errorf("%w: message type %d instead of a manifest", ErrCkptProtocol, typ)
+	}
+	if err == nil && o.man.status == ckptStatusOK && (o.man.step != f.want.Step || o.man.modelHash != f.hash) {
+		err = fmt.Errorf("%w: manifest for step %d answers a request for step %d", ErrCkptProtocol, o.man.step, f.want.Step)
+	}
+	if err == nil && o.man.total > f.cfg.MaxBytes {
+		err = fmt.Errorf("snapshot of %d bytes exceeds the limit of %d", o.man.total, f.cfg.MaxBytes)
+	}
+	if err != nil {
+		return o.fail(s, err, errors.Is(err, ErrCkptProtocol))
+	}
+	if o.man.status != ckptStatusOK {
+		s.Close()
+		return o
+	}
+	s.SetDeadline(time.Time{})
+	o.s = s
+	return o
+}
+
+// fail records err, resets s and returns o.
+func (o *ckptOffer) fail(s network.Stream, err error, bad bool) *ckptOffer {
+	s.Reset()
+	o.err, o.bad = err, bad
+	return o
+}
+
+// maxManifest is the largest manifest frame worth reading for MaxBytes.
+func (f *ckptFetcher) maxManifest() int {
+	n := (f.cfg.MaxBytes + CkptMinChunkSize - 1) / CkptMinChunkSize
+	return int(min(int64(ckptMaxManifest), ckptManifestFixed+32*n))
+}
+
+// transfer fetches the chunks of the group's manifest from its donors and
+// verifies the result. On failure every donor of the group is excluded from
+// later attempts (and marked bad where it was caught lying).
+func (f *ckptFetcher) transfer(ctx context.Context, group []*ckptOffer) ([]byte, error) {
+	t := newCkptTransfer(group[0].man, f, len(group))
+	for _, o := range group {
+		f.excluded[o.peer] = true // until proven useful again; only this attempt uses it
+		go t.work(ctx, o)
+	}
+	stop := context.AfterFunc(ctx, t.abort)
+	defer stop()
+	err := t.wait()
+	for _, b := range t.badDonors() {
+		f.markBad(b.peer, b.why)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := f.verify(t.data); err != nil {
+		for _, o := range group {
+			f.markBad(o.peer, err.Error())
+		}
+		return nil, err
+	}
+	f.log.Info("checkpoint fetched", "bytes", len(t.data), "donors", len(group), "retried", t.retried)
+	return t.data, nil
+}
+
+// verify checks the assembled container: its header, its step and θ₀'s
+// SHA-256 against the wanted model hash.
+func (f *ckptFetcher) verify(data []byte) error {
+	l, err := ckptParseHeader(data)
+	if err != nil {
+		return err
+	}
+	if st := binary.LittleEndian.Uint64(data[8:]); st != f.want.Step {
+		return fmt.Errorf("%w: container holds step %d, want %d", ErrCkptSnapshot, st, f.want.Step)
+	}
+	if sha256.Sum256(data[l.thetaOff:l.vOff]) != f.hash {
+		return fmt.Errorf("%w: θ₀ does not hash to %.12s", ErrCkptSnapshot, f.want.Hash)
+	}
+	return nil
+}

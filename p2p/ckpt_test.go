@@ -1,0 +1,458 @@
+package p2p
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+)
+
+// ckptHost starts a real libp2p host on 127.0.0.1, TCP + TLS + yamux only.
+func ckptHost(t testing.TB) host.Host {
+	t.Helper()
+	h, err := libp2p.New(
+		libp2p.NoTransports, libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Security(libp2ptls.ID, libp2ptls.New),
+		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// ckptConnect connects from to every host of to and returns their ids.
+func ckptConnect(t testing.TB, from host.Host, to ...host.Host) []peer.ID {
+	t.Helper()
+	var ids []peer.ID
+	for _, h := range to {
+		from.Peerstore().AddAddrs(h.ID(), h.Addrs(), peerstore.PermanentAddrTTL)
+		if err := from.Connect(context.Background(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, h.ID())
+	}
+	return ids
+}
+
+// ckptTestSnapshot builds a snapshot of about size bytes (¾ θ₀, ¼ v).
+func ckptTestSnapshot(step uint64, size, chunkSize int, seed uint32) *Snapshot {
+	s := EncodeSnapshot(step, ckptFloats(size*3/16, seed), ckptFloats(size/16, seed+1), []byte(`{"outer_step":1}`))
+	s.ChunkSize = chunkSize
+	return s
+}
+
+// ckptServe starts a real donor on a new host serving snap.
+func ckptServe(t testing.TB, snap *Snapshot, cfg CkptServeConfig) (host.Host, *CkptServer) {
+	t.Helper()
+	h := ckptHost(t)
+	cfg.Rate = cmpOr(cfg.Rate, -1)
+	srv, err := ServeCheckpoints(h, func() *Snapshot { return snap }, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return h, srv
+}
+
+// ckptFaultMode selects how a misbehaving test donor deviates from the protocol.
+type ckptFaultMode int
+
+const (
+	ckptCorrupt     ckptFaultMode = iota // flips a byte in every chunk
+	ckptStall                            // answers two chunks, then never again
+	ckptBadManifest                      // answers a manifest whose root is wrong
+	ckptWrongType                        // answers chunk requests with a manifest frame
+)
+
+// ckptFaultyDonor serves snap over the real wire protocol on a real host,
+// deviating as mode says. It is a peer we do not control, written out in
+// full rather than as a hook in the donor code.
+func ckptFaultyDonor(t testing.TB, snap *Snapshot, mode ckptFaultMode) host.Host {
+	t.Helper()
+	h := ckptHost(t)
+	man, err := ckptBuildManifest(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetStreamHandler(CkptProtocolID, func(s network.Stream) {
+		defer s.Reset()
+		served := 0
+		for {
+			typ, p, err := ReadFrame(s, ckptMaxRequest, nil)
+			if err != nil {
+				return
+			}
+			if typ == ckptMsgManifestReq {
+				enc := man.encode()
+				if mode == ckptBadManifest {
+					enc[60] ^= 1
+				}
+				WriteFrame(s, ckptMsgManifest, enc)
+				continue
+			}
+			i, _ := ckptDecodeChunkReq(p)
+			off, end := man.chunkRange(i)
+			chunk := append([]byte(nil), snap.Data[off:end]...)
+			switch {
+			case mode == ckptCorrupt:
+				chunk[len(chunk)/2] ^= 0x40
+			case mode == ckptStall && served >= 2:
+				continue // read on, answer nothing, until the joiner resets
+			case mode == ckptWrongType:
+				WriteFrame(s, ckptMsgManifest, man.encode())
+				continue
+			}
+			served++
+			WriteFrame(s, ckptMsgChunk, chunk)
+		}
+	})
+	return h
+}
+
+// ckptProgressLog records every progress report.
+type ckptProgressLog struct {
+	mu   sync.Mutex
+	all  []CkptProgress
+	busy atomic.Bool
+}
+
+func (l *ckptProgressLog) record(p CkptProgress) {
+	if l.busy.Swap(true) {
+		panic("progress callbacks overlap")
+	}
+	defer l.busy.Store(false)
+	l.mu.Lock()
+	l.all = append(l.all, p)
+	l.mu.Unlock()
+}
+
+func (l *ckptProgressLog) last() CkptProgress {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.all[len(l.all)-1]
+}
+
+// ckptFetch runs FetchCheckpoint for snap's step and hash.
+func ckptFetch(t testing.TB, j host.Host, donors []peer.ID, snap *Snapshot, cfg CkptFetchConfig, pl *ckptProgressLog) ([]byte, []peer.ID, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cb func(CkptProgress)
+	if pl != nil {
+		cb = pl.record
+	}
+	return FetchCheckpoint(ctx, j, donors, CkptFetchSpec{Step: snap.Step, Hash: snap.Hash}, cfg, cb)
+}
+
+func TestCkptFetchFromThreeDonors(t *testing.T) {
+	snap := ckptTestSnapshot(5, 16<<20, 256<<10, 1)
+	j := ckptHost(t)
+	var hosts []host.Host
+	var srvs []*CkptServer
+	for range 3 {
+		h, s := ckptServe(t, snap, CkptServeConfig{})
+		hosts, srvs = append(hosts, h), append(srvs, s)
+	}
+	ids := ckptConnect(t, j, hosts...)
+	var pl ckptProgressLog
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, &pl)
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("err %v bad %v", err, bad)
+	}
+	if !bytes.Equal(data, snap.Data) {
+		t.Fatal("fetched data differs from the snapshot")
+	}
+	p := pl.last()
+	n := ckptNumChunks(int64(len(snap.Data)), snap.ChunkSize)
+	if p.BytesDone != int64(len(snap.Data)) || p.BytesTotal != p.BytesDone || p.ChunksDone != n || p.ChunksRetried != 0 {
+		t.Fatalf("final progress %+v", p)
+	}
+	var prev int64
+	for _, q := range pl.all {
+		if q.BytesDone < prev || q.BytesTotal != p.BytesTotal {
+			t.Fatalf("progress not monotonic: %d after %d", q.BytesDone, prev)
+		}
+		prev = q.BytesDone
+	}
+	if pl.all[0].Donors != 3 {
+		t.Fatalf("first progress reports %d donors, want 3", pl.all[0].Donors)
+	}
+	for i, s := range srvs {
+		st := s.Stats()
+		t.Logf("donor %d served %d chunks", i, st.ChunksServed)
+		if int(st.ChunksServed) != p.ByDonor[ids[i]] || int(st.ChunksServed) < n/8 {
+			t.Fatalf("donor %d served %d chunks (joiner counted %d) of %d: spread too uneven",
+				i, st.ChunksServed, p.ByDonor[ids[i]], n)
+		}
+	}
+}
+
+func TestCkptCorruptDonorReported(t *testing.T) {
+	snap := ckptTestSnapshot(5, 4<<20, 128<<10, 2)
+	j := ckptHost(t)
+	good1, _ := ckptServe(t, snap, CkptServeConfig{})
+	evil := ckptFaultyDonor(t, snap, ckptCorrupt)
+	good2, _ := ckptServe(t, snap, CkptServeConfig{})
+	ids := ckptConnect(t, j, good1, evil, good2)
+	var pl ckptProgressLog
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, &pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, snap.Data) {
+		t.Fatal("fetched data differs from the snapshot")
+	}
+	if !slices.Equal(bad, []peer.ID{evil.ID()}) {
+		t.Fatalf("bad donors %v, want [%s]", bad, evil.ID())
+	}
+	p := pl.last()
+	if p.ChunksRetried < 1 || p.BadDonors != 1 || p.ByDonor[evil.ID()] != 0 {
+		t.Fatalf("progress %+v: want ≥1 retried, 1 bad, nothing accepted from the bad donor", p)
+	}
+}
+
+func TestCkptStalledDonorRetried(t *testing.T) {
+	snap := ckptTestSnapshot(5, 4<<20, 128<<10, 3)
+	j := ckptHost(t)
+	good, _ := ckptServe(t, snap, CkptServeConfig{})
+	slow := ckptFaultyDonor(t, snap, ckptStall)
+	ids := ckptConnect(t, j, slow, good)
+	var pl ckptProgressLog
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{ChunkTimeout: 300 * time.Millisecond}, &pl)
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("err %v bad %v (a slow donor is not a bad one)", err, bad)
+	}
+	if !bytes.Equal(data, snap.Data) {
+		t.Fatal("fetched data differs from the snapshot")
+	}
+	p := pl.last()
+	if p.ChunksRetried < 1 || p.ByDonor[slow.ID()] > 2 || p.Donors != 0 {
+		t.Fatalf("progress %+v: want the stalled donor's chunks retried", p)
+	}
+}
+
+func TestCkptOtherStepIgnored(t *testing.T) {
+	snap := ckptTestSnapshot(5, 2<<20, 128<<10, 4)
+	j := ckptHost(t)
+	good, _ := ckptServe(t, snap, CkptServeConfig{})
+	ahead, aheadSrv := ckptServe(t, ckptTestSnapshot(6, 2<<20, 128<<10, 5), CkptServeConfig{})
+	ids := ckptConnect(t, j, ahead, good)
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	if err != nil || len(bad) != 0 || !bytes.Equal(data, snap.Data) {
+		t.Fatalf("err %v bad %v", err, bad)
+	}
+	if st := aheadSrv.Stats(); st.Transfers != 1 || st.ChunksServed != 0 {
+		t.Fatalf("donor at another step: %+v, want one manifest and no chunks", st)
+	}
+	// Same step, different model (e.g. the other side of a partition).
+	other := ckptTestSnapshot(5, 2<<20, 128<<10, 6)
+	_, _, err = ckptFetch(t, j, []peer.ID{ahead.ID()}, other, CkptFetchConfig{}, nil)
+	if !errors.Is(err, ErrCkptNoDonors) {
+		t.Fatalf("want ErrCkptNoDonors from a donor without the step, got %v", err)
+	}
+}
+
+func TestCkptAllDonorsBad(t *testing.T) {
+	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 7)
+	j := ckptHost(t)
+	e1, e2 := ckptFaultyDonor(t, snap, ckptCorrupt), ckptFaultyDonor(t, snap, ckptWrongType)
+	ids := ckptConnect(t, j, e1, e2)
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	if !errors.Is(err, ErrCkptNoDonors) || data != nil {
+		t.Fatalf("want ErrCkptNoDonors, got %v", err)
+	}
+	slices.Sort(bad)
+	slices.Sort(ids)
+	if !slices.Equal(bad, ids) {
+		t.Fatalf("bad %v, want both donors %v", bad, ids)
+	}
+	t.Logf("error: %v", err)
+}
+
+func TestCkptBadManifestDonor(t *testing.T) {
+	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 8)
+	j := ckptHost(t)
+	good, _ := ckptServe(t, snap, CkptServeConfig{})
+	evil := ckptFaultyDonor(t, snap, ckptBadManifest)
+	ids := ckptConnect(t, j, evil, good)
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	if err != nil || !bytes.Equal(data, snap.Data) || !slices.Equal(bad, []peer.ID{evil.ID()}) {
+		t.Fatalf("err %v bad %v", err, bad)
+	}
+}
+
+func TestCkptThetaHashVerified(t *testing.T) {
+	// Donors agree on a manifest whose chunks verify, but θ₀ is not the
+	// model the mesh gossips: the whole check catches it.
+	want := ckptTestSnapshot(5, 1<<20, 128<<10, 9)
+	liar := ckptTestSnapshot(5, 1<<20, 128<<10, 10)
+	liar.Hash = want.Hash
+	j := ckptHost(t)
+	h1, _ := ckptServe(t, liar, CkptServeConfig{})
+	h2, _ := ckptServe(t, liar, CkptServeConfig{})
+	ids := ckptConnect(t, j, h1, h2)
+	_, bad, err := ckptFetch(t, j, ids, want, CkptFetchConfig{}, nil)
+	if !errors.Is(err, ErrCkptNoDonors) || len(bad) != 2 {
+		t.Fatalf("want ErrCkptNoDonors with 2 bad donors, got %v, %v", err, bad)
+	}
+}
+
+func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
+	snap := ckptTestSnapshot(5, 2<<20, 128<<10, 11)
+	next := ckptTestSnapshot(6, 2<<20, 128<<10, 12)
+	var cur atomic.Pointer[Snapshot]
+	cur.Store(snap)
+	h := ckptHost(t)
+	srv, err := ServeCheckpoints(h, cur.Load, CkptServeConfig{Rate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	j := ckptHost(t)
+	ids := ckptConnect(t, j, h)
+	ctx := context.Background()
+	data, _, err := FetchCheckpoint(ctx, j, ids, CkptFetchSpec{snap.Step, snap.Hash}, CkptFetchConfig{Pipeline: 1},
+		func(p CkptProgress) {
+			if p.ChunksDone == 1 {
+				cur.Store(next) // the node finished an outer step mid-download
+			}
+		})
+	if err != nil || !bytes.Equal(data, snap.Data) {
+		t.Fatalf("the stream should keep serving the snapshot it pinned: %v", err)
+	}
+	if data, _, err = FetchCheckpoint(ctx, j, ids, CkptFetchSpec{next.Step, next.Hash}, CkptFetchConfig{}, nil); err != nil || !bytes.Equal(data, next.Data) {
+		t.Fatalf("new step: %v", err)
+	}
+}
+
+func TestCkptBusyAndMaxTransfers(t *testing.T) {
+	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 13)
+	h, srv := ckptServe(t, snap, CkptServeConfig{MaxTransfers: 1})
+	j := ckptHost(t)
+	ids := ckptConnect(t, j, h)
+	// Hold the only slot with a stream that got its manifest.
+	s, err := j.NewStream(context.Background(), h.ID(), CkptProtocolID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, _ := ckptParseHash(snap.Hash)
+	WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
+	if typ, _, err := ReadFrame(s, ckptMaxManifest, nil); err != nil || typ != ckptMsgManifest {
+		t.Fatalf("manifest: %d %v", typ, err)
+	}
+	_, _, err = ckptFetch(t, j, ids, snap, CkptFetchConfig{BusyRetries: -1}, nil)
+	if !errors.Is(err, ErrCkptNoDonors) || srv.Stats().Refused != 1 {
+		t.Fatalf("want busy refusal, got %v, %+v", err, srv.Stats())
+	}
+	// Once the slot is released the joiner gets through; if its first
+	// manifest request races the release, it is refused and retries.
+	s.Close()
+	data, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{BusyBackoff: 20 * time.Millisecond}, nil)
+	if err != nil || !bytes.Equal(data, snap.Data) {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func TestCkptServerRejectsMalformed(t *testing.T) {
+	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 14)
+	h, _ := ckptServe(t, snap, CkptServeConfig{})
+	j := ckptHost(t)
+	ids := ckptConnect(t, j, h)
+	hash, _ := ckptParseHash(snap.Hash)
+	for _, tc := range []struct {
+		name   string
+		frames func(w io.Writer)
+	}{
+		{"unknown type", func(w io.Writer) { WriteFrame(w, 99, nil) }},
+		{"oversized frame", func(w io.Writer) { w.Write([]byte{ckptMsgChunkReq, 0x40, 0, 0, 0}) }},
+		{"chunk before manifest", func(w io.Writer) { WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(0)) }},
+		{"short manifest request", func(w io.Writer) { WriteFrame(w, ckptMsgManifestReq, []byte{1, 2}) }},
+		{"chunk out of range", func(w io.Writer) {
+			WriteFrame(w, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
+			WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(1<<20))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := j.NewStream(context.Background(), h.ID(), CkptProtocolID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Reset()
+			s.SetDeadline(time.Now().Add(10 * time.Second))
+			tc.frames(s)
+			for { // the donor may answer the manifest first; then it must reset
+				typ, _, err := ReadFrame(s, ckptMaxManifest, nil)
+				if err != nil {
+					if !errors.Is(err, network.ErrReset) {
+						t.Fatalf("want a reset stream, got %v", err)
+					}
+					break
+				}
+				if typ != ckptMsgManifest {
+					t.Fatalf("unexpected frame type %d", typ)
+				}
+			}
+		})
+	}
+	data, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	if err != nil || !bytes.Equal(data, snap.Data) {
+		t.Fatalf("donor unusable after malformed input: %v", err)
+	}
+}
+
+func TestCkptRateLimit(t *testing.T) {
+	const rate = 8 << 20
+	snap := ckptTestSnapshot(5, 2<<20, 128<<10, 15)
+	h, _ := ckptServe(t, snap, CkptServeConfig{Rate: rate, Burst: 256 << 10})
+	j := ckptHost(t)
+	ids := ckptConnect(t, j, h)
+	start := time.Now()
+	if _, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	min := time.Duration(float64(len(snap.Data)-256<<10) / rate * float64(time.Second))
+	if el < min {
+		t.Fatalf("fetched %d bytes in %v; a %d B/s limit allows no less than %v", len(snap.Data), el, rate, min)
+	}
+}
+
+func TestCkptCancel(t *testing.T) {
+	snap := ckptTestSnapshot(5, 2<<20, 64<<10, 16)
+	h, _ := ckptServe(t, snap, CkptServeConfig{Rate: 4 << 20})
+	j := ckptHost(t)
+	ids := ckptConnect(t, j, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, _, err := FetchCheckpoint(ctx, j, ids, CkptFetchSpec{snap.Step, snap.Hash}, CkptFetchConfig{},
+		func(p CkptProgress) {
+			if p.ChunksDone == 1 {
+				cancel()
+			}
+		})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+}
+
+func TestCkptBadSpec(t *testing.T) {
+	j := ckptHost(t)
+	_, _, err := FetchCheckpoint(context.Background(), j, nil, CkptFetchSpec{Step: 1, Hash: "xyz"}, CkptFetchConfig{}, nil)
+	if !errors.Is(err, ErrCkptBadSpec) {
+		t.Fatalf("want ErrCkptBadSpec, got %v", err)
+	}
+}
