@@ -1,0 +1,413 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Codec selects how the all-reduce puts a chunk of float32 values on the wire.
+type Codec uint8
+
+// Codecs. Wire values: append only, never renumber.
+const (
+	// CodecInt8 sends one byte per value plus a 256-entry float32 table per
+	// chunk: each code decodes to the mean of the values that fell into its
+	// bucket (as PRIME did), and the buckets are uniform in sign(d)·√|d| with
+	// d = (x−mean)/max|x−mean|, so nothing is clipped and they are finest near
+	// the mean. The default.
+	CodecInt8 Codec = 1
+	// CodecFP32 sends float32 values unchanged (little-endian), for comparisons.
+	CodecFP32 Codec = 2
+)
+
+// ClipSigma is the half-width, in standard deviations of a chunk, of the
+// range PRIME's clipped int8 scheme spreads its buckets over; kept to compare
+// with (docs/allreduce.md).
+const ClipSigma = 4
+
+// Chunk message layout, shared by every transport:
+//
+//	off 0  uint8   codec
+//	off 1  uint8   phase (0 reduce-scatter, 1 all-gather)
+//	off 2  uint16  step within the phase, big-endian
+//	off 4  uint32  chunk index within its segment, big-endian
+//	off 8  uint32  number of values n, big-endian
+//	off 12 payload: CodecInt8: 256 × float32 LE table, then n code bytes;
+//	               CodecFP32: n × float32 LE.
+const (
+	chunkHeaderSize = 12
+	int8TableSize   = 256 * 4
+)
+
+// MaxChunkElems is the largest AllReduceConfig.ChunkElems accepted.
+const MaxChunkElems = 1 << 20
+
+// MaxChunkMsgSize is the largest chunk message any codec produces; transports
+// use it as their frame limit.
+const MaxChunkMsgSize = chunkHeaderSize + int8TableSize + 4*MaxChunkElems
+
+// Sentinel errors of the codec.
+var (
+	// ErrBadChunk reports a chunk message that does not parse or does not
+	// match what the receiver expects at this point of the all-reduce.
+	ErrBadChunk = errors.New("mesh: malformed all-reduce chunk")
+	// ErrNonFinite reports a NaN or ±Inf in a vector or in a received chunk.
+	ErrNonFinite = errors.New("mesh: non-finite value")
+)
+
+func (c Codec) String() string {
+	switch c {
+	case CodecInt8:
+		return "int8"
+	case CodecFP32:
+		return "fp32"
+	}
+	return fmt.Sprintf("codec(%d)", uint8(c))
+}
+
+func (c Codec) valid() bool { return c == CodecInt8 || c == CodecFP32 }
+
+// msgSize is the size of a chunk message of n values.
+func (c Codec) msgSize(n int) int {
+	if c == CodecFP32 {
+		return chunkHeaderSize + 4*n
+	}
+	return chunkHeaderSize + int8TableSize + n
+}
+
+// chunkHeader identifies a chunk message's place in the all-reduce.
+type chunkHeader struct {
+	codec Codec
+	phase uint8
+	step  uint16
+	chunk uint32
+	n     uint32
+}
+
+func putHeader(dst []byte, h chunkHeader) {
+	dst[0] = byte(h.codec)
+	dst[1] = h.phase
+	binary.BigEndian.PutUint16(dst[2:], h.step)
+	binary.BigEndian.PutUint32(dst[4:], h.chunk)
+	binary.BigEndian.PutUint32(dst[8:], h.n)
+}
+
+// parseChunk checks a received message against the header the receiver
+// expects and returns its payload. It never allocates.
+func parseChunk(msg []byte, want chunkHeader) ([]byte, error) {
+	if len(msg) < chunkHeaderSize {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than the header", ErrBadChunk, len(msg))
+	}
+	got := chunkHeader{
+		codec: Codec(msg[0]),
+		phase: msg[1],
+		step:  binary.BigEndian.Uint16(msg[2:]),
+		chunk: binary.BigEndian.Uint32(msg[4:]),
+		n:     binary.BigEndian.Uint32(msg[8:]),
+	}
+	if got != want {
+		return nil, fmt.Errorf("%w: got %+v, want %+v", ErrBadChunk, got, want)
+	}
+	if len(msg) != want.codec.msgSize(int(want.n)) {
+		return nil, fmt.Errorf("%w: %d bytes for %d %s values", ErrBadChunk, len(msg), want.n, want.codec)
+	}
+	return msg[chunkHeaderSize:], nil
+}
+
+// quantMode is how the int8 encoder places its 256 buckets.
+type quantMode uint8
+
+const (
+	// modeSqrt, the default: buckets uniform in sign(d)·√|d|, where
+	// d = (x−mean)/R and R = max|x−mean|, each decoding to the mean of its
+	// values. Nothing is clipped; buckets are finest near the mean where most
+	// values are and coarsest in the tails (see docs/allreduce.md).
+	modeSqrt quantMode = iota
+	// modeClip: PRIME's scheme, buckets uniform over mean ± ClipSigma·σ
+	// (narrowed to [min, max]), each decoding to the mean of its values.
+	modeClip
+	// modeClipCentres: as modeClip, decoding to bucket centres; kept only to
+	// measure what the bucket means buy.
+	modeClipCentres
+)
+
+// quantizer holds the scratch space of the int8 encoder; one per goroutine.
+type quantizer struct {
+	sum   [4][256]float64
+	count [4][256]uint32
+	mode  quantMode
+}
+
+// chunkStats is what pass one of the encoder learns about a chunk.
+type chunkStats struct {
+	min, max  float32
+	sum, sum2 float64
+}
+
+func scanChunk(src []float32) chunkStats {
+	st := chunkStats{min: src[0], max: src[0]}
+	var s [4]float64
+	var q [4]float64
+	i := 0
+	for ; i+4 <= len(src); i += 4 {
+		a, b, c, d := src[i], src[i+1], src[i+2], src[i+3]
+		s[0] += float64(a)
+		s[1] += float64(b)
+		s[2] += float64(c)
+		s[3] += float64(d)
+		q[0] += float64(a) * float64(a)
+		q[1] += float64(b) * float64(b)
+		q[2] += float64(c) * float64(c)
+		q[3] += float64(d) * float64(d)
+		st.min = min(st.min, a, b, c, d)
+		st.max = max(st.max, a, b, c, d)
+	}
+	for ; i < len(src); i++ {
+		a := src[i]
+		s[0] += float64(a)
+		q[0] += float64(a) * float64(a)
+		st.min = min(st.min, a)
+		st.max = max(st.max, a)
+	}
+	st.sum = s[0] + s[1] + s[2] + s[3]
+	st.sum2 = q[0] + q[1] + q[2] + q[3]
+	return st
+}
+
+// bucketMap maps values to codes and codes to bucket centres.
+type bucketMap struct {
+	sqrt     bool
+	lo, inv  float32 // uniform: code = (x−lo)·inv
+	mu, invR float32 // sqrt: d = (x−mu)·invR
+	width    float64 // uniform: bucket width
+	r        float64 // sqrt: R
+}
+
+// newBucketMap returns false when the chunk is constant or its range does
+// not fit a float32, so that one bucket holds everything.
+func newBucketMap(st chunkStats, n int, mode quantMode) (bucketMap, bool) {
+	mean := st.sum / float64(n)
+	if mode == modeSqrt {
+		r := max(float64(st.max)-mean, mean-float64(st.min))
+		inv := float32(1 / r)
+		ok := r > 0 && inv > 0 && !math.IsInf(float64(inv), 0) && !math.IsInf(r, 0)
+		return bucketMap{sqrt: true, mu: float32(mean), invR: inv, r: r}, ok
+	}
+	sigma := math.Sqrt(max(st.sum2/float64(n)-mean*mean, 0))
+	lo := float32(max(float64(st.min), mean-ClipSigma*sigma))
+	hi := float32(min(float64(st.max), mean+ClipSigma*sigma))
+	width := (float64(hi) - float64(lo)) / 255
+	inv := float32(1 / width)
+	ok := width > 0 && !math.IsInf(width, 0) && !math.IsInf(float64(inv), 0)
+	return bucketMap{lo: lo, inv: inv, width: width}, ok
+}
+
+func (m *bucketMap) centre(b int) float32 {
+	if m.sqrt {
+		y := (float64(b) - 127.5) / 127.5
+		return float32(float64(m.mu) + m.r*y*math.Abs(y))
+	}
+	return float32(float64(m.lo) + float64(b)*m.width)
+}
+
+// encodeInt8 writes the table and the codes of src into payload
+// (int8TableSize + len(src) bytes) and the table into t. src must not be empty.
+func (qz *quantizer) encodeInt8(payload []byte, t *[256]float32, src []float32) error {
+	st := scanChunk(src)
+	if math.IsNaN(st.sum) || math.IsInf(st.sum, 0) || math.IsInf(st.sum2, 0) {
+		return ErrNonFinite
+	}
+	codes := payload[int8TableSize : int8TableSize+len(src)]
+	m, ok := newBucketMap(st, len(src), qz.mode)
+	switch {
+	case !ok:
+		clear(codes)
+		for b := range t {
+			t[b] = float32(st.sum / float64(len(src)))
+		}
+	case qz.mode == modeClipCentres:
+		quantizeUniform(codes, src, m.lo, m.inv, nil)
+		for b := range t {
+			t[b] = m.centre(b)
+		}
+	default:
+		qz.sum = [4][256]float64{}
+		qz.count = [4][256]uint32{}
+		if m.sqrt {
+			quantizeSqrt(codes, src, m.mu, m.invR, qz)
+		} else {
+			quantizeUniform(codes, src, m.lo, m.inv, qz)
+		}
+		qz.means(t, &m)
+	}
+	for b := range t {
+		binary.LittleEndian.PutUint32(payload[4*b:], math.Float32bits(t[b]))
+	}
+	return nil
+}
+
+// means sets t to the mean of the values in each bucket, or its centre when
+// it is empty. The mean of finite float32 values is a finite float32.
+func (qz *quantizer) means(t *[256]float32, m *bucketMap) {
+	for b := range t {
+		var s float64
+		var c uint32
+		for l := range 4 {
+			s += qz.sum[l][b]
+			c += qz.count[l][b]
+		}
+		if c > 0 {
+			t[b] = float32(s / float64(c))
+		} else {
+			t[b] = m.centre(b)
+		}
+	}
+}
+
+// uniformCode maps x to round((x−lo)·inv) clamped to [0, 255].
+func uniformCode(x, lo, inv float32) uint8 {
+	v := (x - lo) * inv
+	v = min(max(v, 0), 255)
+	return uint8(int32(v + 0.5))
+}
+
+// sqrtCode maps x to round(127.5 + 127.5·sign(d)·√|d|), d = (x−mu)·invR,
+// clamped to [0, 255].
+func sqrtCode(x, mu, invR float32) uint8 {
+	d := (x - mu) * invR
+	y := float32(math.Sqrt(float64(min(abs32(d), 1))))
+	if d < 0 {
+		y = -y
+	}
+	return uint8(int32(y*127.5 + 128)) // 127.5 + 0.5 for rounding; y ∈ [−1, 1]
+}
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
+
+// quantizeUniform writes uniform codes; with qz it also sums the values per
+// bucket (see accumulate).
+func quantizeUniform(codes []byte, src []float32, lo, inv float32, qz *quantizer) {
+	codes = codes[:len(src)]
+	for i, x := range src {
+		codes[i] = uniformCode(x, lo, inv)
+	}
+	if qz != nil {
+		qz.accumulate(codes, src)
+	}
+}
+
+func quantizeSqrt(codes []byte, src []float32, mu, invR float32, qz *quantizer) {
+	codes = codes[:len(src)]
+	for i, x := range src {
+		codes[i] = sqrtCode(x, mu, invR)
+	}
+	qz.accumulate(codes, src)
+}
+
+// accumulate sums the values per bucket in four interleaved histograms, so
+// that runs of equal codes do not serialize on one accumulator.
+func (qz *quantizer) accumulate(codes []byte, src []float32) {
+	codes = codes[:len(src)]
+	s0, s1, s2, s3 := &qz.sum[0], &qz.sum[1], &qz.sum[2], &qz.sum[3]
+	c0, c1, c2, c3 := &qz.count[0], &qz.count[1], &qz.count[2], &qz.count[3]
+	i := 0
+	for ; i+4 <= len(src); i += 4 {
+		qa, qb, qc, qd := codes[i], codes[i+1], codes[i+2], codes[i+3]
+		s0[qa] += float64(src[i])
+		s1[qb] += float64(src[i+1])
+		s2[qc] += float64(src[i+2])
+		s3[qd] += float64(src[i+3])
+		c0[qa]++
+		c1[qb]++
+		c2[qc]++
+		c3[qd]++
+	}
+	for ; i < len(src); i++ {
+		s0[codes[i]] += float64(src[i])
+		c0[codes[i]]++
+	}
+}
+
+// readTable decodes a chunk's table, rejecting non-finite entries.
+func readTable(t *[256]float32, payload []byte) error {
+	for b := range 256 {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(payload[4*b:]))
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%w: table entry %d", ErrNonFinite, b)
+		}
+		t[b] = v
+	}
+	return nil
+}
+
+// decodeInt8Add adds the decoded values of codes to dst.
+func decodeInt8Add(dst []float32, t *[256]float32, codes []byte) {
+	dst = dst[:len(codes)]
+	for i, c := range codes {
+		dst[i] += t[c]
+	}
+}
+
+// decodeInt8Set overwrites dst with the decoded values of codes.
+func decodeInt8Set(dst []float32, t *[256]float32, codes []byte) {
+	dst = dst[:len(codes)]
+	for i, c := range codes {
+		dst[i] = t[c]
+	}
+}
+
+// residualInt8 stores in res what quantizing src lost (src − decoded).
+func residualInt8(res, src []float32, t *[256]float32, codes []byte) {
+	res = res[:len(codes)]
+	src = src[:len(codes)]
+	for i, c := range codes {
+		res[i] = src[i] - t[c]
+	}
+}
+
+// decodeInt8Residual overwrites dst with the decoded values and stores in res
+// what the quantization lost (x − decoded), for error feedback.
+func decodeInt8Residual(dst, res []float32, t *[256]float32, codes []byte) {
+	dst = dst[:len(codes)]
+	res = res[:len(codes)]
+	for i, c := range codes {
+		v := t[c]
+		res[i] = dst[i] - v
+		dst[i] = v
+	}
+}
+
+func encodeFP32(payload []byte, src []float32) error {
+	payload = payload[:4*len(src)]
+	var acc float32
+	for i, x := range src {
+		acc += x - x // NaN if x is NaN or ±Inf
+		binary.LittleEndian.PutUint32(payload[4*i:], math.Float32bits(x))
+	}
+	if acc != 0 {
+		return ErrNonFinite
+	}
+	return nil
+}
+
+// decodeFP32 adds (add) or copies the values of payload into dst and reports
+// a non-finite value.
+func decodeFP32(dst []float32, payload []byte, add bool) error {
+	dst = dst[:len(payload)/4]
+	var acc float32
+	for i := range dst {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(payload[4*i:]))
+		acc += v - v
+		if add {
+			dst[i] += v
+		} else {
+			dst[i] = v
+		}
+	}
+	if acc != 0 {
+		return ErrNonFinite
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// roundTrip encodes src with the int8 codec and returns the decoded values.
+func roundTrip(t testing.TB, qz *quantizer, src []float32) []float32 {
+	t.Helper()
+	payload := make([]byte, int8TableSize+len(src))
+	var tab [256]float32
+	if err := qz.encodeInt8(payload, &tab, src); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(src))
+	var c coder
+	c.init(CodecInt8)
+	if err := c.decode(out, payload, false); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func toF64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// gaussian returns n values ~ N(0, 1), with heavy tails when outliers.
+func gaussian(rng *rand.Rand, n int, outliers bool) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+		if outliers && rng.IntN(1000) == 0 {
+			x[i] *= 50
+		}
+	}
+	return x
+}
+
+// TestInt8BucketMeans: each code decodes to the mean of the values it holds.
+func TestInt8BucketMeans(t *testing.T) {
+	src := gaussian(rand.New(rand.NewPCG(1, 1)), 5000, true)
+	payload := make([]byte, int8TableSize+len(src))
+	var qz quantizer
+	var tab [256]float32
+	if err := qz.encodeInt8(payload, &tab, src); err != nil {
+		t.Fatal(err)
+	}
+	var sum [256]float64
+	var cnt [256]int
+	for i, c := range payload[int8TableSize:] {
+		sum[c] += float64(src[i])
+		cnt[c]++
+	}
+	for b := range 256 {
+		if cnt[b] > 0 && math.Abs(float64(tab[b])-sum[b]/float64(cnt[b])) > 1e-5*math.Max(1, math.Abs(sum[b])) {
+			t.Fatalf("bucket %d decodes to %v, mean of its %d values is %v", b, tab[b], cnt[b], sum[b]/float64(cnt[b]))
+		}
+	}
+}
+
+// dists are the value distributions the codec is measured on.
+var dists = []struct {
+	name string
+	gen  func(rng *rand.Rand) float32
+}{
+	{"normal", func(rng *rand.Rand) float32 { return float32(rng.NormFloat64()) }},
+	{"laplace", func(rng *rand.Rand) float32 { return float32(rng.ExpFloat64() * float64(1-2*rng.IntN(2))) }},
+	{"student-t3", func(rng *rand.Rand) float32 {
+		var c float64
+		for range 3 {
+			z := rng.NormFloat64()
+			c += z * z
+		}
+		return float32(rng.NormFloat64() / math.Sqrt(c/3))
+	}},
+	{"normal+0.1%x50", func(rng *rand.Rand) float32 {
+		x := rng.NormFloat64()
+		if rng.IntN(1000) == 0 {
+			x *= 50
+		}
+		return float32(x)
+	}},
+}
+
+// TestInt8Error bounds the single-chunk error of the default codec and logs
+// it next to PRIME's clipped scheme and plain bucket centres (the figures in
+// docs/allreduce.md).
+func TestInt8Error(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	for _, d := range dists {
+		src := make([]float32, 1<<16)
+		for i := range src {
+			src[i] = d.gen(rng)
+		}
+		var e [3]float64
+		for m := range e {
+			e[m] = relErr(roundTrip(t, &quantizer{mode: quantMode(m)}, src), toF64(src))
+		}
+		t.Logf("%-15s relative L2 error: sqrt+means %.4f  clip4σ+means %.4f  clip4σ+centres %.4f", d.name, e[0], e[1], e[2])
+		if e[modeSqrt] > 0.04 {
+			t.Fatalf("%s: error %.3g", d.name, e[modeSqrt])
+		}
+	}
+}
+
+// TestInt8Special: constant chunks, single values and huge ranges decode
+// sensibly; non-finite input is refused.
+func TestInt8Special(t *testing.T) {
+	var qz quantizer
+	for _, src := range [][]float32{{3}, {-2, -2, -2, -2, -2}, {0, 0, 0}} {
+		if got := roundTrip(t, &qz, src); !sameBits(got, src) {
+			t.Fatalf("%v decoded as %v", src, got)
+		}
+	}
+	huge := []float32{-3e38, 3e38, 1, 2}
+	got := roundTrip(t, &qz, huge)
+	for _, v := range got {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("%v decoded as %v", huge, got)
+		}
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
+		payload := make([]byte, int8TableSize+3)
+		var tab [256]float32
+		if err := qz.encodeInt8(payload, &tab, []float32{1, bad, 2}); !errors.Is(err, ErrNonFinite) {
+			t.Fatalf("encoding %v: %v", bad, err)
+		}
+	}
+}
+
+func TestParseChunk(t *testing.T) {
+	want := chunkHeader{codec: CodecFP32, phase: phaseGather, step: 3, chunk: 7, n: 2}
+	msg := make([]byte, CodecFP32.msgSize(2))
+	putHeader(msg, want)
+	if p, err := parseChunk(msg, want); err != nil || len(p) != 8 {
+		t.Fatalf("parse: %d bytes, %v", len(p), err)
+	}
+	other := want
+	other.chunk = 8
+	if _, err := parseChunk(msg, other); !errors.Is(err, ErrBadChunk) {
+		t.Fatalf("wrong chunk: %v", err)
+	}
+	if _, err := parseChunk(msg[:len(msg)-1], want); !errors.Is(err, ErrBadChunk) {
+		t.Fatalf("truncated: %v", err)
+	}
+}
+
+// FuzzChunkDecode feeds arbitrary bytes to the chunk parser and decoders, as
+// received from a peer: errors are fine, panics and non-finite output are not.
+func FuzzChunkDecode(f *testing.F) {
+	for _, codec := range []Codec{CodecInt8, CodecFP32} {
+		msg := make([]byte, codec.msgSize(5))
+		putHeader(msg, chunkHeader{codec: codec, phase: phaseScatter, step: 1, chunk: 2, n: 5})
+		f.Add(msg)
+	}
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		if len(msg) < chunkHeaderSize {
+			if _, err := parseChunk(msg, chunkHeader{}); err == nil {
+				t.Fatal("short message accepted")
+			}
+			return
+		}
+		// Expect what the message claims, within a bound, so that parsing
+		// succeeds often enough to reach the decoders.
+		want := chunkHeader{codec: Codec(msg[0]), phase: msg[1], step: binary.BigEndian.Uint16(msg[2:]),
+			chunk: binary.BigEndian.Uint32(msg[4:]), n: binary.BigEndian.Uint32(msg[8:]) % 4096}
+		if !want.codec.valid() {
+			want.codec = CodecInt8
+		}
+		payload, err := parseChunk(msg, want)
+		if err != nil {
+			return
+		}
+		var c coder
+		c.init(want.codec)
+		x := make([]float32, want.n)
+		for _, add := range []bool{true, false} {
+			if err := c.decode(x, payload, add); err != nil {
+				return
+			}
+		}
+		for _, v := range x {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("decoded %v", v)
+			}
+		}
+	})
+}
+
+// baselineAdd times dst += src over the same number of values: a simple
+// memory-bound float32 loop the codec figures are compared with.
+func baselineAdd(n int) time.Duration {
+	dst, src := make([]float32, n), make([]float32, n)
+	const reps = 20
+	start := time.Now()
+	for range reps {
+		for i := range dst {
+			dst[i] += src[i]
+		}
+	}
+	return time.Since(start) / reps
+}
+
+// BenchmarkInt8Codec reports the int8 encoder and decoder in GB/s of fp32
+// values on one core, and as a ratio to a plain fp32 add loop (x-add).
+func BenchmarkInt8Codec(b *testing.B) {
+	const n = 64 << 10
+	src := gaussian(rand.New(rand.NewPCG(3, 3)), n, false)
+	payload := make([]byte, int8TableSize+n)
+	var qz quantizer
+	var tab [256]float32
+	if err := qz.encodeInt8(payload, &tab, src); err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]float32, n)
+	run := func(b *testing.B, f func()) {
+		base := baselineAdd(n)
+		b.SetBytes(4 * n)
+		b.ResetTimer()
+		for b.Loop() {
+			f()
+		}
+		per := b.Elapsed() / time.Duration(b.N)
+		b.ReportMetric(float64(base)/float64(per), "x-add")
+	}
+	b.Run("encode", func(b *testing.B) { run(b, func() { _ = qz.encodeInt8(payload, &tab, src) }) })
+	b.Run("encode-clip", func(b *testing.B) {
+		lq := quantizer{mode: modeClip}
+		run(b, func() { _ = lq.encodeInt8(payload, &tab, src) })
+	})
+	b.Run("decode-add", func(b *testing.B) {
+		var c coder
+		c.init(CodecInt8)
+		run(b, func() { _ = c.decode(dst, payload, true) })
+	})
+}
