@@ -1,0 +1,248 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/intellect-node/intellect-node/kernels"
+)
+
+// model is the Llama network with its parameters, gradients and the
+// activations of one (B, T) batch, all allocated once. Forward is a flat list
+// of layer calls; backward runs them in reverse, accumulating parameter
+// gradients with +=, like llm.c.
+type model struct {
+	cfg     Config
+	B, T    int
+	params  []float32 // one allocation carved into the tensors of cfg.Layout()
+	grads   []float32 // same layout as params
+	p, g    weights   // views into params and grads
+	a       acts
+	cos     []float32 // (T, hd/2) RoPE tables
+	sin     []float32
+	gemm    time.Duration // time spent in kernels.Sgemm since the last reset
+	timeGEM bool          // whether to measure gemm
+}
+
+// layerW are the views of one block's tensors (fused where adjacent in memory).
+type layerW struct {
+	ln1  []float32 // (C)
+	qkv  []float32 // (qkvDim, C): q_proj | k_proj | v_proj
+	o    []float32 // (C, H·hd)
+	ln2  []float32 // (C)
+	gu   []float32 // (2F, C): gate_proj | up_proj
+	down []float32 // (C, F)
+}
+
+type weights struct {
+	wte    []float32 // (V, C)
+	layers []layerW
+	lnf    []float32 // (C)
+	lm     []float32 // (V, C)
+}
+
+// acts are the activations kept for the backward pass and its scratch buffers.
+type acts struct {
+	resid        [][]float32 // L+1 × (N, C): input of each block, then the final residual
+	mid          [][]float32 // L × (N, C): residual after attention
+	ln1, ln2     [][]float32 // L × (N, C)
+	rstd1, rstd2 [][]float32 // L × (N)
+	qkv          [][]float32 // L × (N, qkvDim), q and k after RoPE
+	att          [][]float32 // L × (N, H·hd)
+	lse          [][]float32 // L × (B, H, T)
+	gu           [][]float32 // L × (N, 2F)
+	h            [][]float32 // L × (N, F)
+	lnf, rstdf   []float32   // (N, C), (N)
+	logits       []float32   // (N, V), overwritten by dlogits
+	losses, ce   []float32   // (N)
+	dresid, dln  []float32   // (N, C)
+	dqkv         []float32   // (N, qkvDim)
+	datt         []float32   // (N, H·hd)
+	dh           []float32   // (N, F)
+	dgu          []float32   // (N, 2F)
+}
+
+func (c Config) qkvDim() int { return (c.Heads + 2*c.KVHeads) * c.HeadDim() }
+
+// newModel allocates a model for batches of B rows of T tokens. Parameters are
+// zero; call initParams or copy them in.
+func newModel(cfg Config, B, T int) (*model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if B < 1 || T < 1 || T > cfg.SeqLen {
+		return nil, fmt.Errorf("%w: batch %d × seq %d (seq_len %d)", ErrConfig, B, T, cfg.SeqLen)
+	}
+	n := cfg.NumParams()
+	if n > math.MaxInt32*4 {
+		return nil, fmt.Errorf("%w: %d parameters is too many for the CPU engine", ErrConfig, n)
+	}
+	m := &model{cfg: cfg, B: B, T: T, params: make([]float32, n), grads: make([]float32, n)}
+	m.p, m.g = carve(cfg, m.params), carve(cfg, m.grads)
+	m.allocActs()
+	hd := cfg.HeadDim()
+	m.cos, m.sin = make([]float32, T*hd/2), make([]float32, T*hd/2)
+	kernels.RoPETables(m.cos, m.sin, T, hd, cfg.RopeTheta)
+	return m, nil
+}
+
+// carve returns views of the tensors of flat (laid out as cfg.Layout()).
+func carve(cfg Config, flat []float32) weights {
+	lay := cfg.Layout()
+	view := func(i, n int) []float32 { return flat[lay[i].Offset : lay[i].Offset+n] }
+	C, F := cfg.Dim, cfg.FFN
+	w := weights{wte: view(0, lay[0].Size())}
+	for l := 0; l < cfg.Layers; l++ {
+		i := 1 + 9*l
+		w.layers = append(w.layers, layerW{
+			ln1: view(i, C), qkv: view(i+1, cfg.qkvDim()*C), o: view(i+4, lay[i+4].Size()),
+			ln2: view(i+5, C), gu: view(i+6, 2*F*C), down: view(i+8, C*F),
+		})
+	}
+	w.lnf = view(len(lay)-2, C)
+	w.lm = view(len(lay)-1, lay[len(lay)-1].Size())
+	return w
+}
+
+func (m *model) allocActs() {
+	c, L, N := m.cfg, m.cfg.Layers, m.B*m.T
+	C, F, Q, W := c.Dim, c.FFN, c.Heads*c.HeadDim(), c.qkvDim()
+	f := func(n int) []float32 { return make([]float32, n) }
+	fl := func(k, n int) [][]float32 {
+		s := make([][]float32, k)
+		for i := range s {
+			s[i] = f(n)
+		}
+		return s
+	}
+	m.a = acts{
+		resid: fl(L+1, N*C), mid: fl(L, N*C), ln1: fl(L, N*C), ln2: fl(L, N*C),
+		rstd1: fl(L, N), rstd2: fl(L, N), qkv: fl(L, N*W), att: fl(L, N*Q),
+		lse: fl(L, m.B*c.Heads*m.T), gu: fl(L, N*2*F), h: fl(L, N*F),
+		lnf: f(N * C), rstdf: f(N), logits: f(N * c.Vocab), losses: f(N), ce: f(N),
+		dresid: f(N * C), dln: f(N * C), dqkv: f(N * W), datt: f(N * Q), dh: f(N * F), dgu: f(N * 2 * F),
+	}
+}
+
+// matmul: out (N, OC) = inp (N, IC) · wᵀ + beta·out, w (OC, IC).
+func (m *model) matmul(out, inp, w []float32, N, IC, OC int, beta float32) {
+	m.sgemm(false, true, N, OC, IC, inp, IC, w, IC, beta, out, OC)
+}
+
+// matmulBackward: dinp (N, IC) = dout (N, OC) · w (overwritten);
+// dw (OC, IC) += doutᵀ · inp.
+func (m *model) matmulBackward(dinp, dw, dout, inp, w []float32, N, IC, OC int) {
+	if dinp != nil {
+		m.sgemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
+	}
+	m.sgemm(true, false, OC, IC, N, dout, OC, inp, IC, 1, dw, IC)
+}
+
+func (m *model) sgemm(ta, tb bool, M, N, K int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !m.timeGEM {
+		kernels.Sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	t0 := time.Now()
+	kernels.Sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, beta, c, ldc)
+	m.gemm += time.Since(t0)
+}
+
+// forward runs the model on inputs (B, T) against targets (B, T) and returns
+// the mean cross-entropy and the mean training objective (cross-entropy plus
+// max-z-loss). With lossScale > 0 it also leaves dlogits = lossScale·∂(Σ
+// objective)/∂logits in a.logits for backward; with 0 it skips that.
+func (m *model) forward(inputs, targets []int32, lossScale float32) (ce, obj float64) {
+	c, a, N := m.cfg, &m.a, m.B*m.T
+	C, F, H, KVH, hd, W := c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim(), c.qkvDim()
+	for n, tok := range inputs { // embedding: resid0 (N, C)
+		copy(a.resid[0][n*C:(n+1)*C], m.p.wte[int(tok)*C:])
+	}
+	eps := float32(c.NormEps)
+	for l, w := range m.p.layers {
+		kernels.RMSNormForward(a.ln1[l], a.rstd1[l], a.resid[l], w.ln1, N, C, eps)
+		m.matmul(a.qkv[l], a.ln1[l], w.qkv, N, C, W, 0)
+		kernels.RoPEForward(a.qkv[l], m.cos, m.sin, m.B, m.T, H+KVH, hd, W) // q and k heads are adjacent
+		kernels.AttentionForward(a.att[l], a.lse[l], a.qkv[l], m.B, m.T, H, KVH, hd)
+		copy(a.mid[l], a.resid[l])
+		m.matmul(a.mid[l], a.att[l], w.o, N, H*hd, C, 1)
+		kernels.RMSNormForward(a.ln2[l], a.rstd2[l], a.mid[l], w.ln2, N, C, eps)
+		m.matmul(a.gu[l], a.ln2[l], w.gu, N, C, 2*F, 0)
+		kernels.SwiGLUForward(a.h[l], a.gu[l], N, F)
+		copy(a.resid[l+1], a.mid[l])
+		m.matmul(a.resid[l+1], a.h[l], w.down, N, F, C, 1)
+	}
+	kernels.RMSNormForward(a.lnf, a.rstdf, a.resid[c.Layers], m.p.lnf, N, C, eps)
+	m.matmul(a.logits, a.lnf, m.p.lm, N, C, c.Vocab, 0)
+	var dl []float32
+	if lossScale > 0 {
+		dl = a.logits
+	}
+	kernels.XEntForwardBackward(dl, a.losses, a.ce, a.logits, targets, N, c.Vocab, float32(c.ZLoss), lossScale)
+	for n := 0; n < N; n++ {
+		ce += float64(a.ce[n])
+		obj += float64(a.losses[n])
+	}
+	return ce / float64(N), obj / float64(N)
+}
+
+// backward accumulates into m.grads the gradient of the objective whose
+// dlogits the last forward (with lossScale > 0) left in a.logits.
+func (m *model) backward(inputs []int32) {
+	c, a, N := m.cfg, &m.a, m.B*m.T
+	C, F, H, KVH, hd, W := c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim(), c.qkvDim()
+	m.matmulBackward(a.dln, m.g.lm, a.logits, a.lnf, m.p.lm, N, C, c.Vocab)
+	clear(a.dresid)
+	kernels.RMSNormBackward(a.dresid, m.g.lnf, a.dln, a.resid[c.Layers], m.p.lnf, a.rstdf, N, C)
+	for l := c.Layers - 1; l >= 0; l-- {
+		w, g := m.p.layers[l], m.g.layers[l]
+		// resid[l+1] = mid + h·downᵀ
+		m.matmulBackward(a.dh, g.down, a.dresid, a.h[l], w.down, N, F, C)
+		kernels.SwiGLUBackward(a.dgu, a.dh, a.gu[l], N, F)
+		m.matmulBackward(a.dln, g.gu, a.dgu, a.ln2[l], w.gu, N, C, 2*F)
+		kernels.RMSNormBackward(a.dresid, g.ln2, a.dln, a.mid[l], w.ln2, a.rstd2[l], N, C)
+		// mid = resid[l] + att·oᵀ
+		m.matmulBackward(a.datt, g.o, a.dresid, a.att[l], w.o, N, H*hd, C)
+		kernels.AttentionBackward(a.dqkv, a.datt, a.att[l], a.lse[l], a.qkv[l], m.B, m.T, H, KVH, hd)
+		kernels.RoPEBackward(a.dqkv, m.cos, m.sin, m.B, m.T, H+KVH, hd, W)
+		m.matmulBackward(a.dln, g.qkv, a.dqkv, a.ln1[l], w.qkv, N, C, W)
+		kernels.RMSNormBackward(a.dresid, g.ln1, a.dln, a.resid[l], w.ln1, a.rstd1[l], N, C)
+	}
+	for n, tok := range inputs { // embedding: serial, so repeated tokens add in a fixed order
+		dst := m.g.wte[int(tok)*C : (int(tok)+1)*C]
+		for i, v := range a.dresid[n*C : (n+1)*C] {
+			dst[i] += v
+		}
+	}
+}
+
+// InitParams fills dst (laid out as c.Layout()) with the deterministic initial
+// parameters for seed: norm gains 1; other tensors uniform with standard
+// deviation 0.02, the residual output projections (o_proj, down_proj) scaled by
+// 1/sqrt(2·Layers) (GPT-2). Only integer arithmetic and one float32 rounding per
+// value are used, so every machine produces the same bits.
+func InitParams(c Config, seed uint64, dst []float32) {
+	lay := c.Layout()
+	for ti, t := range lay {
+		v := dst[t.Offset : t.Offset+t.Size()]
+		if t.isNorm() {
+			for i := range v {
+				v[i] = 1
+			}
+			continue
+		}
+		std := 0.02
+		if hasSuffix(t.Name, "o_proj.weight") || hasSuffix(t.Name, "down_proj.weight") {
+			std /= math.Sqrt(2 * float64(c.Layers))
+		}
+		a := std * math.Sqrt(3) // uniform(−a, a) has standard deviation std
+		r := newRNG(mix(seed, 0x1417, uint64(ti)))
+		for i := range v {
+			u := float64(r.next()>>11) * 0x1p-53 // [0, 1)
+			v[i] = float32((2*u - 1) * a)
+		}
+	}
+}
+
+func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }

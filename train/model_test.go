@@ -1,0 +1,208 @@
+package train
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/intellect-node/intellect-node/kernels"
+)
+
+// gradCfg is a small but complete model: GQA (4 query heads share 2 kv heads),
+// two layers, z-loss on, awkward sizes.
+var gradCfg = Config{Name: "gradcheck", Vocab: 19, Dim: 16, Layers: 2, Heads: 4, KVHeads: 2, FFN: 24,
+	SeqLen: 8, RopeTheta: 10000, NormEps: 1e-5, ZLoss: 0.01}
+
+// matmulRef64: out (N, OC) = inp (N, IC) · wᵀ, w (OC, IC).
+func matmulRef64(inp, w []float64, N, IC, OC int) []float64 {
+	out := make([]float64, N*OC)
+	for n := 0; n < N; n++ {
+		for o := 0; o < OC; o++ {
+			var s float64
+			for i := 0; i < IC; i++ {
+				s += inp[n*IC+i] * w[o*IC+i]
+			}
+			out[n*OC+o] = s
+		}
+	}
+	return out
+}
+
+// refLoss is the float64 reference model: the mean training objective
+// (cross-entropy + max-z-loss) of params on (inputs, targets), written
+// independently of model.go from the float64 reference kernels.
+func refLoss(c Config, p []float64, inputs, targets []int32, B, T int) float64 {
+	N, C, F, H, KVH, hd := B*T, c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim()
+	W := (H + 2*KVH) * hd
+	lay := c.Layout()
+	get := func(i int) []float64 { return p[lay[i].Offset : lay[i].Offset+lay[i].Size()] }
+	x := make([]float64, N*C)
+	for n, tok := range inputs {
+		copy(x[n*C:(n+1)*C], get(0)[int(tok)*C:])
+	}
+	ln := make([]float64, N*C)
+	for l := 0; l < c.Layers; l++ {
+		i := 1 + 9*l
+		kernels.RMSNormForwardRef(ln, x, get(i), N, C, c.NormEps)
+		wqkv := append(append(append([]float64{}, get(i+1)...), get(i+2)...), get(i+3)...)
+		qkv := matmulRef64(ln, wqkv, N, C, W)
+		rot := make([]float64, len(qkv))
+		kernels.RoPEForwardRef(rot, qkv, B, T, H+KVH, hd, W, c.RopeTheta)
+		att := make([]float64, N*H*hd)
+		kernels.AttentionForwardRef(att, rot, B, T, H, KVH, hd)
+		for j, v := range matmulRef64(att, get(i+4), N, H*hd, C) {
+			x[j] += v
+		}
+		kernels.RMSNormForwardRef(ln, x, get(i+5), N, C, c.NormEps)
+		wgu := append(append([]float64{}, get(i+6)...), get(i+7)...)
+		gu := matmulRef64(ln, wgu, N, C, 2*F)
+		h := make([]float64, N*F)
+		kernels.SwiGLUForwardRef(h, gu, N, F)
+		for j, v := range matmulRef64(h, get(i+8), N, F, C) {
+			x[j] += v
+		}
+	}
+	kernels.RMSNormForwardRef(ln, x, get(len(lay)-2), N, C, c.NormEps)
+	logits := matmulRef64(ln, get(len(lay)-1), N, C, c.Vocab)
+	return kernels.XEntRef(logits, targets, N, c.Vocab, c.ZLoss) / float64(N)
+}
+
+func randTokens(r *rand.Rand, n, vocab int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(r.IntN(vocab))
+	}
+	return t
+}
+
+// randParams fills a model with random values large enough that every path
+// carries gradient (norm gains near 1).
+func randParams(r *rand.Rand, c Config, p []float32) {
+	for _, ti := range c.Layout() {
+		for i := ti.Offset; i < ti.Offset+ti.Size(); i++ {
+			if ti.isNorm() {
+				p[i] = 1 + 0.2*float32(r.NormFloat64())
+			} else {
+				p[i] = 0.3 * float32(r.NormFloat64())
+			}
+		}
+	}
+}
+
+// TestModelGradientCheck compares the whole model's hand-written backward pass
+// (float32) with central finite differences of the independent float64
+// reference model, on a sample of entries of every tensor.
+func TestModelGradientCheck(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	c, B, T := gradCfg, 2, 7
+	m, err := newModel(c, B, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	randParams(r, c, m.params)
+	inputs, targets := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+	_, obj := m.forward(inputs, targets, float32(1.0/float64(B*T)))
+	m.backward(inputs)
+
+	p64 := make([]float64, len(m.params))
+	for i, v := range m.params {
+		p64[i] = float64(v)
+	}
+	want := refLoss(c, p64, inputs, targets, B, T)
+	if math.Abs(obj-want) > 1e-5*math.Abs(want) {
+		t.Fatalf("forward: float32 objective %.8f, float64 reference %.8f", obj, want)
+	}
+	for _, ti := range c.Layout() {
+		idx := sampleIndices(r, ti, inputs, c.Dim)
+		var maxDiff, maxG float64
+		for _, i := range idx {
+			old := p64[i]
+			const h = 1e-5
+			p64[i] = old + h
+			fp := refLoss(c, p64, inputs, targets, B, T)
+			p64[i] = old - h
+			fm := refLoss(c, p64, inputs, targets, B, T)
+			p64[i] = old
+			fd := (fp - fm) / (2 * h)
+			maxDiff = math.Max(maxDiff, math.Abs(fd-float64(m.grads[i])))
+			maxG = math.Max(maxG, math.Abs(fd))
+		}
+		if maxG == 0 || maxDiff > 2e-3*maxG {
+			t.Errorf("%s: max |analytic − numeric| = %.3g, max |numeric| = %.3g", ti.Name, maxDiff, maxG)
+		}
+	}
+}
+
+// sampleIndices picks a few entries of a tensor; for the embedding, entries of
+// rows that the inputs use (other rows have zero gradient).
+func sampleIndices(r *rand.Rand, ti TensorInfo, inputs []int32, C int) []int {
+	var idx []int
+	for k := 0; k < 6; k++ {
+		if ti.Name == "model.embed_tokens.weight" {
+			idx = append(idx, ti.Offset+int(inputs[r.IntN(len(inputs))])*C+r.IntN(C))
+		} else {
+			idx = append(idx, ti.Offset+r.IntN(ti.Size()))
+		}
+	}
+	return idx
+}
+
+func TestPresetsValidate(t *testing.T) {
+	want := map[string][2]float64{ // parameter count bounds
+		"tiny": {0.8e6, 1.2e6}, "small": {10e6, 20e6}, "150m": {130e6, 170e6},
+		"1b": {0.9e9, 1.5e9}, "intellect-1-10b": {9.5e9, 11e9},
+	}
+	names := PresetNames()
+	if len(names) != len(want) {
+		t.Fatalf("PresetNames = %v", names)
+	}
+	for _, n := range names {
+		c, err := Preset(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+		p := float64(c.NumParams())
+		if p < want[n][0] || p > want[n][1] {
+			t.Errorf("%s: %.4g params, want %v", n, p, want[n])
+		}
+		var sum int
+		for _, ti := range c.Layout() {
+			sum += ti.Size()
+		}
+		if int64(sum) != c.NumParams() {
+			t.Errorf("%s: layout holds %d values, NumParams %d", n, sum, c.NumParams())
+		}
+		if _, err := DefaultOptions(n); err != nil {
+			t.Errorf("DefaultOptions(%s): %v", n, err)
+		}
+	}
+	c, _ := Preset("intellect-1-10b")
+	if c.Layers != 42 || c.Dim != 4096 || c.Heads != 32 || c.SeqLen != 8192 || c.Vocab != 128256 {
+		t.Errorf("intellect-1-10b = %+v", c)
+	}
+	if _, err := Preset("nope"); err == nil {
+		t.Error("unknown preset accepted")
+	}
+}
+
+func TestConfigValidateRejects(t *testing.T) {
+	base, _ := Preset("tiny")
+	for name, mut := range map[string]func(*Config){
+		"zero dim":         func(c *Config) { c.Dim = 0 },
+		"heads not divide": func(c *Config) { c.Heads = 3 },
+		"odd head dim":     func(c *Config) { c.Dim, c.Heads = 12, 4 },
+		"kv not divide":    func(c *Config) { c.KVHeads = 3 },
+		"negative zloss":   func(c *Config) { c.ZLoss = -1 },
+		"nan eps":          func(c *Config) { c.NormEps = math.NaN() },
+		"huge vocab":       func(c *Config) { c.Vocab = 1 << 30 },
+	} {
+		c := base
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted %+v", name, c)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/intellect-node/intellect-node/kernels"
+)
+
+// ErrData is wrapped by errors about training data (bad tokens, too little data).
+var ErrData = errors.New("train: data")
+
+// Trainer is the CPU training engine: the model, AdamW state and the data
+// position of one worker. It implements Engine.
+type Trainer struct {
+	opts    Options
+	data    Source
+	m       *model
+	mom     []float32 // AdamW first moment
+	vel     []float32 // AdamW second moment
+	step    int
+	lay     []TensorInfo
+	rows    []int32 // (Batch, Seq+1) tokens of one micro-batch
+	inputs  []int32 // (Batch, Seq)
+	targets []int32 // (Batch, Seq)
+}
+
+var _ Engine = (*Trainer)(nil)
+
+// NewTrainer builds a CPU trainer with freshly initialised parameters
+// (InitParams with opts.Seed) drawing from data.
+func NewTrainer(opts Options, data Source) (*Trainer, error) {
+	t, err := newTrainer(opts, data)
+	if err != nil {
+		return nil, err
+	}
+	InitParams(opts.Model, opts.Seed, t.m.params)
+	return t, nil
+}
+
+func newTrainer(opts Options, data Source) (*Trainer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if data == nil {
+		return nil, fmt.Errorf("%w: no source", ErrData)
+	}
+	if data.Vocab() > opts.Model.Vocab {
+		return nil, fmt.Errorf("%w: source %s has vocabulary %d > model vocab %d", ErrData, data, data.Vocab(), opts.Model.Vocab)
+	}
+	m, err := newModel(opts.Model, opts.Batch, opts.Seq)
+	if err != nil {
+		return nil, err
+	}
+	B, T := opts.Batch, opts.Seq
+	return &Trainer{
+		opts: opts, data: data, m: m, lay: opts.Model.Layout(),
+		mom: make([]float32, len(m.params)), vel: make([]float32, len(m.params)),
+		rows: make([]int32, B*(T+1)), inputs: make([]int32, B*T), targets: make([]int32, B*T),
+	}, nil
+}
+
+// Options returns the trainer's options.
+func (t *Trainer) Options() Options { return t.opts }
+
+// Layout returns the tensors of the flat parameter vector.
+func (t *Trainer) Layout() []TensorInfo { return t.lay }
+
+// Params returns the live parameter vector (aliased).
+func (t *Trainer) Params() []float32 { return t.m.params }
+
+// SetParams copies p into the parameters.
+func (t *Trainer) SetParams(p []float32) error {
+	if len(p) != len(t.m.params) {
+		return fmt.Errorf("train: SetParams: %d values, want %d", len(p), len(t.m.params))
+	}
+	copy(t.m.params, p)
+	return nil
+}
+
+// StepCount returns the optimizer steps taken so far.
+func (t *Trainer) StepCount() int { return t.step }
+
+// Close releases nothing (the CPU trainer holds only Go memory); the data
+// source is the caller's to close.
+func (t *Trainer) Close() error { return nil }
+
+// Step runs one optimizer step: GradAccum micro-batches of forward and
+// backward, global-norm clipping, then AdamW at the scheduled learning rate.
+func (t *Trainer) Step() (StepStats, error) {
+	start := time.Now()
+	o := t.opts
+	clear(t.m.grads)
+	scale := float32(1 / float64(o.Batch*o.Seq*o.GradAccum))
+	var loss float64
+	for micro := 0; micro < o.GradAccum; micro++ {
+		key := Key{Seed: o.Seed, Worker: o.Worker, Step: t.step, Micro: micro}
+		if err := t.data.Train(t.rows, o.Batch, o.Seq+1, key); err != nil {
+			return StepStats{}, fmt.Errorf("train: step %d: %w", t.step, err)
+		}
+		if err := t.split(); err != nil {
+			return StepStats{}, fmt.Errorf("train: step %d: %w", t.step, err)
+		}
+		ce, _ := t.m.forward(t.inputs, t.targets, scale)
+		t.m.backward(t.inputs)
+		loss += ce / float64(o.GradAccum)
+	}
+	norm := math.Sqrt(kernels.SumSquares(t.m.grads))
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return StepStats{}, fmt.Errorf("train: step %d: gradient norm is %v", t.step, norm)
+	}
+	if o.ClipNorm > 0 && norm > o.ClipNorm {
+		kernels.Scale(t.m.grads, float32(o.ClipNorm/norm))
+	}
+	lr := o.LRAt(t.step)
+	t.step++
+	t.adamw(lr)
+	return StepStats{Step: t.step, Loss: loss, Tokens: o.Batch * o.Seq * o.GradAccum, LR: lr, GradNorm: norm, Compute: time.Since(start)}, nil
+}
+
+// adamw updates every tensor; norm gains get no weight decay.
+func (t *Trainer) adamw(lr float64) {
+	o := t.opts
+	for _, ti := range t.lay {
+		wd := o.WeightDecay
+		if ti.isNorm() {
+			wd = 0
+		}
+		s, e := ti.Offset, ti.Offset+ti.Size()
+		kernels.AdamW(t.m.params[s:e], t.m.grads[s:e], t.mom[s:e], t.vel[s:e],
+			float32(lr), float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(wd), t.step)
+	}
+}
+
+// split turns rows (B, T+1) into inputs and targets (B, T), checking every
+// token against the model's vocabulary.
+func (t *Trainer) split() error {
+	B, T, V := t.opts.Batch, t.opts.Seq, int32(t.opts.Model.Vocab)
+	for b := 0; b < B; b++ {
+		row := t.rows[b*(T+1) : (b+1)*(T+1)]
+		for _, tok := range row {
+			if tok < 0 || tok >= V {
+				return fmt.Errorf("%w: token %d outside vocabulary [0, %d)", ErrData, tok, V)
+			}
+		}
+		copy(t.inputs[b*T:(b+1)*T], row[:T])
+		copy(t.targets[b*T:(b+1)*T], row[1:])
+	}
+	return nil
+}
+
+// Eval returns the mean cross-entropy over EvalBatches fixed held-out batches.
+func (t *Trainer) Eval() (float64, error) {
+	o := t.opts
+	var sum float64
+	for i := 0; i < o.EvalBatches; i++ {
+		if err := t.data.Eval(t.rows, o.Batch, o.Seq+1, i); err != nil {
+			return 0, fmt.Errorf("train: eval batch %d: %w", i, err)
+		}
+		if err := t.split(); err != nil {
+			return 0, fmt.Errorf("train: eval batch %d: %w", i, err)
+		}
+		ce, _ := t.m.forward(t.inputs, t.targets, 0)
+		sum += ce
+	}
+	return sum / float64(o.EvalBatches), nil
+}
