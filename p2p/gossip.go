@@ -1,0 +1,252 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// gossipEnvelope is the room pubsub needs around a payload in one RPC frame:
+// author, sequence number, topic, signature (Ed25519: 64 bytes) and, for
+// other key types, the public key.
+const gossipEnvelope = 4 << 10
+
+// ErrMessageTooLarge is returned by Publish for payloads over
+// Config.GossipMaxSize; receivers drop such messages as invalid.
+var ErrMessageTooLarge = errors.New("p2p: gossip message too large")
+
+// TopicName returns the gossipsub topic of a run: /intellect/<run>/mesh/1.
+func TopicName(run string) string { return "/intellect/" + run + "/mesh/1" }
+
+// Message is one gossip message of the run's topic, delivered after
+// signature verification and the validator.
+type Message struct {
+	// From is the author, authenticated by the message signature; not
+	// necessarily the peer that relayed it.
+	From peer.ID
+	// Data is the payload; the receiver owns it.
+	Data []byte
+}
+
+// Validator decides whether a gossip message is well formed. It is called
+// concurrently from pubsub's validation workers, for received messages and
+// for this host's own publications, before they are delivered or relayed; it
+// must not block and must not modify or retain data. Returning false rejects
+// the message: it is neither delivered nor forwarded.
+type Validator func(from peer.ID, data []byte) bool
+
+// GossipStats counts what happened to gossip messages on this host.
+type GossipStats struct {
+	Delivered uint64 `json:"delivered"` // handed to the Messages channel
+	Rejected  uint64 `json:"rejected"`  // bad or missing signature, over the size limit, or refused by the validator
+	Dropped   uint64 `json:"dropped"`   // valid, but the Messages channel was full
+}
+
+type gossipState struct {
+	ps        *pubsub.PubSub
+	topic     *pubsub.Topic
+	sub       *pubsub.Subscription
+	validator atomic.Pointer[Validator]
+	delivered atomic.Uint64
+	rejected  atomic.Uint64
+	dropped   atomic.Uint64
+	closeMsgs sync.Once
+}
+
+// joinTopic starts gossipsub, registers the validator and subscribes to the
+// run's topic. Messages must be signed by their author and the signature is
+// checked (StrictSign). Flood publishing sends our own messages straight to
+// every subscribed peer, which in a run's small full mesh is the fastest path.
+func (h *Host) joinTopic(ctx context.Context) error {
+	params := pubsub.DefaultGossipSubParams()
+	params.HeartbeatInterval = h.cfg.GossipHeartbeat
+	params.HeartbeatInitialDelay = min(params.HeartbeatInitialDelay, h.cfg.GossipHeartbeat)
+	ps, err := pubsub.NewGossipSub(ctx, h.h,
+		pubsub.WithGossipSubParams(params),
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithStrictSignatureVerification(true),
+		pubsub.WithMaxMessageSize(h.cfg.GossipMaxSize+gossipEnvelope),
+		pubsub.WithFloodPublish(true),
+		pubsub.WithPeerExchange(true),
+		pubsub.WithLogger(h.log.With("system", "gossip")),
+		pubsub.WithRawTracer(gossipTracer{h}),
+	)
+	if err != nil {
+		return fmt.Errorf("p2p: start gossipsub: %w", err)
+	}
+	name := TopicName(h.cfg.Run)
+	if err := ps.RegisterTopicValidator(name, h.validate, pubsub.WithValidatorInline(true)); err != nil {
+		return fmt.Errorf("p2p: register validator on %s: %w", name, err)
+	}
+	topic, err := ps.Join(name)
+	if err != nil {
+		return fmt.Errorf("p2p: join %s: %w", name, err)
+	}
+	sub, err := topic.Subscribe(pubsub.WithBufferSize(h.cfg.MessageBuffer))
+	if err != nil {
+		topic.Close()
+		return fmt.Errorf("p2p: subscribe %s: %w", name, err)
+	}
+	h.gossip.ps, h.gossip.topic, h.gossip.sub = ps, topic, sub
+	return nil
+}
+
+// leaveTopic cancels the subscription and closes the topic handle.
+func (h *Host) leaveTopic() {
+	g := &h.gossip
+	if g.sub != nil {
+		g.sub.Cancel()
+	}
+	if g.topic != nil {
+		if err := g.topic.Close(); err != nil {
+			h.log.Debug("close topic", "err", err)
+		}
+	}
+}
+
+// validate is the pubsub topic validator: size limit, then the node's hook.
+func (h *Host) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	from, data := msg.GetFrom(), msg.GetData()
+	ok := len(data) <= h.cfg.GossipMaxSize
+	if ok {
+		if v := h.gossip.validator.Load(); v != nil {
+			ok = (*v)(from, data)
+		}
+	}
+	if ok {
+		return pubsub.ValidationAccept
+	}
+	return pubsub.ValidationReject
+}
+
+// SetValidator installs the hook that vets every gossip message before it is
+// delivered or relayed; nil accepts every message within the size limit. It
+// may be called at any time, before or after Start.
+func (h *Host) SetValidator(v Validator) {
+	if v == nil {
+		h.gossip.validator.Store(nil)
+		return
+	}
+	h.gossip.validator.Store(&v)
+}
+
+// Publish signs data and sends it to the run's topic. It fails with
+// ErrMessageTooLarge above Config.GossipMaxSize, with ErrNotStarted before
+// Start, and with a pubsub validation error if this host's own validator
+// rejects data.
+func (h *Host) Publish(ctx context.Context, data []byte) error {
+	if len(data) > h.cfg.GossipMaxSize {
+		return fmt.Errorf("%w: %d > %d bytes", ErrMessageTooLarge, len(data), h.cfg.GossipMaxSize)
+	}
+	h.mu.Lock()
+	started, closed := h.started, h.closed
+	h.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case !started:
+		return ErrNotStarted
+	}
+	if err := h.gossip.topic.Publish(ctx, data); err != nil {
+		return fmt.Errorf("p2p: publish: %w", err)
+	}
+	return nil
+}
+
+// Messages returns the channel on which gossip messages from other peers
+// arrive (this host's own publications are not echoed). It is closed after
+// Close. If the reader falls MessageBuffer messages behind, newer messages
+// are dropped and counted in GossipStats.Dropped.
+func (h *Host) Messages() <-chan Message { return h.msgs }
+
+// TopicPeers returns the peers known to be subscribed to the run's topic; nil
+// before Start.
+func (h *Host) TopicPeers() []peer.ID {
+	h.mu.Lock()
+	started := h.started
+	h.mu.Unlock()
+	if !started {
+		return nil
+	}
+	return h.gossip.topic.ListPeers()
+}
+
+// GossipStats returns the host's gossip counters.
+func (h *Host) GossipStats() GossipStats {
+	g := &h.gossip
+	return GossipStats{Delivered: g.delivered.Load(), Rejected: g.rejected.Load(), Dropped: g.dropped.Load()}
+}
+
+// deliverLoop moves validated messages from the subscription to the
+// Messages channel without ever blocking on a slow reader.
+func (h *Host) deliverLoop(ctx context.Context) {
+	self := h.h.ID()
+	for {
+		msg, err := h.gossip.sub.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, pubsub.ErrSubscriptionCancelled) {
+				h.log.Warn("gossip subscription ended", "err", err)
+			}
+			return
+		}
+		if msg.GetFrom() == self {
+			continue
+		}
+		select {
+		case h.msgs <- Message{From: msg.GetFrom(), Data: msg.GetData()}:
+			h.gossip.delivered.Add(1)
+		default:
+			if n := h.gossip.dropped.Add(1); n&(n-1) == 0 { // log at powers of two
+				h.log.Warn("gossip reader too slow, dropping messages", "dropped", n)
+			}
+		}
+	}
+}
+
+// closeMessages closes the Messages channel once; only after deliverLoop has
+// returned (Close waits for it).
+func (h *Host) closeMessages() { h.gossip.closeMsgs.Do(func() { close(h.msgs) }) }
+
+// gossipTracer counts the messages pubsub rejects as invalid: unsigned,
+// badly signed, carrying unexpected author data, or refused by validate. It
+// is called synchronously from pubsub's event loop and must stay cheap.
+type gossipTracer struct{ h *Host }
+
+var _ pubsub.RawTracer = gossipTracer{}
+
+// RejectMessage counts invalid messages; throttling, queue overflow and
+// duplicates are load, not malformed input, and are not counted.
+func (t gossipTracer) RejectMessage(msg *pubsub.Message, reason string) {
+	switch reason {
+	case pubsub.RejectMissingSignature, pubsub.RejectInvalidSignature, pubsub.RejectUnexpectedSignature,
+		pubsub.RejectUnexpectedAuthInfo, pubsub.RejectValidationFailed:
+		t.h.gossip.rejected.Add(1)
+		t.h.log.Debug("rejected gossip message", "reason", reason, "from", msg.GetFrom().ShortString(),
+			"via", msg.ReceivedFrom.ShortString(), "bytes", len(msg.GetData()))
+	}
+}
+
+// The remaining RawTracer events are not needed.
+
+func (gossipTracer) AddPeer(peer.ID, protocol.ID)             {}
+func (gossipTracer) RemovePeer(peer.ID)                       {}
+func (gossipTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
+func (gossipTracer) OnClosedOutboundStream(peer.ID)           {}
+func (gossipTracer) Join(string)                              {}
+func (gossipTracer) Leave(string)                             {}
+func (gossipTracer) Graft(peer.ID, string)                    {}
+func (gossipTracer) Prune(peer.ID, string)                    {}
+func (gossipTracer) ValidateMessage(*pubsub.Message)          {}
+func (gossipTracer) DeliverMessage(*pubsub.Message)           {}
+func (gossipTracer) DuplicateMessage(*pubsub.Message)         {}
+func (gossipTracer) ThrottlePeer(peer.ID)                     {}
+func (gossipTracer) RecvRPC(*pubsub.RPC)                      {}
+func (gossipTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
+func (gossipTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
+func (gossipTracer) UndeliverableMessage(*pubsub.Message)     {}

@@ -1,0 +1,118 @@
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/multiformats/go-varint"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestTopicAndRendezvousNames(t *testing.T) {
+	if got := TopicName("llama-1b"); got != "/intellect/llama-1b/mesh/1" {
+		t.Fatalf("TopicName = %q", got)
+	}
+	if got := Rendezvous("llama-1b"); got != "intellect/llama-1b" {
+		t.Fatalf("Rendezvous = %q", got)
+	}
+}
+
+// TestStrictSignatures plays a hostile peer that writes gossipsub RPCs by
+// hand: an unsigned message, one claiming another peer as author, and one
+// with a valid signature. Only the last may reach the application.
+func TestStrictSignatures(t *testing.T) {
+	hosts := startNetwork(t, "signatures", 2)
+	victim, impersonated := hosts[0], hosts[1]
+	eventually(t, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evil.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := evil.Connect(ctx, peer.AddrInfo{ID: victim.ID(), Addrs: victim.Libp2p().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := evil.NewStream(ctx, victim.ID(), pubsub.GossipSubID_v11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	topic := TopicName("signatures")
+	unsigned := &pb.Message{Data: []byte("unsigned"), Topic: &topic}
+	forged := signedMessage(t, key, impersonated.ID(), topic, "forged", 1) // From is not the signer
+	valid := signedMessage(t, key, evil.ID(), topic, "valid", 2)
+	sub := true
+	rpc := &pb.RPC{
+		Subscriptions: []*pb.RPC_SubOpts{{Subscribe: &sub, Topicid: &topic}},
+		Publish:       []*pb.Message{unsigned, forged, valid},
+	}
+	writeRPC(t, s, rpc)
+
+	m := receive(t, victim, "valid", 10*time.Second)
+	if m.From != evil.ID() {
+		t.Fatalf("valid message attributed to %s, want %s", m.From, evil.ID())
+	}
+	eventually(t, 10*time.Second, "two rejections", func() bool { return victim.GossipStats().Rejected >= 2 })
+	select {
+	case m := <-victim.Messages():
+		t.Fatalf("unexpected message %q from %s", m.Data, m.From)
+	default:
+	}
+	if got := victim.GossipStats().Delivered; got != 1 {
+		t.Fatalf("delivered %d, want 1", got)
+	}
+	// The impersonated peer, a relay of the victim, never saw the forgery.
+	publishAndReceive(t, victim, []*Host{impersonated}, "after the attack")
+	select {
+	case m := <-impersonated.Messages():
+		if string(m.Data) == "forged" || string(m.Data) == "unsigned" {
+			t.Fatalf("invalid message %q was relayed", m.Data)
+		}
+	default:
+	}
+}
+
+// signedMessage builds a pubsub message claiming author from, signed with key
+// the way pubsub signs: over "libp2p-pubsub:" + the marshalled message.
+func signedMessage(t *testing.T, key crypto.PrivKey, from peer.ID, topic, data string, seq uint64) *pb.Message {
+	t.Helper()
+	seqno := binary.BigEndian.AppendUint64(nil, seq)
+	m := &pb.Message{From: []byte(from), Data: []byte(data), Seqno: seqno, Topic: &topic}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := key.Sign(append([]byte(pubsub.SignPrefix), b...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Signature = sig
+	return m
+}
+
+// writeRPC writes one varint-delimited RPC, gossipsub's stream framing.
+func writeRPC(t *testing.T, s interface{ Write([]byte) (int, error) }, rpc *pb.RPC) {
+	t.Helper()
+	b, err := proto.Marshal(rpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(append(varint.ToUvarint(uint64(len(b))), b...)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,516 @@
+package p2p
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// DefaultPort is the TCP port a node listens on when Config.Listen is empty.
+const DefaultPort = 4021
+
+// DefaultListen are the listen addresses used when Config.Listen is empty:
+// every IPv4 and IPv6 interface on DefaultPort. Listening succeeds if at least
+// one of them can be bound.
+var DefaultListen = []string{
+	fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort),
+	fmt.Sprintf("/ip6/::/tcp/%d", DefaultPort),
+}
+
+// DefaultRun is the run name used when Config.Run is empty.
+const DefaultRun = "default"
+
+// PSKSize is the length in bytes of a private-network pre-shared key.
+const PSKSize = 32
+
+// maxRunName bounds Config.Run; it appears in topic names and DHT keys.
+const maxRunName = 64
+
+var runNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+var (
+	// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+	ErrInvalidConfig = errors.New("p2p: invalid config")
+	// ErrNotStarted is returned by methods that need Start to have run.
+	ErrNotStarted = errors.New("p2p: host not started")
+	// ErrAlreadyStarted is returned by a second call to Start.
+	ErrAlreadyStarted = errors.New("p2p: host already started")
+	// ErrClosed is returned by methods called after Close.
+	ErrClosed = errors.New("p2p: host closed")
+	// ErrBootstrapFailed is returned by Start when bootstrap peers were given
+	// and none of them could be reached.
+	ErrBootstrapFailed = errors.New("p2p: no bootstrap peer reachable")
+)
+
+// Config configures a Host. The zero value plus a Home is valid for real use;
+// Validate fills the defaults.
+type Config struct {
+	// Home is the directory holding the identity key (IdentityFile). Empty
+	// means a fresh in-memory identity on every start, for tests.
+	Home string
+	// Listen lists the multiaddrs to listen on (TCP only). Default DefaultListen.
+	// Tests use "/ip4/127.0.0.1/tcp/0".
+	Listen []string
+	// Announce, if set, replaces the addresses this host advertises to others
+	// (for a node behind a port forward: "/ip4/<public ip>/tcp/<port>").
+	Announce []string
+	// Bootstrap lists full multiaddrs, with /p2p/<id>, of nodes of the run.
+	// Empty starts a new network. Any node of the run can serve as bootstrap.
+	Bootstrap []string
+	// Run names the training run; it selects the gossip topic and the DHT
+	// rendezvous key. Letters, digits, '.', '_', '-'; at most 64 bytes.
+	// Default DefaultRun.
+	Run string
+	// PSK, if non-nil, is a 32-byte pre-shared key: the host then only talks
+	// to hosts with the same key (libp2p private network).
+	PSK []byte
+	// Logger receives the host's logs. Default slog.Default().
+	Logger *slog.Logger
+
+	// ConnsLow and ConnsHigh are the connection manager's water marks: above
+	// High it trims connections down to Low, sparing protected (ring) peers
+	// and preferring to keep peers of the run. Default 96 and 192.
+	ConnsLow, ConnsHigh int
+	// DialTimeout bounds one attempt to connect to a peer. Default 10 s.
+	DialTimeout time.Duration
+	// DiscoveryInterval is the longest pause between two DHT lookups of the
+	// run's peers; lookups start every 100 ms and back off to it. Default 10 s.
+	DiscoveryInterval time.Duration
+	// AdvertiseInterval is how often the host re-announces itself under the
+	// run's rendezvous key, so that records reach nodes that joined later.
+	// Default 2 min.
+	AdvertiseInterval time.Duration
+	// PingInterval is how often connected run peers are pinged to keep
+	// their latency estimate fresh. Default 10 s.
+	PingInterval time.Duration
+	// GossipHeartbeat is gossipsub's heartbeat, which (re)builds the topic's
+	// mesh. Default 700 ms; tests use 50–100 ms for fast mesh formation.
+	GossipHeartbeat time.Duration
+	// GossipMaxSize is the largest payload Publish accepts and receivers
+	// deliver, in bytes. Default 64 KiB, at most 1 MiB.
+	GossipMaxSize int
+	// MessageBuffer is the capacity of the channel returned by Messages.
+	// When it is full, newer messages are dropped and counted. Default 1024.
+	MessageBuffer int
+	// NATPortMap asks the gateway for a port mapping by UPnP / NAT-PMP.
+	NATPortMap bool
+}
+
+// Validate fills defaults and rejects bad values. It does not touch the disk.
+func (c *Config) Validate() error {
+	if len(c.Listen) == 0 {
+		c.Listen = append([]string(nil), DefaultListen...)
+	}
+	if c.Run == "" {
+		c.Run = DefaultRun
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	setDefault(&c.ConnsLow, 96)
+	setDefault(&c.ConnsHigh, 192)
+	setDefault(&c.DialTimeout, 10*time.Second)
+	setDefault(&c.DiscoveryInterval, 10*time.Second)
+	setDefault(&c.AdvertiseInterval, 2*time.Minute)
+	setDefault(&c.PingInterval, 10*time.Second)
+	setDefault(&c.GossipHeartbeat, 700*time.Millisecond)
+	setDefault(&c.GossipMaxSize, 64<<10)
+	setDefault(&c.MessageBuffer, 1024)
+	return c.check()
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func (c *Config) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if len(c.Run) > maxRunName || !runNamePattern.MatchString(c.Run) {
+		return bad("run name %q: want 1-%d of [A-Za-z0-9._-], starting with a letter or digit", c.Run, maxRunName)
+	}
+	if c.PSK != nil && len(c.PSK) != PSKSize {
+		return bad("PSK is %d bytes, want %d", len(c.PSK), PSKSize)
+	}
+	if c.ConnsLow < 1 || c.ConnsHigh < c.ConnsLow {
+		return bad("connection water marks low=%d high=%d", c.ConnsLow, c.ConnsHigh)
+	}
+	if c.GossipMaxSize < 1 || c.GossipMaxSize > 1<<20 {
+		return bad("gossip max size %d: want 1..%d bytes", c.GossipMaxSize, 1<<20)
+	}
+	for _, d := range []time.Duration{c.DialTimeout, c.DiscoveryInterval, c.AdvertiseInterval, c.PingInterval, c.GossipHeartbeat} {
+		if d < time.Millisecond {
+			return bad("interval %v below 1ms", d)
+		}
+	}
+	if c.MessageBuffer < 1 {
+		return bad("message buffer %d", c.MessageBuffer)
+	}
+	for _, s := range append(append([]string(nil), c.Listen...), c.Announce...) {
+		if _, err := ma.NewMultiaddr(s); err != nil {
+			return bad("address %q: %v", s, err)
+		}
+	}
+	if _, err := parseBootstrap(c.Bootstrap); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// parseBootstrap turns full multiaddrs into peer infos, merging addresses of
+// the same peer.
+func parseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
+	var mas []ma.Multiaddr
+	for _, s := range addrs {
+		m, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap %q: %w", s, err)
+		}
+		mas = append(mas, m)
+	}
+	infos, err := peer.AddrInfosFromP2pAddrs(mas...)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap addresses must end in /p2p/<peer id>: %w", err)
+	}
+	return infos, nil
+}
+
+// Host is one node's libp2p endpoint: identity, TCP+TLS/Noise+yamux
+// transport, resource and connection managers, the Kademlia DHT used for
+// discovery, and the run's gossipsub topic. Its methods are safe for
+// concurrent use.
+type Host struct {
+	cfg       Config
+	log       *slog.Logger
+	h         host.Host
+	dht       *dht.IpfsDHT
+	cm        *connmgr.BasicConnMgr
+	bw        *bandwidthCounter
+	bootstrap []peer.AddrInfo
+
+	gossip gossipState
+	msgs   chan Message
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New creates the host: it loads or creates the identity under cfg.Home,
+// starts listening and serves the DHT, but dials nobody until Start. ctx
+// bounds construction only.
+func New(ctx context.Context, cfg Config) (*Host, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key, err := hostIdentity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	boot, _ := parseBootstrap(cfg.Bootstrap) // checked by Validate
+	h := &Host{
+		cfg:       cfg,
+		bw:        newBandwidthCounter(),
+		bootstrap: boot,
+		msgs:      make(chan Message, cfg.MessageBuffer),
+	}
+	if err := h.buildLibp2p(key); err != nil {
+		return nil, err
+	}
+	h.log = cfg.Logger.With("system", "p2p", "self", h.h.ID().ShortString())
+	if err := h.buildDHT(); err != nil {
+		h.h.Close()
+		return nil, err
+	}
+	h.log.Info("host listening", "id", h.h.ID().String(), "addrs", h.Addrs(), "run", cfg.Run)
+	return h, nil
+}
+
+// hostIdentity loads the persistent key, or makes an ephemeral one when no
+// home directory is configured.
+func hostIdentity(cfg Config) (crypto.PrivKey, error) {
+	if cfg.Home == "" {
+		key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		return key, err
+	}
+	key, created, err := LoadOrCreateIdentity(cfg.Home)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		cfg.Logger.Info("created node identity", "system", "p2p", "home", cfg.Home)
+	}
+	return key, nil
+}
+
+// buildLibp2p assembles the libp2p host. TLS is listed before Noise so that
+// TLS (1.4x the throughput of Noise here) wins the security negotiation
+// between two of our nodes; Noise remains for peers without TLS. Only TCP is
+// enabled: QUIC ran at 0.3 of TCP+TLS on this hardware and pnet does not
+// support it.
+func (h *Host) buildLibp2p(key crypto.PrivKey) error {
+	cm, err := connmgr.NewConnManager(h.cfg.ConnsLow, h.cfg.ConnsHigh, connmgr.WithGracePeriod(time.Minute))
+	if err != nil {
+		return fmt.Errorf("p2p: connection manager: %w", err)
+	}
+	rm, err := newResourceManager()
+	if err != nil {
+		return err
+	}
+	opts := []libp2p.Option{
+		libp2p.Identity(key),
+		libp2p.ListenAddrStrings(h.cfg.Listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Security(libp2ptls.ID, libp2ptls.New),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
+		libp2p.ResourceManager(rm),
+		libp2p.ConnectionManager(cm),
+		libp2p.BandwidthReporter(h.bw),
+		libp2p.Ping(true),
+		libp2p.UserAgent("intellect-node"),
+		libp2p.DisableMetrics(),
+	}
+	if h.cfg.PSK != nil {
+		opts = append(opts, libp2p.PrivateNetwork(pnet.PSK(h.cfg.PSK)))
+	}
+	if len(h.cfg.Announce) > 0 {
+		announce := make([]ma.Multiaddr, 0, len(h.cfg.Announce))
+		for _, s := range h.cfg.Announce {
+			announce = append(announce, ma.StringCast(s)) // checked by Validate
+		}
+		opts = append(opts, libp2p.AddrsFactory(func([]ma.Multiaddr) []ma.Multiaddr { return announce }))
+	}
+	if h.cfg.NATPortMap {
+		opts = append(opts, libp2p.NATPortMap())
+	}
+	lh, err := libp2p.New(opts...)
+	if err != nil {
+		rm.Close()
+		return fmt.Errorf("p2p: start libp2p host: %w", err)
+	}
+	h.h, h.cm = lh, cm
+	return nil
+}
+
+// newResourceManager applies libp2p's default limits scaled to this
+// machine's memory and file descriptors. Loopback connections are not
+// limited per IP (rcmgr's default), which local multi-node tests rely on.
+func newResourceManager() (network.ResourceManager, error) {
+	limits := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&limits)
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
+	if err != nil {
+		return nil, fmt.Errorf("p2p: resource manager: %w", err)
+	}
+	return rm, nil
+}
+
+// ID returns the host's peer ID.
+func (h *Host) ID() peer.ID { return h.h.ID() }
+
+// Addrs returns the host's listen addresses as full multiaddrs ending in
+// /p2p/<id>, suitable as another node's Config.Bootstrap.
+func (h *Host) Addrs() []string {
+	suffix := "/p2p/" + h.h.ID().String()
+	addrs := h.h.Addrs()
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, a.String()+suffix)
+	}
+	return out
+}
+
+// Libp2p returns the underlying libp2p host, for stream protocols written
+// elsewhere in this package. Its lifetime is the Host's.
+func (h *Host) Libp2p() host.Host { return h.h }
+
+// Run returns the run name the host serves.
+func (h *Host) Run() string { return h.cfg.Run }
+
+// Protect marks a peer as a ring member: the connection manager never trims
+// its connections. Call Unprotect when it leaves the ring.
+func (h *Host) Protect(id peer.ID) { h.cm.Protect(id, protectRingTag) }
+
+// Unprotect undoes Protect.
+func (h *Host) Unprotect(id peer.ID) { h.cm.Unprotect(id, protectRingTag) }
+
+const (
+	protectRingTag = "intellect-ring"
+	runPeerTag     = "intellect-run"
+	runPeerValue   = 100
+)
+
+// Start joins the run: it subscribes to the gossip topic, connects to the
+// bootstrap peers, bootstraps the DHT, and starts the background work
+// (advertising under the rendezvous key, discovering and connecting to the
+// run's peers, pinging them, delivering gossip). ctx bounds that background
+// work: pass a context that lives as long as the node, or call Close.
+// With bootstrap peers configured, Start fails with ErrBootstrapFailed when
+// none can be reached.
+func (h *Host) Start(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return ErrClosed
+	case h.started:
+		return ErrAlreadyStarted
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	if err := h.joinTopic(runCtx); err != nil {
+		cancel()
+		return err
+	}
+	if err := h.connectBootstrap(runCtx); err != nil {
+		h.leaveTopic()
+		cancel()
+		return err
+	}
+	if err := h.dht.Bootstrap(runCtx); err != nil {
+		h.leaveTopic()
+		cancel()
+		return fmt.Errorf("p2p: dht bootstrap: %w", err)
+	}
+	h.started, h.cancel = true, cancel
+	h.goLoop(runCtx, h.deliverLoop)
+	h.goLoop(runCtx, h.advertiseLoop)
+	h.goLoop(runCtx, h.discoverLoop)
+	h.goLoop(runCtx, h.pingLoop)
+	return nil
+}
+
+func (h *Host) goLoop(ctx context.Context, loop func(context.Context)) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		loop(ctx)
+	}()
+}
+
+// connectBootstrap dials every bootstrap peer in parallel.
+func (h *Host) connectBootstrap(ctx context.Context) error {
+	if len(h.bootstrap) == 0 {
+		h.log.Info("no bootstrap peers: starting a new network")
+		return nil
+	}
+	errs := make([]error, len(h.bootstrap))
+	var wg sync.WaitGroup
+	for i, ai := range h.bootstrap {
+		wg.Go(func() { errs[i] = h.connect(ctx, ai) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrBootstrapFailed, errors.Join(errs...))
+}
+
+// connect dials one peer with the configured timeout and tags it as a peer
+// of the run, so the connection manager keeps it over strangers.
+func (h *Host) connect(ctx context.Context, ai peer.AddrInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
+	defer cancel()
+	if err := h.h.Connect(ctx, ai); err != nil {
+		return fmt.Errorf("p2p: connect %s: %w", ai.ID.ShortString(), err)
+	}
+	h.cm.TagPeer(ai.ID, runPeerTag, runPeerValue)
+	return nil
+}
+
+// Close stops the background work, leaves the topic, and closes the DHT and
+// the libp2p host. The Messages channel is closed once nothing more can be
+// delivered. Close is idempotent.
+func (h *Host) Close() error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		cancel := h.cancel
+		h.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		h.wg.Wait()
+		h.leaveTopic()
+		h.closeMessages()
+		h.closeErr = errors.Join(h.dht.Close(), h.h.Close())
+		if h.closeErr != nil {
+			h.closeErr = fmt.Errorf("p2p: close: %w", h.closeErr)
+		}
+	})
+	return h.closeErr
+}
+
+// PeerInfo describes one peer as this host sees it, for the node's
+// /v1/peers.
+type PeerInfo struct {
+	ID            peer.ID       `json:"id"`
+	Addrs         []string      `json:"addrs"`
+	Connectedness string        `json:"connectedness"`
+	Connected     bool          `json:"connected"`
+	Latency       time.Duration `json:"latency_ns"` // EWMA of pings and DHT round trips; 0 if unknown
+	Protected     bool          `json:"protected"`  // a ring member (see Protect)
+	Traffic       Traffic       `json:"traffic"`
+}
+
+// PeerInfo returns what the host knows about id: addresses from the
+// peerstore, connectedness, smoothed round-trip latency, and traffic.
+func (h *Host) PeerInfo(id peer.ID) PeerInfo {
+	ps := h.h.Peerstore()
+	c := h.h.Network().Connectedness(id)
+	info := PeerInfo{
+		ID:            id,
+		Connectedness: c.String(),
+		Connected:     c == network.Connected,
+		Latency:       ps.LatencyEWMA(id),
+		Protected:     h.cm.IsProtected(id, protectRingTag),
+		Traffic:       h.bw.peer(id),
+	}
+	for _, a := range ps.Addrs(id) {
+		info.Addrs = append(info.Addrs, a.String())
+	}
+	return info
+}
+
+// Peers returns PeerInfo for every currently connected peer.
+func (h *Host) Peers() []PeerInfo {
+	ids := h.h.Network().Peers()
+	out := make([]PeerInfo, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, h.PeerInfo(id))
+	}
+	return out
+}

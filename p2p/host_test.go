@@ -1,0 +1,393 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// testConfig returns a Config for a host on loopback with fast timers.
+func testConfig(t testing.TB, run string) Config {
+	return Config{
+		Listen:            []string{"/ip4/127.0.0.1/tcp/0"},
+		Run:               run,
+		Logger:            testLogger(),
+		GossipHeartbeat:   50 * time.Millisecond,
+		DiscoveryInterval: time.Second,
+		AdvertiseInterval: 2 * time.Second,
+		DialTimeout:       5 * time.Second,
+		PingInterval:      500 * time.Millisecond,
+	}
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startHost creates and starts a host; it is closed when the test ends.
+func startHost(t testing.TB, cfg Config) *Host {
+	t.Helper()
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("new host: %v", err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatalf("start host: %v", err)
+	}
+	return h
+}
+
+// startNetwork starts n hosts of one run where every host but the first
+// knows only the first as bootstrap.
+func startNetwork(t testing.TB, run string, n int) []*Host {
+	t.Helper()
+	hosts := []*Host{startHost(t, testConfig(t, run))}
+	for range n - 1 {
+		cfg := testConfig(t, run)
+		cfg.Bootstrap = hosts[0].Addrs()
+		hosts = append(hosts, startHost(t, cfg))
+	}
+	return hosts
+}
+
+// eventually polls cond until it holds or the deadline passes. It awaits a
+// state reached by background protocols that expose no completion event.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// fullMesh reports whether every host is connected to, and sees on the
+// topic, every other host.
+func fullMesh(hosts []*Host) bool {
+	for _, a := range hosts {
+		topic := map[peer.ID]bool{}
+		for _, p := range a.TopicPeers() {
+			topic[p] = true
+		}
+		for _, b := range hosts {
+			if a == b {
+				continue
+			}
+			if a.Libp2p().Network().Connectedness(b.ID()) != network.Connected || !topic[b.ID()] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// receive waits for a message with the given payload on h, skipping others.
+func receive(t testing.TB, h *Host, want string, timeout time.Duration) Message {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case m, ok := <-h.Messages():
+			if !ok {
+				t.Fatalf("%s: messages channel closed", h.ID().ShortString())
+			}
+			if string(m.Data) == want {
+				return m
+			}
+		case <-timer.C:
+			t.Fatalf("%s: no message %q within %v", h.ID().ShortString(), want, timeout)
+		}
+	}
+}
+
+func publishAndReceive(t *testing.T, from *Host, to []*Host, payload string) {
+	t.Helper()
+	if err := from.Publish(context.Background(), []byte(payload)); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	for _, h := range to {
+		if h == from {
+			continue
+		}
+		if m := receive(t, h, payload, 10*time.Second); m.From != from.ID() {
+			t.Fatalf("message from %s attributed to %s", from.ID(), m.From)
+		}
+	}
+}
+
+// TestDiscoveryGossipAndBootstrapLoss is the main scenario: hosts that know
+// only the first one find each other through the DHT and form the gossip
+// mesh; a message reaches all; the first host dies and the rest stay
+// connected; a newcomer that bootstraps from another host finds everyone.
+func TestDiscoveryGossipAndBootstrapLoss(t *testing.T) {
+	const n = 6
+	start := time.Now()
+	hosts := startNetwork(t, "discovery", n)
+	eventually(t, 20*time.Second, "full mesh of 6 hosts", func() bool { return fullMesh(hosts) })
+	t.Logf("%d hosts connected and on the topic after %v", n, time.Since(start))
+
+	publishAndReceive(t, hosts[n-1], hosts, "hello from the last")
+	publishAndReceive(t, hosts[0], hosts, "hello from the bootstrap")
+
+	// The bootstrap node dies. Nobody is special: the others stay connected.
+	if err := hosts[0].Close(); err != nil {
+		t.Fatalf("close bootstrap: %v", err)
+	}
+	if _, ok := <-hosts[0].Messages(); ok {
+		t.Fatal("messages channel of a closed host still open")
+	}
+	rest := hosts[1:]
+	eventually(t, 10*time.Second, "others to notice the bootstrap left", func() bool {
+		for _, h := range rest {
+			if h.Libp2p().Network().Connectedness(hosts[0].ID()) == network.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	if !fullMesh(rest) {
+		t.Fatal("losing the bootstrap node disconnected the others")
+	}
+	publishAndReceive(t, rest[1], rest, "after the bootstrap died")
+
+	// A newcomer knowing only a non-first host finds all the others.
+	cfg := testConfig(t, "discovery")
+	cfg.Bootstrap = rest[2].Addrs()
+	start = time.Now()
+	newcomer := startHost(t, cfg)
+	all := append([]*Host{newcomer}, rest...)
+	eventually(t, 20*time.Second, "newcomer in the full mesh", func() bool { return fullMesh(all) })
+	t.Logf("newcomer connected to %d peers after %v", len(rest), time.Since(start))
+	publishAndReceive(t, newcomer, all, "hello from the newcomer")
+}
+
+func TestValidatorRejectsMalformed(t *testing.T) {
+	hosts := startNetwork(t, "validator", 3)
+	sender, receivers := hosts[0], hosts[1:]
+	for _, h := range receivers {
+		h.SetValidator(func(_ peer.ID, data []byte) bool { return !strings.HasPrefix(string(data), "bad") })
+	}
+	eventually(t, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+
+	// The sender accepts anything (no validator), so "bad" goes out on the
+	// wire; receivers must refuse it.
+	for _, payload := range []string{"bad: one", "good: one"} {
+		if err := sender.Publish(context.Background(), []byte(payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range receivers {
+		receive(t, h, "good: one", 10*time.Second)
+		eventually(t, 10*time.Second, "rejection counted", func() bool { return h.GossipStats().Rejected >= 1 })
+	}
+	// A third message orders things: "bad" was validated before it. Nothing
+	// but good messages may have reached the application.
+	publishAndReceive(t, sender, receivers, "good: two")
+	for _, h := range receivers {
+		select {
+		case m := <-h.Messages():
+			t.Fatalf("unexpected message %q", m.Data)
+		default:
+		}
+		if st := h.GossipStats(); st.Delivered != 2 {
+			t.Fatalf("delivered %d messages, want 2 (%+v)", st.Delivered, st)
+		}
+	}
+
+	// A host's own validator applies to its own publications.
+	receivers[0].SetValidator(func(peer.ID, []byte) bool { return false })
+	if err := receivers[0].Publish(context.Background(), []byte("anything")); err == nil {
+		t.Fatal("publish of a message our own validator rejects succeeded")
+	}
+	receivers[0].SetValidator(nil)
+	publishAndReceive(t, receivers[0], hosts, "validator removed")
+}
+
+func TestPublishLimitsAndLifecycle(t *testing.T) {
+	cfg := testConfig(t, "lifecycle")
+	cfg.GossipMaxSize = 100
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Publish(context.Background(), []byte("x")); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("publish before start: %v", err)
+	}
+	if h.TopicPeers() != nil {
+		t.Fatal("topic peers before start")
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("second start: %v", err)
+	}
+	if err := h.Publish(context.Background(), make([]byte, 101)); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("oversized publish: %v", err)
+	}
+	if err := h.Publish(context.Background(), make([]byte, 100)); err != nil {
+		t.Fatalf("publish at the limit: %v", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := h.Publish(context.Background(), []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("publish after close: %v", err)
+	}
+	if err := h.Start(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("start after close: %v", err)
+	}
+}
+
+func TestStartFailsWhenNoBootstrapReachable(t *testing.T) {
+	dead, err := New(context.Background(), testConfig(t, "dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := dead.Addrs()
+	dead.Close()
+	cfg := testConfig(t, "dead")
+	cfg.Bootstrap = addrs
+	cfg.DialTimeout = 2 * time.Second
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(context.Background()); !errors.Is(err, ErrBootstrapFailed) {
+		t.Fatalf("start with a dead bootstrap: %v, want ErrBootstrapFailed", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	id := "12D3KooWGzBdq1n3vAYU8XBfJpXqyMhqkDuYBFdBTmVZmAEFu2eZ"
+	cases := []struct {
+		name string
+		edit func(*Config)
+		ok   bool
+	}{
+		{"defaults", func(*Config) {}, true},
+		{"run with dots and dashes", func(c *Config) { c.Run = "llama-1b_v2.3" }, true},
+		{"run with slash", func(c *Config) { c.Run = "a/b" }, false},
+		{"run with space", func(c *Config) { c.Run = "a b" }, false},
+		{"run too long", func(c *Config) { c.Run = strings.Repeat("r", 65) }, false},
+		{"psk 32 bytes", func(c *Config) { c.PSK = make([]byte, 32) }, true},
+		{"psk 16 bytes", func(c *Config) { c.PSK = make([]byte, 16) }, false},
+		{"bad listen", func(c *Config) { c.Listen = []string{"tcp://0.0.0.0:1"} }, false},
+		{"bootstrap with id", func(c *Config) { c.Bootstrap = []string{"/ip4/10.0.0.1/tcp/4021/p2p/" + id} }, true},
+		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/ip4/10.0.0.1/tcp/4021"} }, false},
+		{"water marks inverted", func(c *Config) { c.ConnsLow, c.ConnsHigh = 10, 5 }, false},
+		{"gossip size too big", func(c *Config) { c.GossipMaxSize = 2 << 20 }, false},
+		{"negative interval", func(c *Config) { c.PingInterval = -time.Second }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var cfg Config
+			c.edit(&cfg)
+			err := cfg.Validate()
+			if (err == nil) != c.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, c.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+			}
+			if err == nil && (len(cfg.Listen) == 0 || cfg.Run == "" || cfg.Logger == nil || cfg.GossipMaxSize == 0) {
+				t.Fatalf("defaults not filled: %+v", cfg)
+			}
+		})
+	}
+}
+
+func TestPrivateNetworkPSK(t *testing.T) {
+	key := func(b byte) []byte {
+		k := make([]byte, PSKSize)
+		for i := range k {
+			k[i] = b + byte(i)
+		}
+		return k
+	}
+	cfgA := testConfig(t, "psk")
+	cfgA.PSK = key(1)
+	a := startHost(t, cfgA)
+
+	cfgB := testConfig(t, "psk")
+	cfgB.PSK = key(1)
+	cfgB.Bootstrap = a.Addrs()
+	b := startHost(t, cfgB)
+	eventually(t, 20*time.Second, "PSK peers on the topic", func() bool { return fullMesh([]*Host{a, b}) })
+	publishAndReceive(t, a, []*Host{b}, "private hello")
+
+	for name, psk := range map[string][]byte{"other key": key(2), "no key": nil} {
+		cfg := testConfig(t, "psk")
+		cfg.PSK = psk
+		cfg.Bootstrap = a.Addrs()
+		cfg.DialTimeout = 2 * time.Second
+		h, err := New(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = h.Start(context.Background())
+		h.Close()
+		if !errors.Is(err, ErrBootstrapFailed) {
+			t.Fatalf("%s: joined a private network: %v", name, err)
+		}
+	}
+}
+
+func TestPeerInfoAndProtect(t *testing.T) {
+	hosts := startNetwork(t, "peerinfo", 2)
+	a, b := hosts[0], hosts[1]
+	eventually(t, 20*time.Second, "connection", func() bool { return fullMesh(hosts) })
+	eventually(t, 20*time.Second, "a latency estimate", func() bool {
+		// DHT requests record round trips too; ping records them every PingInterval.
+		return a.PeerInfo(b.ID()).Latency > 0
+	})
+	info := a.PeerInfo(b.ID())
+	if !info.Connected || info.Connectedness != network.Connected.String() {
+		t.Fatalf("peer info connectedness: %+v", info)
+	}
+	if len(info.Addrs) == 0 || !strings.HasPrefix(info.Addrs[0], "/ip4/127.0.0.1/tcp/") {
+		t.Fatalf("peer info addrs: %v", info.Addrs)
+	}
+	if info.Traffic.In == 0 || info.Traffic.Out == 0 {
+		t.Fatalf("no traffic counted with a connected peer: %+v", info.Traffic)
+	}
+	if info.Protected {
+		t.Fatal("peer protected before Protect")
+	}
+	a.Protect(b.ID())
+	if !a.PeerInfo(b.ID()).Protected {
+		t.Fatal("Protect had no effect")
+	}
+	a.Unprotect(b.ID())
+	if a.PeerInfo(b.ID()).Protected {
+		t.Fatal("Unprotect had no effect")
+	}
+	peers := a.Peers()
+	if len(peers) != 1 || peers[0].ID != b.ID() {
+		t.Fatalf("Peers() = %+v", peers)
+	}
+	if full := a.Addrs(); len(full) == 0 || !strings.HasSuffix(full[0], "/p2p/"+a.ID().String()) {
+		t.Fatalf("Addrs() = %v", full)
+	}
+}
