@@ -1,0 +1,283 @@
+package mesh
+
+import (
+	"maps"
+	"slices"
+)
+
+// meshAgreement is the agreement state of the current outer step. known (M)
+// and excluded (X) only grow during a step; a vote proposes M − X.
+type meshAgreement struct {
+	step     uint64
+	hash     string
+	readyAt  uint64
+	known    map[PeerID]uint32 // Ready peers of this step and hash → inner steps
+	excluded map[PeerID]bool   // dead, failed, left, or excluded by a peer's vote
+	anyVote  bool              // some peer voted in this step
+	maxRound uint32            // highest round seen in this step
+
+	voted   bool
+	round   uint32
+	vote    []Member
+	roundAt uint64
+}
+
+// resetAgreement starts the agreement of (m.step, m.hash), seeded with what
+// live peers already said about it.
+func (m *Mesh) resetAgreement() {
+	m.ag = meshAgreement{
+		step: m.step, hash: m.hash,
+		known: make(map[PeerID]uint32), excluded: make(map[PeerID]bool),
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
+		p := m.peers[id]
+		if p.dead {
+			continue
+		}
+		if p.state == StateReady || p.state == StateAgreeing || p.state == StateReducing {
+			m.noteReady(id, p.step, p.hash, p.inner)
+		}
+		if p.vote != nil {
+			m.mergeVote(p.vote)
+		}
+	}
+}
+
+// noteReady records that id is Ready in step with model hash.
+func (m *Mesh) noteReady(id PeerID, step uint64, hash string, inner uint32) {
+	if step != m.ag.step || hash != m.ag.hash || hash == "" {
+		return
+	}
+	m.ag.known[id] = inner
+}
+
+func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
+	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round, members: msg.Members, excluded: msg.Excluded}
+	if old := p.vote; old != nil && (old.step > v.step || (old.step == v.step && old.hash == v.hash && old.round > v.round)) {
+		return // a late copy of an older vote
+	}
+	p.state, p.step, p.hash = StateAgreeing, msg.Step, msg.Hash
+	if msg.State == StateReducing {
+		p.state = StateReducing
+	}
+	p.vote = v
+	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok {
+		p.inner = msg.Members[i].InnerSteps
+	}
+	m.mergeVote(v)
+}
+
+// mergeVote folds a vote of the current step into M and X.
+func (m *Mesh) mergeVote(v *meshVote) {
+	if v.step != m.ag.step || v.hash != m.ag.hash || m.hash == "" {
+		return
+	}
+	m.ag.anyVote = true
+	m.ag.maxRound = max(m.ag.maxRound, v.round)
+	for _, mb := range v.members {
+		if _, ok := m.ag.known[mb.ID]; !ok && mb.ID != m.cfg.ID {
+			m.ag.known[mb.ID] = mb.InnerSteps
+		}
+	}
+	for _, id := range v.excluded {
+		m.ag.excluded[id] = true
+	}
+}
+
+// progress moves the agreement on as far as what is known allows.
+func (m *Mesh) progress() {
+	if m.state == StateExcluded {
+		m.maybeRejoinStep()
+		return
+	}
+	if m.state != StateReady && m.state != StateAgreeing {
+		return
+	}
+	if m.ag.excluded[m.cfg.ID] {
+		m.setState(StateExcluded)
+		return
+	}
+	if !m.ag.voted {
+		if !m.canVote() {
+			return
+		}
+		m.vote(m.ag.maxRound)
+	}
+	for range 3 { // a new vote is refuted again only if X grew meanwhile
+		if m.decidable() {
+			m.decide()
+			return
+		}
+		if !m.refuted() {
+			return
+		}
+		m.vote(max(m.ag.round+1, m.ag.maxRound))
+	}
+}
+
+// canVote: a Ready node votes once someone else voted in this step, or once
+// every live peer of this step and hash is Ready, or after StragglerTicks;
+// before its first ring it also waits for MinMembers Ready members.
+func (m *Mesh) canVote() bool {
+	if m.ag.anyVote {
+		return true
+	}
+	if !m.established && len(m.viewMembers()) < m.cfg.MinMembers {
+		return false
+	}
+	if m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
+		return true
+	}
+	for id, p := range m.peers {
+		if p.dead || p.step != m.step || p.hash != m.hash || !p.state.hasModel() {
+			continue
+		}
+		if _, ok := m.ag.known[id]; !ok && !m.ag.excluded[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// viewMembers returns sorted M − X − dead, at most MaxMembers (the first
+// ones by id, so that every node truncates alike).
+func (m *Mesh) viewMembers() []Member {
+	var out []Member
+	for id, inner := range m.ag.known {
+		if m.ag.excluded[id] {
+			continue
+		}
+		if p := m.peers[id]; p != nil && p.dead {
+			continue
+		}
+		out = append(out, Member{ID: id, InnerSteps: inner})
+	}
+	slices.SortFunc(out, func(a, b Member) int { return meshCmpMember(a, b.ID) })
+	if len(out) > MaxMembers {
+		out = out[:MaxMembers]
+	}
+	return out
+}
+
+// vote casts this node's vote for round: M − X.
+func (m *Mesh) vote(round uint32) {
+	m.ag.voted = true
+	m.ag.round = min(round, MaxRound)
+	m.ag.maxRound = max(m.ag.maxRound, m.ag.round)
+	m.ag.vote = m.viewMembers()
+	m.ag.roundAt = m.tick
+	m.setState(StateAgreeing)
+	m.send(m.proposeMsg())
+}
+
+func (m *Mesh) proposeMsg() Message {
+	ex := slices.Sorted(maps.Keys(m.ag.excluded))
+	if room := MaxMembers - len(m.ag.vote); len(ex) > room {
+		ex = ex[:room]
+	}
+	return Message{
+		Type: MsgPropose, From: m.cfg.ID, State: m.state, Step: m.ag.step, Hash: m.ag.hash,
+		Round: m.ag.round, Members: slices.Clone(m.ag.vote), Excluded: ex,
+	}
+}
+
+// latestVote returns id's latest vote if it is about the current step.
+func (m *Mesh) latestVote(id PeerID) *meshVote {
+	p := m.peers[id]
+	if p == nil || p.vote == nil || p.vote.step != m.ag.step || p.vote.hash != m.ag.hash {
+		return nil
+	}
+	return p.vote
+}
+
+// decidable: every other member's latest vote is this node's vote, same round.
+func (m *Mesh) decidable() bool {
+	for _, mb := range m.ag.vote {
+		if mb.ID == m.cfg.ID {
+			continue
+		}
+		v := m.latestVote(mb.ID)
+		if v == nil || v.round != m.ag.round || !slices.Equal(v.members, m.ag.vote) {
+			return false
+		}
+	}
+	return true
+}
+
+// refuted: this node's vote can no longer be decided in its round, because
+// a member voted otherwise in it, moved to a later round, or is excluded.
+func (m *Mesh) refuted() bool {
+	for _, mb := range m.ag.vote {
+		if mb.ID == m.cfg.ID {
+			continue
+		}
+		if m.ag.excluded[mb.ID] {
+			return true
+		}
+		if p := m.peers[mb.ID]; p != nil && p.dead {
+			return true
+		}
+		v := m.latestVote(mb.ID)
+		if v != nil && (v.round > m.ag.round || (v.round == m.ag.round && !slices.Equal(v.members, m.ag.vote))) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Mesh) decide() {
+	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote)
+	m.ring, m.last = &r, &r
+	m.out.Ring = &r
+	m.setState(StateReducing)
+}
+
+// roundTimeout: a round undecided for ProposeTimeoutTicks excludes the
+// members that did not vote for it (unless they are busy reducing another
+// ring of this step, which will end either way) and votes again.
+func (m *Mesh) roundTimeout() {
+	if m.state != StateAgreeing || !m.ag.voted || m.tick-m.ag.roundAt < uint64(m.cfg.ProposeTimeoutTicks) {
+		return
+	}
+	grew := false
+	for _, mb := range m.ag.vote {
+		if mb.ID == m.cfg.ID {
+			continue
+		}
+		v := m.latestVote(mb.ID)
+		if v != nil && v.round == m.ag.round && slices.Equal(v.members, m.ag.vote) {
+			continue
+		}
+		if p := m.peers[mb.ID]; p != nil && !p.dead && p.state == StateReducing && p.step == m.ag.step {
+			continue
+		}
+		m.ag.excluded[mb.ID] = true
+		grew = true
+	}
+	if !grew {
+		m.ag.roundAt = m.tick
+		return
+	}
+	m.vote(max(m.ag.round+1, m.ag.maxRound))
+}
+
+// maybeRejoinStep: an Excluded node whose step has no other live holder
+// left (every peer that excluded it is gone) starts the step's agreement
+// afresh rather than wait for a next step that nobody will produce.
+func (m *Mesh) maybeRejoinStep() {
+	for _, p := range m.peers {
+		if p.dead || !p.state.hasModel() {
+			continue
+		}
+		if (p.step == m.step && p.hash == m.hash) || (p.step == m.step+1 && p.prevHash == m.hash) {
+			return
+		}
+	}
+	round := m.ag.maxRound + 1
+	m.resetAgreement()
+	m.ag.maxRound = max(m.ag.maxRound, round)
+	m.ag.known[m.cfg.ID] = m.inner
+	m.ag.readyAt = m.tick
+	delete(m.ag.excluded, m.cfg.ID)
+	m.setState(StateReady)
+}

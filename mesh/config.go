@@ -1,0 +1,96 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrConfig is wrapped by every error of Config.Validate.
+var ErrConfig = errors.New("mesh: bad config")
+
+// Config configures a Mesh. Durations are in ticks: node calls Tick at a fixed
+// interval (DefaultTickMillis ms is the intended one). Zero fields take the
+// defaults below; Validate fills them in.
+type Config struct {
+	// ID is this node's peer id. Required, at most MaxPeerIDLen bytes.
+	ID PeerID
+	// Addrs are this node's listen multiaddrs, gossiped in heartbeats and
+	// joins. At most MaxAddrs of at most MaxAddrLen bytes.
+	Addrs []string
+	// HeartbeatTicks is the interval between heartbeats (and between
+	// re-broadcasts of the current vote). Default 5.
+	HeartbeatTicks int
+	// DeadTicks: a peer not heard from for this many ticks is dead. Default
+	// 30; must exceed 2·HeartbeatTicks.
+	DeadTicks int
+	// StragglerTicks is how long a Ready node waits for peers that are alive
+	// and in the same step but not yet Ready before it votes without them.
+	// Default 100.
+	StragglerTicks int
+	// ProposeTimeoutTicks: a round undecided after this many ticks excludes,
+	// for this step, the members that did not vote for it, and moves on.
+	// Default 100.
+	ProposeTimeoutTicks int
+	// SyncTimeoutTicks: a Fetch or Adopt not followed by Synced within this
+	// many ticks is given up and chosen again. Default 600.
+	SyncTimeoutTicks int
+	// MinMembers: the first outer step this node takes part in (before any
+	// all-reduce completed or model fetched) waits until at least this many
+	// members, itself included, are Ready. Default 1, at most MaxMembers.
+	MinMembers int
+	// Seed seeds the RNG (heartbeat phase, donor order). Same seed, same
+	// inputs: same outputs.
+	Seed int64
+}
+
+// Defaults of Config, in ticks.
+const (
+	DefaultTickMillis          = 100
+	DefaultHeartbeatTicks      = 5
+	DefaultDeadTicks           = 30
+	DefaultStragglerTicks      = 100
+	DefaultProposeTimeoutTicks = 100
+	DefaultSyncTimeoutTicks    = 600
+)
+
+// Validate fills defaults into zero fields and rejects bad values.
+func (c *Config) Validate() error {
+	if c.ID == "" || len(c.ID) > MaxPeerIDLen {
+		return fmt.Errorf("%w: ID must be 1..%d bytes", ErrConfig, MaxPeerIDLen)
+	}
+	if len(c.Addrs) > MaxAddrs {
+		return fmt.Errorf("%w: %d addrs > %d", ErrConfig, len(c.Addrs), MaxAddrs)
+	}
+	for _, a := range c.Addrs {
+		if len(a) > MaxAddrLen {
+			return fmt.Errorf("%w: addr of %d bytes > %d", ErrConfig, len(a), MaxAddrLen)
+		}
+	}
+	fields := []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"HeartbeatTicks", &c.HeartbeatTicks, DefaultHeartbeatTicks},
+		{"DeadTicks", &c.DeadTicks, DefaultDeadTicks},
+		{"StragglerTicks", &c.StragglerTicks, DefaultStragglerTicks},
+		{"ProposeTimeoutTicks", &c.ProposeTimeoutTicks, DefaultProposeTimeoutTicks},
+		{"SyncTimeoutTicks", &c.SyncTimeoutTicks, DefaultSyncTimeoutTicks},
+		{"MinMembers", &c.MinMembers, 1},
+	}
+	for _, f := range fields {
+		if *f.v < 0 {
+			return fmt.Errorf("%w: %s = %d < 0", ErrConfig, f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.DeadTicks <= 2*c.HeartbeatTicks {
+		return fmt.Errorf("%w: DeadTicks %d must exceed 2·HeartbeatTicks %d", ErrConfig, c.DeadTicks, c.HeartbeatTicks)
+	}
+	if c.MinMembers > MaxMembers {
+		return fmt.Errorf("%w: MinMembers %d > %d", ErrConfig, c.MinMembers, MaxMembers)
+	}
+	return nil
+}

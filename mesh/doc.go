@@ -1,0 +1,84 @@
+// Package mesh holds the pure parts of the network: the membership and epoch
+// state machine (which peers form the ring of each outer step), the ring
+// all-reduce algorithm over an abstract transport, and the int8 codec. It
+// imports only the standard library: no goroutines, no clock, no network.
+//
+// # The state machine
+//
+// Mesh is driven from outside, like etcd-io/raft: node calls Tick at a fixed
+// interval (DefaultTickMillis), feeds every message of the run's gossipsub
+// topic (Topic) to Step after Decode, tells it what the trainer did
+// (SetReady, Completed, ReportFailure, Synced, Leave), and carries out what
+// Ready asks — publish Ready.Messages (Encode), start the all-reduce of
+// Ready.Ring, fetch the model of Ready.Fetch or Ready.Adopt — then calls
+// Advance:
+//
+//	for {
+//		select {
+//		case <-ticker.C:
+//			m.Tick()
+//		case b := <-gossip:
+//			msg, err := mesh.Decode(b) // and check msg.From is the signer
+//			if err == nil {
+//				err = m.Step(msg)
+//			}
+//		case res := <-allReduceDone:
+//			m.Completed(step, hash) // or m.ReportFailure(step, peer)
+//		}
+//		if m.HasReady() {
+//			rd := m.Ready()
+//			// publish rd.Messages, start rd.Ring, fetch rd.Fetch / rd.Adopt
+//			m.Advance(rd)
+//		}
+//	}
+//
+// # Agreement of one outer step t
+//
+// Every member holds θ₀(t) with hash h. When its inner steps are done it sends
+// Ready(t, inner, h). It votes once every live peer at (t, h) is Ready, or
+// StragglerTicks after its own Ready, or at once when some peer already voted
+// (and, before its first ring, only once MinMembers are Ready). A vote is
+// Propose(t, round, P, X): P = sorted(M − X) with weights, where M are the
+// peers known Ready at (t, h) — from Ready messages, heartbeats, and the
+// members of every vote heard — and X the peers excluded from step t: dead
+// (missed heartbeats), gone (Leave, or back to syncing), reported by
+// ReportFailure, or excluded in any vote heard. M and X only grow within a
+// step and are merged from every vote, so views converge.
+//
+// A node decides when the latest vote of every other member of its vote is
+// its vote, same round: the ring is P, its id hash(t, round, P). A vote is
+// refuted — and the node votes again, in the next round or the highest seen
+// — when a member voted otherwise in the same round, voted in a later round,
+// or is in X. Each node votes once per round, so two rings decided in one
+// round never share a member; a node that decided stays in its round until
+// the all-reduce ends, so a later round cannot decide a ring that shares a
+// member with a ring that completes. A Ready node left out of the decided
+// ring (it was late, or excluded) waits; when peers show up at step t+1
+// with PrevHash h it is asked to Fetch that model (it joins for t+1).
+//
+// After ReportFailure(t, peer) the peer is excluded and the survivors agree
+// a new ring for the same step t in the next round: no outer step is lost.
+//
+// # Joining, leaving, divergence
+//
+// A node created without a model (New with hash "") is Joining: it picks the
+// largest side among its peers' heartbeats and asks to Fetch its newest
+// model, then calls Synced; it may then run fewer inner steps and be Ready
+// for the current step, and is in that step's ring if its Ready arrives
+// before the decision. Leave sends a deathrattle that peers act on at once.
+// A restarted node passes its checkpoint's step and hash to New and fetches
+// if its line moved on.
+//
+// Peers report (step, hash, PrevHash). A side is the peers at one model plus
+// those one step further on that line. When sides differ (a partition
+// healed, a restart far behind), a node whose side is smaller — ties broken
+// by later step, then larger hash — is asked to Adopt the larger side's
+// newest model by checkpoint transfer.
+//
+// Safety rests on the all-reduce too: its handshake compares ring ids, so a
+// node that decided a ring its neighbours did not aborts and reports
+// failure. Two disjoint rings can complete in one step only if Ready
+// messages and heartbeats between them were lost for StragglerTicks — which
+// is a partition, healed as above. docs/mesh.md has the argument and the
+// measured figures.
+package mesh

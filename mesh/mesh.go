@@ -1,0 +1,378 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+)
+
+// ErrTooManyPeers is returned by Step when a new sender would exceed
+// meshMaxTrackedPeers live peers.
+var ErrTooManyPeers = errors.New("mesh: too many peers")
+
+// meshMaxTrackedPeers bounds the peer table; dead peers are forgotten first.
+const meshMaxTrackedPeers = 4 * MaxMembers
+
+// meshForgetDeadAfter: a dead peer's entry is dropped after this many DeadTicks.
+const meshForgetDeadAfter = 20
+
+// Ready is what the Mesh asks node to do, returned by Mesh.Ready. node
+// carries it out, then calls Mesh.Advance with it.
+type Ready struct {
+	// Messages to publish on the mesh topic, in order.
+	Messages []Message
+	// Ring, when set, was just decided for the current step: start the
+	// all-reduce, then call Completed or ReportFailure.
+	Ring *Ring
+	// Fetch, when set: download the named model (joining, or left out of
+	// the last ring), then call Synced.
+	Fetch *Fetch
+	// Adopt, when set: this node's model diverged from a larger side of the
+	// network (partition healed, or restart far behind); replace it by the
+	// named model by checkpoint transfer, log it, then call Synced.
+	Adopt *Fetch
+	// Dead lists peers declared dead (missed heartbeats) or gone (Leave)
+	// since the last Ready, sorted.
+	Dead []PeerID
+	// State is the node's state now; StateChanged says it changed since the
+	// last Ready.
+	State        State
+	StateChanged bool
+}
+
+// meshPeer is what this node knows of another peer.
+type meshPeer struct {
+	state    State
+	step     uint64
+	hash     string
+	prevHash string
+	inner    uint32
+	lastSeen uint64 // tick of the last message
+	addrs    []string
+	dead     bool
+	vote     *meshVote // latest vote heard from it
+}
+
+// meshVote is one peer's vote of an agreement round.
+type meshVote struct {
+	step     uint64
+	hash     string
+	round    uint32
+	members  []Member
+	excluded []PeerID
+}
+
+// Mesh is the membership and epoch state machine of one node. It is not safe
+// for concurrent use: node drives it from one goroutine.
+type Mesh struct {
+	cfg   Config
+	rng   *rand.Rand
+	tick  uint64
+	hbDue uint64
+
+	state       State
+	step        uint64
+	hash        string
+	prevHash    string
+	inner       uint32
+	established bool // took part in a completed ring, or synced from peers
+
+	peers   map[PeerID]*meshPeer
+	ag      meshAgreement
+	ring    *Ring // decided ring of the current step while reducing
+	last    *Ring // last decided ring, for Status
+	fetch   *Fetch
+	fetchAt uint64
+
+	out       Ready
+	prevState State
+	failures  uint64
+	adoptions uint64
+}
+
+// New returns the state machine of node cfg.ID, which holds the model of
+// outer step `step` whose θ₀ hash is modelHash. A fresh network's nodes all
+// pass step 0 and the hash of the seeded initial model. modelHash "" means
+// the node holds no model: it starts Joining and fetches one from its peers.
+// A node restarted from a checkpoint passes that checkpoint's step and hash;
+// if the network has moved on it is asked to fetch.
+func New(cfg Config, step uint64, modelHash string) (*Mesh, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(modelHash) > MaxHashLen {
+		return nil, fmt.Errorf("%w: model hash longer than %d", ErrConfig, MaxHashLen)
+	}
+	m := &Mesh{
+		cfg:   cfg,
+		rng:   rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6d657368)),
+		peers: make(map[PeerID]*meshPeer),
+		step:  step,
+		hash:  modelHash,
+	}
+	m.hbDue = 1 + uint64(m.rng.IntN(cfg.HeartbeatTicks))
+	m.resetAgreement()
+	if modelHash == "" {
+		m.state = StateJoining
+		m.send(Message{Type: MsgJoin, From: cfg.ID, State: StateJoining, Addrs: slices.Clone(cfg.Addrs)})
+	} else {
+		m.state = StateTraining
+		m.heartbeat()
+	}
+	m.out.StateChanged = true
+	return m, nil
+}
+
+// Tick advances the mesh's clock by one tick: heartbeats, failure detection,
+// straggler and round timeouts, model sync decisions.
+func (m *Mesh) Tick() {
+	if m.state == StateLeft {
+		return
+	}
+	m.tick++
+	m.detectDead()
+	if m.tick >= m.hbDue {
+		m.heartbeat()
+		if m.ag.voted && m.ag.roundAt != m.tick && (m.state == StateAgreeing || m.state == StateReducing) {
+			m.send(m.proposeMsg())
+		}
+	}
+	m.roundTimeout()
+	m.progress()
+	m.checkLineage()
+}
+
+// Step feeds one message received from the mesh topic. A message that fails
+// validation returns an error and changes nothing.
+func (m *Mesh) Step(msg Message) error {
+	if err := msg.Validate(); err != nil {
+		return err
+	}
+	if m.state == StateLeft || msg.From == m.cfg.ID {
+		return nil
+	}
+	p, err := m.peer(msg.From)
+	if err != nil {
+		return err
+	}
+	p.lastSeen = m.tick
+	if p.dead && msg.Type != MsgLeave {
+		p.dead = false
+	}
+	switch msg.Type {
+	case MsgHeartbeat:
+		m.onHeartbeat(msg.From, p, msg)
+	case MsgJoin:
+		p.state = StateJoining
+		p.addrs = slices.Clone(msg.Addrs)
+		m.hbDue = m.tick // answer a joiner at the next tick
+	case MsgLeave:
+		m.markDead(msg.From, p)
+		p.state = StateLeft
+	case MsgReady:
+		p.state, p.step, p.hash, p.inner = StateReady, msg.Step, msg.Hash, msg.InnerSteps
+		m.noteReady(msg.From, msg.Step, msg.Hash, msg.InnerSteps)
+	case MsgPropose:
+		m.onPropose(msg.From, p, msg)
+	}
+	m.progress()
+	return nil
+}
+
+func (m *Mesh) onHeartbeat(id PeerID, p *meshPeer, msg Message) {
+	p.state, p.step, p.hash, p.prevHash, p.inner = msg.State, msg.Step, msg.Hash, msg.PrevHash, msg.InnerSteps
+	p.addrs = slices.Clone(msg.Addrs)
+	if msg.State == StateLeft {
+		m.markDead(id, p)
+		return
+	}
+	switch msg.State {
+	case StateReady, StateAgreeing, StateReducing:
+		m.noteReady(id, msg.Step, msg.Hash, msg.InnerSteps)
+	case StateJoining, StateSyncing, StateExcluded:
+		if _, in := m.ag.known[id]; in { // it gave up this step
+			m.ag.excluded[id] = true
+		}
+	}
+}
+
+// peer returns the entry of id, creating it (bounded).
+func (m *Mesh) peer(id PeerID) (*meshPeer, error) {
+	if p, ok := m.peers[id]; ok {
+		return p, nil
+	}
+	if len(m.peers) >= meshMaxTrackedPeers {
+		m.forgetDead(0)
+		if len(m.peers) >= meshMaxTrackedPeers {
+			return nil, fmt.Errorf("%w: %d tracked", ErrTooManyPeers, len(m.peers))
+		}
+	}
+	p := &meshPeer{lastSeen: m.tick}
+	m.peers[id] = p
+	return p, nil
+}
+
+// detectDead declares dead the peers not heard from for DeadTicks.
+func (m *Mesh) detectDead() {
+	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
+		p := m.peers[id]
+		if !p.dead && m.tick-p.lastSeen > uint64(m.cfg.DeadTicks) {
+			m.markDead(id, p)
+		}
+	}
+	m.forgetDead(uint64(meshForgetDeadAfter * m.cfg.DeadTicks))
+}
+
+func (m *Mesh) markDead(id PeerID, p *meshPeer) {
+	if !p.dead {
+		p.dead = true
+		m.out.Dead = append(m.out.Dead, id)
+	}
+	if _, in := m.ag.known[id]; in || p.step == m.step {
+		m.ag.excluded[id] = true
+	}
+}
+
+func (m *Mesh) forgetDead(after uint64) {
+	for id, p := range m.peers {
+		if p.dead && m.tick-p.lastSeen >= after {
+			delete(m.peers, id)
+		}
+	}
+}
+
+func (m *Mesh) send(msg Message) {
+	m.out.Messages = append(m.out.Messages, msg)
+}
+
+func (m *Mesh) heartbeat() {
+	m.hbDue = m.tick + uint64(m.cfg.HeartbeatTicks)
+	m.send(Message{
+		Type: MsgHeartbeat, From: m.cfg.ID, State: m.state, Step: m.step,
+		Hash: m.hash, PrevHash: m.prevHash, InnerSteps: m.inner, Addrs: slices.Clone(m.cfg.Addrs),
+	})
+}
+
+func (m *Mesh) setState(s State) {
+	m.state = s
+}
+
+// SetReady tells the mesh that this node finished innerSteps inner steps of
+// outer step `step` (a late joiner may have done fewer than H). Ignored
+// unless the node is Training at that step.
+func (m *Mesh) SetReady(step uint64, innerSteps int) {
+	if m.state != StateTraining || step != m.step {
+		return
+	}
+	m.inner = uint32(min(max(innerSteps, 0), MaxInnerSteps))
+	m.ag.known[m.cfg.ID] = m.inner
+	m.ag.readyAt = m.tick
+	m.setState(StateReady)
+	m.send(Message{Type: MsgReady, From: m.cfg.ID, Step: m.step, Hash: m.hash, InnerSteps: m.inner})
+	m.progress()
+}
+
+// ReportFailure tells the mesh that the all-reduce of `step` failed because
+// of peer. The peer is excluded from this step and the survivors agree a new
+// ring for the same step in the next round. Ignored unless reducing `step`.
+func (m *Mesh) ReportFailure(step uint64, peer PeerID) {
+	if m.state != StateReducing || step != m.step {
+		return
+	}
+	m.failures++
+	if peer != m.cfg.ID {
+		m.ag.excluded[peer] = true
+	}
+	m.ring = nil
+	m.setState(StateAgreeing)
+	m.vote(max(m.ag.round+1, m.ag.maxRound))
+	m.progress()
+}
+
+// Completed tells the mesh that the all-reduce of `step` was applied: the
+// node now holds θ₀ of step+1, whose hash is newHash. Ignored unless
+// reducing `step`.
+func (m *Mesh) Completed(step uint64, newHash string) {
+	if m.state != StateReducing || step != m.step || newHash == "" || len(newHash) > MaxHashLen {
+		return
+	}
+	m.moveTo(step+1, newHash, m.hash)
+}
+
+// Synced tells the mesh that node now holds the model of `step` whose θ₀
+// hash is hash (after a Fetch or Adopt, or a checkpoint loaded on its own).
+func (m *Mesh) Synced(step uint64, hash string) {
+	if m.state == StateLeft || hash == "" || len(hash) > MaxHashLen {
+		return
+	}
+	prev := ""
+	if m.fetch != nil && m.fetch.Step == step && m.fetch.Hash == hash {
+		prev = m.fetch.PrevHash
+	}
+	m.moveTo(step, hash, prev)
+}
+
+func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
+	m.step, m.hash, m.prevHash = step, hash, prevHash
+	m.inner = 0
+	m.established = true
+	m.ring, m.fetch = nil, nil
+	m.resetAgreement()
+	m.setState(StateTraining)
+	m.heartbeat()
+}
+
+// Leave broadcasts a Leave message; peers drop this node at once. The mesh
+// does nothing after it.
+func (m *Mesh) Leave() {
+	if m.state == StateLeft {
+		return
+	}
+	m.setState(StateLeft)
+	m.send(Message{Type: MsgLeave, From: m.cfg.ID, State: StateLeft, Step: m.step, Hash: m.hash})
+}
+
+// HasReady reports whether Ready has anything for node.
+func (m *Mesh) HasReady() bool {
+	o := &m.out
+	return len(o.Messages) > 0 || o.Ring != nil || o.Fetch != nil || o.Adopt != nil ||
+		len(o.Dead) > 0 || o.StateChanged || m.state != m.prevState
+}
+
+// Ready returns what node must do now. Call Advance with it once done.
+func (m *Mesh) Ready() Ready {
+	rd := m.out
+	rd.State = m.state
+	rd.StateChanged = rd.StateChanged || m.state != m.prevState
+	slices.Sort(rd.Dead)
+	return rd
+}
+
+// Advance marks rd, returned by the last Ready, as carried out.
+func (m *Mesh) Advance(rd Ready) {
+	if n := len(rd.Messages); n <= len(m.out.Messages) {
+		m.out.Messages = slices.Delete(m.out.Messages, 0, n)
+	}
+	if rd.Ring == m.out.Ring {
+		m.out.Ring = nil
+	}
+	if rd.Fetch == m.out.Fetch {
+		m.out.Fetch = nil
+	}
+	if rd.Adopt == m.out.Adopt {
+		m.out.Adopt = nil
+	}
+	if n := len(rd.Dead); n <= len(m.out.Dead) {
+		m.out.Dead = slices.Delete(m.out.Dead, 0, n)
+	}
+	m.out.StateChanged = false
+	m.prevState = rd.State
+	if len(m.out.Messages) == 0 {
+		m.out.Messages = nil
+	}
+	if len(m.out.Dead) == 0 {
+		m.out.Dead = nil
+	}
+}

@@ -1,0 +1,478 @@
+package mesh
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The simulation: raft's `network` in spirit. Every node's Mesh ticks in
+// lock step; messages go through Encode/Decode and a lossy, delaying,
+// duplicating, partitionable network; training, the all-reduce and model
+// fetches are played by the harness with fixed durations in ticks.
+
+// simGenesis is the θ₀ hash of step 0 shared by fresh nodes.
+const simGenesis = "genesis"
+
+type simNode struct {
+	id  PeerID
+	cfg Config
+	m   *Mesh
+	up  bool
+
+	trainKey  meshKey // model the scheduled training runs on
+	trainAt   uint64
+	trainSlow int // extra training ticks
+
+	ring   *Ring
+	ringAt uint64
+
+	fetch     *Fetch
+	fetchDone uint64
+
+	ckStep uint64 // disk checkpoint
+	ckHash string
+	rings  int // rings completed
+}
+
+type simPkt struct {
+	at   uint64
+	from PeerID
+	to   PeerID
+	b    []byte
+}
+
+// simDone is one completed all-reduce.
+type simDone struct {
+	step    uint64
+	hash    string // θ₀(step)
+	ring    Ring
+	newHash string
+}
+
+type simNet struct {
+	t   testing.TB
+	rng *rand.Rand
+	now uint64
+
+	nodes map[PeerID]*simNode
+	ids   []PeerID
+	queue []simPkt
+
+	drop, dup          float64
+	minDelay, maxDelay int
+	group              map[PeerID]int // partition: messages flow within a group
+	partitioned        bool           // a partition happened at some point
+
+	trainTicks, reduceTicks, fetchTicks, failTicks int
+	inner                                          int
+
+	done  []simDone
+	trace func(string)
+}
+
+func newSimNet(t testing.TB, seed uint64) *simNet {
+	return &simNet{
+		t: t, rng: rand.New(rand.NewPCG(seed, 7)),
+		nodes: map[PeerID]*simNode{}, group: map[PeerID]int{},
+		minDelay: 1, maxDelay: 1,
+		trainTicks: 10, reduceTicks: 4, fetchTicks: 5, failTicks: 25, inner: 50,
+	}
+}
+
+func simConfig(id PeerID, seed int64) Config {
+	return Config{
+		ID: id, Addrs: []string{"/ip4/127.0.0.1/tcp/4001/p2p/" + string(id)},
+		HeartbeatTicks: 3, DeadTicks: 15, StragglerTicks: 30, ProposeTimeoutTicks: 40,
+		SyncTimeoutTicks: 30, Seed: seed,
+	}
+}
+
+// add starts a node holding (step, hash); hash "" starts it Joining.
+func (s *simNet) add(id PeerID, step uint64, hash string, tweak func(*Config)) *simNode {
+	cfg := simConfig(id, int64(len(s.nodes)+1))
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	m, err := New(cfg, step, hash)
+	if err != nil {
+		s.t.Fatalf("New(%s): %v", id, err)
+	}
+	n := &simNode{id: id, cfg: cfg, m: m, up: true, ckStep: step, ckHash: hash}
+	s.nodes[id] = n
+	if !slices.Contains(s.ids, id) {
+		s.ids = append(s.ids, id)
+		slices.Sort(s.ids)
+	}
+	s.flush(n)
+	return n
+}
+
+func (s *simNet) addN(n int, tweak func(*Config)) {
+	for i := range n {
+		s.add(simID(i), 0, simGenesis, tweak)
+	}
+}
+
+func simID(i int) PeerID { return PeerID(fmt.Sprintf("n%02d", i)) }
+
+func (s *simNet) crash(id PeerID) {
+	n := s.nodes[id]
+	n.up, n.ring, n.fetch = false, nil, nil
+	s.logf("%s crashes", id)
+}
+
+// restart brings a crashed node back from its disk checkpoint.
+func (s *simNet) restart(id PeerID) {
+	n := s.nodes[id]
+	m, err := New(n.cfg, n.ckStep, n.ckHash)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n.m, n.up, n.trainKey = m, true, meshKey{}
+	s.logf("%s restarts at step %d", id, n.ckStep)
+	s.flush(n)
+}
+
+func (s *simNet) leave(id PeerID) {
+	n := s.nodes[id]
+	n.m.Leave()
+	s.flush(n)
+	n.up = false
+}
+
+func (s *simNet) partition(groups ...[]PeerID) {
+	for g, ids := range groups {
+		for _, id := range ids {
+			s.group[id] = g + 1
+		}
+	}
+	s.partitioned = true
+}
+
+func (s *simNet) heal() { clear(s.group) }
+
+func (s *simNet) linked(a, b PeerID) bool { return s.group[a] == s.group[b] }
+
+func (s *simNet) logf(format string, args ...any) {
+	if s.trace != nil {
+		s.trace(fmt.Sprintf("t=%03d ", s.now) + fmt.Sprintf(format, args...))
+	}
+}
+
+// run ticks the network n times.
+func (s *simNet) run(n int) {
+	for range n {
+		s.tick()
+	}
+}
+
+// runUntil ticks until cond holds, failing after limit ticks.
+func (s *simNet) runUntil(limit int, what string, cond func() bool) {
+	s.t.Helper()
+	for range limit {
+		if cond() {
+			return
+		}
+		s.tick()
+	}
+	if !cond() {
+		s.t.Fatalf("after %d ticks (now %d): not %s\n%s", limit, s.now, what, s.dump())
+	}
+}
+
+func (s *simNet) tick() {
+	s.now++
+	s.deliver()
+	for _, id := range s.ids {
+		n := s.nodes[id]
+		if !n.up {
+			continue
+		}
+		n.m.Tick()
+		s.train(n)
+		s.finishFetch(n)
+		s.flush(n)
+	}
+	s.reduce()
+	s.checkSafety()
+}
+
+func (s *simNet) deliver() {
+	keep := s.queue[:0]
+	var due []simPkt
+	for _, p := range s.queue {
+		if p.at <= s.now {
+			due = append(due, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	s.queue = keep
+	for _, p := range due {
+		n := s.nodes[p.to]
+		if !n.up || !s.linked(p.from, p.to) {
+			continue
+		}
+		msg, err := Decode(p.b)
+		if err != nil {
+			s.t.Fatalf("decode of %s's message: %v", p.from, err)
+		}
+		if err := n.m.Step(msg); err != nil {
+			s.t.Fatalf("%s Step(%v): %v", p.to, msg.Type, err)
+		}
+		s.flush(n)
+	}
+}
+
+// train plays the inner steps: trainTicks after a node starts training a
+// model, it is Ready.
+func (s *simNet) train(n *simNode) {
+	st := n.m.Status()
+	if st.State != StateTraining {
+		return
+	}
+	k := meshKey{st.Step, st.Hash}
+	if n.trainKey != k {
+		n.trainKey, n.trainAt = k, s.now+uint64(s.trainTicks+n.trainSlow)
+	}
+	if s.now >= n.trainAt {
+		n.m.SetReady(st.Step, s.inner)
+	}
+}
+
+// finishFetch plays a checkpoint transfer: it succeeds fetchTicks later if a
+// linked, live donor still holds the model.
+func (s *simNet) finishFetch(n *simNode) {
+	if n.fetch == nil || s.now < n.fetchDone {
+		return
+	}
+	f := n.fetch
+	n.fetch = nil
+	for _, d := range f.From {
+		dn := s.nodes[d]
+		if dn == nil || !dn.up || !s.linked(n.id, d) {
+			continue
+		}
+		if st := dn.m.Status(); st.Step == f.Step && st.Hash == f.Hash {
+			n.m.Synced(f.Step, f.Hash)
+			n.ckStep, n.ckHash = f.Step, f.Hash
+			s.logf("%s synced step %d", n.id, f.Step)
+			return
+		}
+	}
+	s.logf("%s fetch of step %d failed", n.id, f.Step)
+}
+
+func (s *simNet) flush(n *simNode) {
+	for n.m.HasReady() {
+		rd := n.m.Ready()
+		for _, msg := range rd.Messages {
+			s.broadcast(n.id, msg)
+		}
+		if rd.StateChanged {
+			s.logf("%s state %v", n.id, rd.State)
+		}
+		if rd.Ring != nil {
+			n.ring, n.ringAt = rd.Ring, s.now
+			s.logf("%s decides ring %s step %d round %d %v", n.id, rd.Ring.ID[:8], rd.Ring.Step, rd.Ring.Round, rd.Ring.Members)
+		}
+		for _, f := range []*Fetch{rd.Fetch, rd.Adopt} {
+			if f != nil {
+				n.fetch, n.fetchDone = f, s.now+uint64(s.fetchTicks)
+				s.logf("%s fetch (adopt=%v) step %d from %v", n.id, f == rd.Adopt, f.Step, f.From)
+			}
+		}
+		if len(rd.Dead) > 0 {
+			s.logf("%s dead %v", n.id, rd.Dead)
+		}
+		n.m.Advance(rd)
+	}
+}
+
+func (s *simNet) broadcast(from PeerID, msg Message) {
+	b, err := Encode(msg)
+	if err != nil {
+		s.t.Fatalf("%s Encode(%v): %v", from, msg.Type, err)
+	}
+	if msg.Type != MsgHeartbeat {
+		s.logf("%s sends %s", from, simFormat(msg))
+	}
+	for _, to := range s.ids {
+		if to == from || !s.linked(from, to) {
+			continue
+		}
+		copies := 1
+		if s.rng.Float64() < s.dup {
+			copies = 2
+		}
+		for range copies {
+			if s.rng.Float64() < s.drop {
+				continue
+			}
+			d := s.minDelay + s.rng.IntN(s.maxDelay-s.minDelay+1)
+			s.queue = append(s.queue, simPkt{at: s.now + uint64(d), from: from, to: to, b: b})
+		}
+	}
+}
+
+func simFormat(m Message) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v step=%d", m.Type, m.Step)
+	switch m.Type {
+	case MsgReady:
+		fmt.Fprintf(&b, " inner=%d", m.InnerSteps)
+	case MsgPropose:
+		fmt.Fprintf(&b, " round=%d members=[", m.Round)
+		for i, mb := range m.Members {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s:%d", mb.ID, mb.InnerSteps)
+		}
+		fmt.Fprintf(&b, "] excluded=%v", m.Excluded)
+	}
+	return b.String()
+}
+
+// reduce plays the all-reduce: a ring completes reduceTicks after its last
+// member decided it, if every member is up, linked and decided the same ring;
+// a member whose ring cannot complete reports failure after failTicks.
+func (s *simNet) reduce() {
+	for _, id := range s.ids {
+		n := s.nodes[id]
+		if !n.up || n.ring == nil {
+			continue
+		}
+		ok, last, bad := s.ringState(n)
+		switch {
+		case ok && s.now >= last+uint64(s.reduceTicks):
+			s.complete(*n.ring)
+		case !ok && s.now >= n.ringAt+uint64(s.failTicks):
+			s.logf("%s all-reduce of ring %s fails on %s", id, n.ring.ID[:8], bad)
+			step := n.ring.Step
+			n.ring = nil
+			n.m.ReportFailure(step, bad)
+			s.flush(n)
+		}
+	}
+}
+
+func (s *simNet) ringState(n *simNode) (ok bool, last uint64, bad PeerID) {
+	for _, id := range n.ring.Members {
+		o := s.nodes[id]
+		if o == nil || !o.up || !s.linked(n.id, id) || o.ring == nil || o.ring.ID != n.ring.ID {
+			return false, 0, id
+		}
+		last = max(last, o.ringAt)
+	}
+	return true, last, ""
+}
+
+func (s *simNet) complete(r Ring) {
+	hash := s.nodes[r.Members[0]].m.Status().Hash
+	sum := sha256.Sum256([]byte(hash + "|" + r.ID))
+	newHash := hex.EncodeToString(sum[:8])
+	for _, id := range r.Members {
+		n := s.nodes[id]
+		if h := n.m.Status().Hash; h != hash {
+			s.t.Fatalf("ring %s members hold different models: %s %q vs %q", r.ID, id, h, hash)
+		}
+		n.ring = nil
+		n.m.Completed(r.Step, newHash)
+		n.ckStep, n.ckHash = r.Step+1, newHash
+		n.rings++
+		s.flush(n)
+	}
+	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash})
+	s.logf("ring %s completes step %d", r.ID[:8], r.Step)
+}
+
+// checkSafety: rings completed for the same model θ₀(t) never share a
+// member unless they are the same ring; without partitions there is only
+// one completed ring per step.
+func (s *simNet) checkSafety() {
+	if len(s.done) < 2 {
+		return
+	}
+	d := s.done[len(s.done)-1]
+	for _, o := range s.done[:len(s.done)-1] {
+		if o.step != d.step || o.ring.ID == d.ring.ID {
+			continue
+		}
+		if !s.partitioned {
+			s.t.Fatalf("two rings completed step %d in a connected network: %v and %v", d.step, o.ring.Members, d.ring.Members)
+		}
+		if o.hash == d.hash {
+			for _, id := range d.ring.Members {
+				if o.ring.Rank(id) >= 0 {
+					s.t.Fatalf("overlapping rings completed step %d: %v and %v", d.step, o.ring.Members, d.ring.Members)
+				}
+			}
+		}
+	}
+}
+
+// converged: every up node holds the same model and is a member again.
+func (s *simNet) converged() bool {
+	var key meshKey
+	first := true
+	for _, id := range s.ids {
+		n := s.nodes[id]
+		if !n.up {
+			continue
+		}
+		st := n.m.Status()
+		if st.State == StateJoining || st.State == StateSyncing || st.State == StateExcluded {
+			return false
+		}
+		k := meshKey{st.Step, st.Hash}
+		if !first && k != key {
+			return false
+		}
+		key, first = k, false
+	}
+	return !first
+}
+
+// minStep is the lowest step held by an up node.
+func (s *simNet) minStep() uint64 {
+	low := ^uint64(0)
+	for _, n := range s.nodes {
+		if n.up {
+			low = min(low, n.m.Status().Step)
+		}
+	}
+	return low
+}
+
+// stepsCompletedBy returns how many rings completed for each step and
+// fails if a step between 0 and the last was skipped.
+func (s *simNet) checkNoStepLost() {
+	s.t.Helper()
+	seen := map[uint64]bool{}
+	var top uint64
+	for _, d := range s.done {
+		seen[d.step] = true
+		top = max(top, d.step)
+	}
+	for st := uint64(0); st <= top; st++ {
+		if !seen[st] {
+			s.t.Fatalf("step %d was never completed (last completed %d)", st, top)
+		}
+	}
+}
+
+func (s *simNet) dump() string {
+	var b strings.Builder
+	for _, id := range s.ids {
+		n := s.nodes[id]
+		st := n.m.Status()
+		fmt.Fprintf(&b, "  %s up=%v state=%v step=%d hash=%.8s round=%d rings=%d\n", id, n.up, st.State, st.Step, st.Hash, st.Round, n.rings)
+	}
+	return b.String()
+}

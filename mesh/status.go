@@ -1,0 +1,64 @@
+package mesh
+
+import (
+	"maps"
+	"slices"
+)
+
+// Status is a snapshot of the mesh for the REST API. It shares nothing with
+// the Mesh.
+type Status struct {
+	ID       PeerID
+	State    State
+	Step     uint64 // outer step whose θ₀ this node holds (or fetches)
+	Hash     string // θ₀ hash of Step, "" while joining with no model
+	PrevHash string
+	Round    uint32 // current agreement round
+	Tick     uint64
+	// Ring is the last decided ring (nil before the first).
+	Ring *Ring
+	// Fetch is the model being fetched while Syncing.
+	Fetch *Fetch
+	// Failures counts ReportFailure calls; Adoptions counts Adopt requests.
+	Failures, Adoptions uint64
+	// Peers, sorted by ID.
+	Peers []PeerStatus
+}
+
+// PeerStatus is this node's view of one peer.
+type PeerStatus struct {
+	ID         PeerID
+	State      State
+	Step       uint64
+	Hash       string
+	InnerSteps uint32
+	LastSeen   uint64 // tick of its last message
+	Dead       bool
+	Addrs      []string
+}
+
+// Status returns a snapshot of the mesh.
+func (m *Mesh) Status() Status {
+	s := Status{
+		ID: m.cfg.ID, State: m.state, Step: m.step, Hash: m.hash, PrevHash: m.prevHash,
+		Round: m.ag.round, Tick: m.tick, Failures: m.failures, Adoptions: m.adoptions,
+	}
+	if m.last != nil {
+		r := *m.last
+		r.Members, r.Weights = slices.Clone(r.Members), slices.Clone(r.Weights)
+		s.Ring = &r
+	}
+	if m.fetch != nil {
+		f := *m.fetch
+		f.From = slices.Clone(f.From)
+		s.Fetch = &f
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
+		p := m.peers[id]
+		s.Peers = append(s.Peers, PeerStatus{
+			ID: id, State: p.state, Step: p.step, Hash: p.hash, InnerSteps: p.inner,
+			LastSeen: p.lastSeen, Dead: p.dead, Addrs: slices.Clone(p.addrs),
+		})
+	}
+	return s
+}
