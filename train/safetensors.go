@@ -191,7 +191,12 @@ func parseSTHeader(hdr []byte, dataSize int64) ([]namedEntry, map[string]string,
 		}
 		es = append(es, namedEntry{name, e})
 	}
-	sort.Slice(es, func(i, j int) bool { return es[i].Offsets[0] < es[j].Offsets[0] })
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].Offsets[0] != es[j].Offsets[0] {
+			return es[i].Offsets[0] < es[j].Offsets[0]
+		}
+		return es[i].Offsets[1] < es[j].Offsets[1] // empty tensors first
+	})
 	var end int64
 	for _, e := range es {
 		if e.Offsets[0] != end {
