@@ -16,8 +16,9 @@ func sgemmKernelAVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
 // avx512Gemm and avx2Gemm are the assembly micro-kernels.
 var (
-	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 256, mc: 14 * 8, nc: 2048, tile: tileAVX512}
-	avx2Gemm   = &gemmKernel{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 6 * 16, nc: 2048, tile: tileAVX2}
+	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 256, mc: 14 * 8, nc: 2048, tile: tileAVX512,
+		packRowsA: packA14, packRowsB: packB32}
+	avx2Gemm = &gemmKernel{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 6 * 16, nc: 2048, tile: tileAVX2}
 )
 
 // archGemmKernels returns the assembly micro-kernels the CPU supports, fastest first.
@@ -42,4 +43,46 @@ func tileAVX512(kc int, ap, bp, c []float32, ldc int, alpha, beta float32) {
 func tileAVX2(kc int, ap, bp, c []float32, ldc int, alpha, beta float32) {
 	_, _, _ = ap[6*kc-1], bp[16*kc-1], c[5*ldc+15]
 	sgemmKernelAVX2(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta)
+}
+
+// fmaPeakAVX512 runs iters×24 independent zmm FMAs (768 flops per
+// iteration); benchmarks use it as the FMA throughput ceiling. Requires AVX-512F.
+//
+//go:noescape
+func fmaPeakAVX512(iters int)
+
+// packRows14AVX512 sets dst[p*14+r] = a[r*lda+p] for r < 14, p < kc ≥ 1 with
+// gathers (gemm_pack_amd64.s). Requires AVX-512F and 15·lda < 2³¹.
+//
+//go:noescape
+func packRows14AVX512(kc int, a *float32, lda int, dst *float32)
+
+// packRows32AVX512 sets dst[p*32+j] = b[j*ldb+p] for j < 32, p < kc ≥ 1 with
+// gathers (gemm_pack_amd64.s). Requires AVX-512F and 16·ldb < 2³¹.
+//
+//go:noescape
+func packRows32AVX512(kc int, b *float32, ldb int, dst *float32)
+
+// maxGatherLd bounds the leading dimension the gather packers accept: their
+// int32 lane offsets reach 16·ld.
+const maxGatherLd = (1<<31 - 1) / 16
+
+// packA14 packs one full 14-row panel of a row-major A with gathers.
+func packA14(kc int, src []float32, ld int, dst []float32) bool {
+	if ld > maxGatherLd {
+		return false
+	}
+	_, _ = src[13*ld+kc-1], dst[14*kc-1]
+	packRows14AVX512(kc, &src[0], ld, &dst[0])
+	return true
+}
+
+// packB32 packs one full 32-column panel of a transposed B with gathers.
+func packB32(kc int, src []float32, ld int, dst []float32) bool {
+	if ld > maxGatherLd {
+		return false
+	}
+	_, _ = src[31*ld+kc-1], dst[32*kc-1]
+	packRows32AVX512(kc, &src[0], ld, &dst[0])
+	return true
 }

@@ -13,6 +13,10 @@ type gemmKernel struct {
 	// steps, where Ap holds mr floats per step and Bp nr floats per step.
 	// C rows are ldc floats apart; when beta == 0, C is not read.
 	tile func(kc int, ap, bp, c []float32, ldc int, alpha, beta float32)
+	// packRowsA, when set, packs one full panel of a row-major A:
+	// dst[p*mr+r] = src[r*ld+p]; it returns false when it cannot (then the
+	// portable loop packs). packRowsB does the same for nr rows of Bᵀ.
+	packRowsA, packRowsB func(kc int, src []float32, ld int, dst []float32) bool
 }
 
 // goGemm is the portable micro-kernel: a 4×4 tile of scalar accumulators,

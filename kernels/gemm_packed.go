@@ -74,23 +74,30 @@ type gemmBuffers struct {
 
 var gemmBufferPool sync.Pool // of *gemmBuffers
 
-// getGemmBuffers returns buffers large enough for kern and workers.
-func getGemmBuffers(kern *gemmKernel, workers int) *gemmBuffers {
+// getGemmBuffers returns buffers large enough for the blocks of g with kern
+// and workers.
+func getGemmBuffers(kern *gemmKernel, g *gemmArgs, workers int) *gemmBuffers {
 	bufs, _ := gemmBufferPool.Get().(*gemmBuffers)
 	if bufs == nil {
 		bufs = new(gemmBuffers)
 	}
-	bufs.bp = grow(bufs.bp, kern.kc*kern.nc)
+	kc := min(kern.kc, g.k)
+	mc := roundUp(min(kern.mc, g.m), kern.mr)
+	nc := roundUp(min(kern.nc, g.n), kern.nr)
+	bufs.bp = grow(bufs.bp, kc*nc)
 	for len(bufs.ap) < workers {
 		bufs.ap = append(bufs.ap, nil)
 		bufs.t = append(bufs.t, nil)
 	}
 	for w := 0; w < workers; w++ {
-		bufs.ap[w] = grow(bufs.ap[w], kern.mc*kern.kc)
+		bufs.ap[w] = grow(bufs.ap[w], mc*kc)
 		bufs.t[w] = grow(bufs.t[w], kern.mr*kern.nr)
 	}
 	return bufs
 }
+
+// roundUp rounds n up to a multiple of m.
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
 // grow returns s with length n, reallocating when its capacity is too small.
 func grow(s []float32, n int) []float32 {
@@ -104,7 +111,7 @@ func grow(s []float32, n int) []float32 {
 // (workers together), then let the workers take mc-row blocks of A, pack
 // each and multiply it by the packed B block tile by tile.
 func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
-	bufs := getGemmBuffers(kern, workers)
+	bufs := getGemmBuffers(kern, g, workers)
 	defer gemmBufferPool.Put(bufs)
 	rowBlocks := (g.m + kern.mc - 1) / kern.mc
 	for jc := 0; jc < g.n; jc += kern.nc {
@@ -118,7 +125,7 @@ func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 			}
 			parallel(workers, func(w int) {
 				lo, hi := panels*w/workers, panels*(w+1)/workers
-				packB(bufs.bp[lo*kc*kern.nr:], g, kern.nr, pc, kc, jc+lo*kern.nr, min(nc, hi*kern.nr)-lo*kern.nr)
+				packB(bufs.bp[lo*kc*kern.nr:], g, kern, pc, kc, jc+lo*kern.nr, min(nc, hi*kern.nr)-lo*kern.nr)
 			})
 			var next atomic.Int64
 			parallel(workers, func(w int) {
@@ -129,7 +136,7 @@ func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 					}
 					ic := blk * kern.mc
 					mc := min(kern.mc, g.m-ic)
-					packA(bufs.ap[w], g, kern.mr, ic, mc, pc, kc)
+					packA(bufs.ap[w], g, kern, ic, mc, pc, kc)
 					macroGemm(kern, g, bufs.ap[w], bufs.bp, bufs.t[w], ic, mc, jc, nc, kc, beta)
 				}
 			})
@@ -196,20 +203,21 @@ func mergeTile(c []float32, ldc int, t []float32, ldt, rows, cols int, beta floa
 // packA copies rows [ic, ic+mc) and depths [pc, pc+kc) of op(A) into panels
 // of mr rows: panel q holds, for each depth p, the mr values
 // op(A)[ic+q·mr+r][pc+p], zero past the last row.
-func packA(dst []float32, g *gemmArgs, mr, ic, mc, pc, kc int) {
+func packA(dst []float32, g *gemmArgs, kern *gemmKernel, ic, mc, pc, kc int) {
+	mr := kern.mr
+	if g.transA { // op(A)[i][p] = a[p*lda+i]: each depth is contiguous
+		packDepthMajor(dst, g.a[pc*g.lda+ic:], g.lda, kc, mc, mr)
+		return
+	}
 	for q := 0; q < mc; q += mr {
 		rows := min(mr, mc-q)
 		panel := dst[q*kc : (q+mr)*kc]
-		if g.transA { // op(A)[i][p] = a[p*lda+i]: each depth is contiguous
-			for p := 0; p < kc; p++ {
-				d := panel[p*mr : p*mr+mr]
-				copy(d, g.a[(pc+p)*g.lda+ic+q:][:rows])
-				clear(d[rows:])
-			}
+		first := (ic+q)*g.lda + pc
+		if rows == mr && kern.packRowsA != nil && kern.packRowsA(kc, g.a[first:], g.lda, panel) {
 			continue
 		}
 		for r := 0; r < rows; r++ { // op(A)[i][p] = a[i*lda+p]: each row is contiguous
-			src := g.a[(ic+q+r)*g.lda+pc:][:kc]
+			src := g.a[first+r*g.lda:][:kc]
 			for p, v := range src {
 				panel[p*mr+r] = v
 			}
@@ -223,26 +231,47 @@ func packA(dst []float32, g *gemmArgs, mr, ic, mc, pc, kc int) {
 // packB copies depths [pc, pc+kc) and columns [jc, jc+nc) of op(B) into
 // panels of nr columns: panel q holds, for each depth p, the nr values
 // op(B)[pc+p][jc+q·nr+j], zero past the last column.
-func packB(dst []float32, g *gemmArgs, nr, pc, kc, jc, nc int) {
+func packB(dst []float32, g *gemmArgs, kern *gemmKernel, pc, kc, jc, nc int) {
+	nr := kern.nr
+	if !g.transB { // op(B)[p][j] = b[p*ldb+j]: each depth is contiguous
+		packDepthMajor(dst, g.b[pc*g.ldb+jc:], g.ldb, kc, nc, nr)
+		return
+	}
 	for q := 0; q < nc; q += nr {
 		cols := min(nr, nc-q)
 		panel := dst[q*kc : (q+nr)*kc]
-		if !g.transB { // op(B)[p][j] = b[p*ldb+j]: each depth is contiguous
-			for p := 0; p < kc; p++ {
-				d := panel[p*nr : p*nr+nr]
-				copy(d, g.b[(pc+p)*g.ldb+jc+q:][:cols])
-				clear(d[cols:])
-			}
+		first := (jc+q)*g.ldb + pc
+		if cols == nr && kern.packRowsB != nil && kern.packRowsB(kc, g.b[first:], g.ldb, panel) {
 			continue
 		}
 		for j := 0; j < cols; j++ { // op(B)[p][j] = b[j*ldb+p]: each column is contiguous
-			src := g.b[(jc+q+j)*g.ldb+pc:][:kc]
+			src := g.b[first+j*g.ldb:][:kc]
 			for p, v := range src {
 				panel[p*nr+j] = v
 			}
 		}
 		for p := 0; cols < nr && p < kc; p++ {
 			clear(panel[p*nr+cols : p*nr+nr])
+		}
+	}
+}
+
+// packDepthMajor packs a matrix whose depths are contiguous (src[p*ld+x] for
+// depth p < kc and x < width) into panels of w values per depth, zero past
+// width. It walks a few depths across all panels at a time, so that the
+// source rows and the written panel stay in L1 and the TLB.
+func packDepthMajor(dst, src []float32, ld, kc, width, w int) {
+	const depthBlock = 16
+	for p0 := 0; p0 < kc; p0 += depthBlock {
+		p1 := min(kc, p0+depthBlock)
+		for q := 0; q < width; q += w {
+			cols := min(w, width-q)
+			panel := dst[q*kc : (q+w)*kc]
+			for p := p0; p < p1; p++ {
+				d := panel[p*w : p*w+w]
+				copy(d, src[p*ld+q:][:cols])
+				clear(d[cols:])
+			}
 		}
 	}
 }

@@ -1,0 +1,235 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+// gemmShape is one benchmarked product.
+type gemmShape struct {
+	name           string
+	transA, transB bool
+	m, n, k        int
+	beta           float32
+}
+
+// gemmShapes are the training shapes of a 4096×512 · 512×2048 layer (issue 2)
+// plus a square product and small ones that must not lose to plain loops.
+var gemmShapes = []gemmShape{
+	{"fwd", false, true, 4096, 2048, 512, 0}, // Y = X·Wᵀ
+	{"dX", false, false, 4096, 512, 2048, 0}, // dX = dY·W
+	{"dW", true, false, 2048, 512, 4096, 1},  // dW += dYᵀ·X
+	{"sq1024", false, false, 1024, 1024, 1024, 0},
+	{"sq256", false, true, 256, 256, 256, 0},
+	{"sq64", false, false, 64, 64, 64, 0},
+	{"sq16", true, false, 16, 16, 16, 1},
+}
+
+func (s gemmShape) flops() float64 { return 2 * float64(s.m) * float64(s.n) * float64(s.k) }
+
+// gemmImpl is one Sgemm implementation under benchmark.
+type gemmImpl struct {
+	name string
+	call func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+}
+
+// kernelImpl runs Sgemm's checked path with one micro-kernel.
+func kernelImpl(kern *gemmKernel) gemmImpl {
+	return gemmImpl{name: kern.name, call: func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+		g := gemmArgs{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}
+		if err := g.check(); err != nil {
+			panic(err)
+		}
+		sgemm(kern, &g)
+	}}
+}
+
+// gemmBaseline is the implementation the comparison table divides by: OpenBLAS
+// when built with -tags openblas (gemm_openblas_test.go), else the AVX2
+// kernel (or the portable one).
+var gemmBaseline = func() gemmImpl {
+	if k := gemmKernelByName("avx2"); k != nil && k != activeGemm {
+		return kernelImpl(k)
+	}
+	return kernelImpl(goGemm)
+}()
+
+// gemmBenchData holds the operands of one shape.
+type gemmBenchData struct {
+	a, b, c       []float32
+	lda, ldb, ldc int
+}
+
+func newGemmBenchData(s gemmShape) gemmBenchData {
+	rng := rand.New(rand.NewPCG(11, 12))
+	d := gemmBenchData{lda: s.k, ldb: s.n, ldc: s.n}
+	if s.transA {
+		d.lda = s.m
+	}
+	if s.transB {
+		d.ldb = s.k
+	}
+	d.a, d.b = gemmRandSlice(rng, s.m*s.k), gemmRandSlice(rng, s.k*s.n)
+	d.c = gemmRandSlice(rng, s.m*s.n)
+	return d
+}
+
+func (d gemmBenchData) run(impl gemmImpl, s gemmShape) {
+	impl.call(s.transA, s.transB, s.m, s.n, s.k, 1, d.a, d.lda, d.b, d.ldb, s.beta, d.c, d.ldc)
+}
+
+// BenchmarkGemm measures each shape with each micro-kernel this CPU runs
+// (the portable one only on small shapes) and the baseline, in GFLOP/s.
+func BenchmarkGemm(b *testing.B) {
+	impls := []gemmImpl{}
+	for _, k := range gemmKernels {
+		impls = append(impls, kernelImpl(k))
+	}
+	if !slices.ContainsFunc(impls, func(i gemmImpl) bool { return i.name == gemmBaseline.name }) {
+		impls = append(impls, gemmBaseline)
+	}
+	for _, s := range gemmShapes {
+		d := newGemmBenchData(s)
+		for _, impl := range impls {
+			if impl.name == "go" && s.flops() > 1e9 {
+				continue // minutes per op
+			}
+			b.Run(s.name+"/"+impl.name, func(b *testing.B) {
+				for b.Loop() {
+					d.run(impl, s)
+				}
+				b.ReportMetric(s.flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkGemmTable prints, per shape, the median GFLOP/s of Sgemm and of
+// the baseline over interleaved rounds (the machine is shared, so the two
+// are measured side by side), and their ratio. Rounds: GEMM_ROUNDS (7).
+// Run it once: -run XXX -bench GemmTable -benchtime 1x.
+func BenchmarkGemmTable(b *testing.B) {
+	rounds := 7
+	if v, err := strconv.Atoi(os.Getenv("GEMM_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	ours := gemmImpl{name: "Sgemm", call: Sgemm}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "shape\tm×n×k\tSgemm (%s) GFLOP/s\t%s GFLOP/s\tratio\t\n", activeGemm.name, gemmBaseline.name)
+	for range b.N {
+		for _, s := range gemmShapes {
+			d := newGemmBenchData(s)
+			og, bg := interleavedMedians(d, s, ours, gemmBaseline, rounds)
+			fmt.Fprintf(tw, "%s\t%d×%d×%d\t%.1f\t%.1f\t%.3f\t\n", s.name, s.m, s.n, s.k, og, bg, og/bg)
+			b.ReportMetric(og/bg, s.name+"-ratio")
+		}
+	}
+	tw.Flush()
+}
+
+// interleavedMedians times x and y alternately (order swapped every round)
+// and returns the median GFLOP/s of each.
+func interleavedMedians(d gemmBenchData, s gemmShape, x, y gemmImpl, rounds int) (float64, float64) {
+	reps := max(1, int(0.02e9/s.flops()*200)) // ≈ 20 ms of work at 200 GFLOP/s
+	measure := func(impl gemmImpl) float64 {
+		d.run(impl, s) // warm caches and buffer pools
+		start := time.Now()
+		for range reps {
+			d.run(impl, s)
+		}
+		return s.flops() * float64(reps) / time.Since(start).Seconds() / 1e9
+	}
+	var xs, ys []float64
+	for r := range rounds {
+		if r%2 == 0 {
+			xs, ys = append(xs, measure(x)), append(ys, measure(y))
+		} else {
+			ys, xs = append(ys, measure(y)), append(xs, measure(x))
+		}
+	}
+	return median(xs), median(ys)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkGemmMicroKernel measures each micro-kernel alone on packed panels
+// that stay in L1 (kc = its block depth): the ceiling of the blocked product.
+func BenchmarkGemmMicroKernel(b *testing.B) {
+	for _, kern := range gemmKernels {
+		b.Run(kern.name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(13, 14))
+			ap, bp := gemmRandSlice(rng, kern.mr*kern.kc), gemmRandSlice(rng, kern.nr*kern.kc)
+			c := make([]float32, kern.mr*kern.nr)
+			flops := 2 * float64(kern.mr*kern.nr*kern.kc)
+			reportCPU(b, flops, func() { kern.tile(kern.kc, ap, bp, c, kern.nr, 1, 1) })
+		})
+	}
+}
+
+// BenchmarkGemmFMAPeak measures the FMA throughput of one core, the ceiling
+// for BenchmarkGemmMicroKernel; run both in one go to get a ratio.
+func BenchmarkGemmFMAPeak(b *testing.B) {
+	if !cpu.avx512F {
+		b.Skip("no AVX-512")
+	}
+	const iters = 1000
+	reportCPU(b, 768*iters, func() { fmaPeakAVX512(iters) })
+}
+
+// BenchmarkGemmPack measures packing one mc×kc block of A and one kc×nc
+// block of B for both orientations, in GB/s of packed output.
+func BenchmarkGemmPack(b *testing.B) {
+	kern := activeGemm
+	rng := rand.New(rand.NewPCG(15, 16))
+	const rows, depth = 4096, 512
+	src := gemmRandSlice(rng, rows*depth)
+	for _, trans := range []bool{false, true} {
+		// A is m×k (ld k) or k×m (ld m); B is k×n (ld n) or n×k (ld k).
+		g := gemmArgs{transA: trans, transB: trans, m: rows, n: rows, k: depth, a: src, b: src, lda: depth, ldb: rows}
+		if trans {
+			g.lda, g.ldb = rows, depth
+		}
+		dst := make([]float32, max(kern.mc, kern.nc)*kern.kc)
+		b.Run(fmt.Sprintf("A/trans=%v", trans), func(b *testing.B) {
+			b.SetBytes(int64(4 * kern.mc * kern.kc))
+			for b.Loop() {
+				packA(dst, &g, kern, 0, kern.mc, 0, kern.kc)
+			}
+		})
+		b.Run(fmt.Sprintf("B/trans=%v", trans), func(b *testing.B) {
+			b.SetBytes(int64(4 * kern.nc * kern.kc))
+			for b.Loop() {
+				packB(dst, &g, kern, 0, kern.kc, 0, kern.nc)
+			}
+		})
+	}
+}
+
+// reportCPU runs f b.N times on one locked OS thread and reports GFLOP/s by
+// wall time and by the thread's CPU time (robust to other load on the box).
+func reportCPU(b *testing.B, flops float64, f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := threadCPUTime()
+	for b.Loop() {
+		f()
+	}
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	if cpu := threadCPUTime() - start; cpu > 0 {
+		b.ReportMetric(flops*float64(b.N)/cpu.Seconds()/1e9, "GFLOP/cpu-s")
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package kernels
+
+import "time"
+
+// threadCPUTime is unavailable here; benchmarks then report wall time only.
+func threadCPUTime() time.Duration { return 0 }
