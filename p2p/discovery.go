@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/discovery"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 )
@@ -31,6 +36,8 @@ const (
 	discoverLimit = 1024
 	// discoverDialers bounds concurrent dials in one discovery round.
 	discoverDialers = 8
+	// maxKnownPeers bounds the remembered run peers used to rejoin.
+	maxKnownPeers = 256
 )
 
 // Rendezvous returns the DHT namespace under which the nodes of a run
@@ -48,7 +55,7 @@ func (h *Host) buildDHT() error {
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(DHTProtocolPrefix),
 		dht.DisableValues(),
-		dht.BootstrapPeers(h.bootstrap...),
+		dht.BootstrapPeersFunc(h.rejoinCandidates),
 	)
 	if err != nil {
 		return fmt.Errorf("p2p: start dht: %w", err)
@@ -61,26 +68,28 @@ func (h *Host) buildDHT() error {
 func (h *Host) RoutingTableSize() int { return h.dht.RoutingTable().Size() }
 
 // advertiseLoop announces this host under the run's rendezvous key, retrying
-// quickly while the routing table is empty (the first node of a network) and
-// re-announcing every AdvertiseInterval so that the record reaches nodes that
-// joined since.
+// quickly while the routing table is empty (the first node of a network: a
+// newly identified neighbour retries at once) and re-announcing every
+// AdvertiseInterval so that the record reaches nodes that joined since.
 func (h *Host) advertiseLoop(ctx context.Context) {
 	rd := drouting.NewRoutingDiscovery(h.dht)
 	ns := Rendezvous(h.cfg.Run)
 	retry := advertiseFirstRetry
 	for {
-		wait := h.cfg.AdvertiseInterval
 		if _, err := rd.Advertise(ctx, ns); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			h.log.Debug("advertise failed, will retry", "retry", retry, "err", err)
-			wait, retry = retry, min(2*retry, advertiseMaxRetry)
-		} else {
-			h.log.Debug("advertised", "rendezvous", ns)
-			retry = advertiseFirstRetry
+			if !waitOrKick(ctx, retry, h.kickAdvertise) {
+				return
+			}
+			retry = min(2*retry, advertiseMaxRetry)
+			continue
 		}
-		if !sleepCtx(ctx, wait) {
+		h.log.Debug("advertised", "rendezvous", ns)
+		retry = advertiseFirstRetry
+		if !waitOrKick(ctx, h.cfg.AdvertiseInterval, nil) {
 			return
 		}
 	}
@@ -88,7 +97,7 @@ func (h *Host) advertiseLoop(ctx context.Context) {
 
 // discoverLoop looks up the run's advertisers and connects to those it is not
 // connected to. Lookups start fast and back off to DiscoveryInterval while
-// nothing new turns up.
+// nothing new turns up; a newly identified peer of our DHT resets the pace.
 func (h *Host) discoverLoop(ctx context.Context) {
 	interval := discoverFirstInterval
 	for {
@@ -105,46 +114,149 @@ func (h *Host) discoverLoop(ctx context.Context) {
 		} else {
 			interval = min(2*interval, h.cfg.DiscoveryInterval)
 		}
-		if !sleepCtx(ctx, interval) {
+		if !waitOrKick(ctx, interval, h.kickDiscover) {
 			return
 		}
 	}
 }
 
+// watchPeers turns identify events into work: a peer that speaks our DHT is
+// remembered for rejoin, and it wakes the advertise and discovery loops,
+// since a routing table that just grew can serve both.
+func (h *Host) watchPeers(ctx context.Context, sub event.Subscription) {
+	defer sub.Close()
+	proto := protocol.ID(DHTProtocolPrefix + "/kad/1.0.0")
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-sub.Out():
+			if !ok {
+				return
+			}
+			ev, ok := e.(event.EvtPeerIdentificationCompleted)
+			if !ok || !slices.Contains(ev.Protocols, proto) {
+				continue
+			}
+			h.remember(ev.Peer)
+			kick(h.kickAdvertise)
+			kick(h.kickDiscover)
+		}
+	}
+}
+
+// kick wakes a loop waiting in waitOrKick without ever blocking.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// waitOrKick waits d, or until a kick on c (nil: never), or until ctx is
+// done; it reports false only in the last case.
+func waitOrKick(ctx context.Context, d time.Duration, c chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // discoverOnce runs one lookup and returns the number of peers it newly
-// connected to.
+// connected to. A host that has lost every connection first redials the run
+// peers it knew and its bootstrap peers, since a lookup needs a neighbour.
 func (h *Host) discoverOnce(ctx context.Context) (int, error) {
 	lctx, cancel := context.WithTimeout(ctx, h.cfg.DiscoveryInterval)
 	defer cancel()
+	if len(h.h.Network().Peers()) == 0 {
+		return h.rejoin(lctx), nil
+	}
 	rd := drouting.NewRoutingDiscovery(h.dht)
 	found, err := rd.FindPeers(lctx, Rendezvous(h.cfg.Run), discovery.Limit(discoverLimit))
 	if err != nil {
 		return 0, err
 	}
+	return h.dialAll(lctx, func(yield func(peer.AddrInfo) bool) {
+		for ai := range found {
+			if !yield(ai) {
+				return
+			}
+		}
+	}), nil
+}
+
+// dialAll connects, a few at a time, to the peers it is not connected to
+// yet, and returns how many new connections it made.
+func (h *Host) dialAll(ctx context.Context, peers iter.Seq[peer.AddrInfo]) int {
 	var (
-		mu        sync.Mutex
-		connected int
+		connected atomic.Int64
 		wg        sync.WaitGroup
 		sem       = make(chan struct{}, discoverDialers)
 	)
-	for ai := range found {
+	for ai := range peers {
 		if ai.ID == h.h.ID() || h.h.Network().Connectedness(ai.ID) == network.Connected {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := h.connectFound(lctx, ai); err != nil {
-				h.log.Debug("dial discovered peer failed", "peer", ai.ID.ShortString(), "err", err)
+			if err := h.connectFound(ctx, ai); err != nil {
+				h.log.Debug("dial run peer failed", "peer", ai.ID.ShortString(), "err", err)
 				return
 			}
-			mu.Lock()
-			connected++
-			mu.Unlock()
+			connected.Add(1)
 		})
 	}
 	wg.Wait()
-	return connected, nil
+	return int(connected.Load())
+}
+
+// rejoin dials every rejoin candidate and returns how many answered.
+func (h *Host) rejoin(ctx context.Context) int {
+	cands := h.rejoinCandidates()
+	if len(cands) == 0 {
+		return 0
+	}
+	h.log.Warn("no connections left: redialing known run peers", "candidates", len(cands))
+	return h.dialAll(ctx, slices.Values(cands))
+}
+
+// rejoinCandidates returns the configured bootstrap peers and the run peers
+// this host has been connected to, so that losing the bootstrap node, or
+// every connection for a while, does not strand a node. It also serves the
+// DHT, which redials them when its routing table empties.
+func (h *Host) rejoinCandidates() []peer.AddrInfo {
+	h.knownMu.Lock()
+	defer h.knownMu.Unlock()
+	out := slices.Clone(h.bootstrap)
+	for _, ai := range h.known {
+		out = append(out, ai)
+	}
+	return out
+}
+
+// remember records a run peer's addresses for rejoin, evicting an arbitrary
+// entry when full.
+func (h *Host) remember(id peer.ID) {
+	addrs := h.h.Peerstore().Addrs(id)
+	if len(addrs) == 0 {
+		return
+	}
+	h.knownMu.Lock()
+	defer h.knownMu.Unlock()
+	if _, ok := h.known[id]; !ok && len(h.known) >= maxKnownPeers {
+		for k := range h.known {
+			delete(h.known, k)
+			break
+		}
+	}
+	h.known[id] = peer.AddrInfo{ID: id, Addrs: addrs}
 }
 
 // connectFound dials a discovered peer, resolving its addresses through the
@@ -165,7 +277,7 @@ func (h *Host) connectFound(ctx context.Context, ai peer.AddrInfo) error {
 // pingLoop pings every connected peer each PingInterval; libp2p's ping
 // records the round trip in the peerstore's latency EWMA read by PeerInfo.
 func (h *Host) pingLoop(ctx context.Context) {
-	for sleepCtx(ctx, h.cfg.PingInterval) {
+	for waitOrKick(ctx, h.cfg.PingInterval, nil) {
 		h.pingAll(ctx)
 	}
 }
@@ -183,16 +295,4 @@ func (h *Host) pingAll(ctx context.Context) {
 		})
 	}
 	wg.Wait()
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

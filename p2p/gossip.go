@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,7 @@ func (h *Host) joinTopic(ctx context.Context) error {
 	params := pubsub.DefaultGossipSubParams()
 	params.HeartbeatInterval = h.cfg.GossipHeartbeat
 	params.HeartbeatInitialDelay = min(params.HeartbeatInitialDelay, h.cfg.GossipHeartbeat)
+	params.SlowHeartbeatWarning = 0.5 // warn when a heartbeat takes half its interval
 	ps, err := pubsub.NewGossipSub(ctx, h.h,
 		pubsub.WithGossipSubParams(params),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
@@ -97,7 +99,9 @@ func (h *Host) joinTopic(ctx context.Context) error {
 	return nil
 }
 
-// leaveTopic cancels the subscription and closes the topic handle.
+// leaveTopic cancels the subscription and closes the topic handle. The
+// fields stay set: once Start succeeded they are never written again, which
+// lets Publish read them without a lock after checking h.started.
 func (h *Host) leaveTopic() {
 	g := &h.gossip
 	if g.sub != nil {
@@ -108,6 +112,7 @@ func (h *Host) leaveTopic() {
 			h.log.Debug("close topic", "err", err)
 		}
 	}
+
 }
 
 // validate is the pubsub topic validator: size limit, then the node's hook.
@@ -199,7 +204,8 @@ func (h *Host) deliverLoop(ctx context.Context) {
 			continue
 		}
 		select {
-		case h.msgs <- Message{From: msg.GetFrom(), Data: msg.GetData()}:
+		// Copy: pubsub keeps the message in its relay cache.
+		case h.msgs <- Message{From: msg.GetFrom(), Data: bytes.Clone(msg.GetData())}:
 			h.gossip.delivered.Add(1)
 		default:
 			if n := h.gossip.dropped.Add(1); n&(n-1) == 0 { // log at powers of two

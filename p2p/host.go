@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -211,6 +212,12 @@ type Host struct {
 	bw        *bandwidthCounter
 	bootstrap []peer.AddrInfo
 
+	kickAdvertise chan struct{} // a new neighbour: retry a failed advertisement now
+	kickDiscover  chan struct{} // a new neighbour: look up the run's peers now
+
+	knownMu sync.Mutex
+	known   map[peer.ID]peer.AddrInfo // run peers seen, for rejoin
+
 	gossip gossipState
 	msgs   chan Message
 
@@ -243,7 +250,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		cfg:       cfg,
 		bw:        newBandwidthCounter(),
 		bootstrap: boot,
-		msgs:      make(chan Message, cfg.MessageBuffer),
+		known:     make(map[peer.ID]peer.AddrInfo),
+
+		kickAdvertise: make(chan struct{}, 1),
+		kickDiscover:  make(chan struct{}, 1),
+		msgs:          make(chan Message, cfg.MessageBuffer),
 	}
 	if err := h.buildLibp2p(key); err != nil {
 		return nil, err
@@ -389,26 +400,42 @@ func (h *Host) Start(ctx context.Context) error {
 		return ErrAlreadyStarted
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	if err := h.joinTopic(runCtx); err != nil {
+	peers, err := h.join(runCtx)
+	if err != nil {
 		cancel()
 		return err
-	}
-	if err := h.connectBootstrap(runCtx); err != nil {
-		h.leaveTopic()
-		cancel()
-		return err
-	}
-	if err := h.dht.Bootstrap(runCtx); err != nil {
-		h.leaveTopic()
-		cancel()
-		return fmt.Errorf("p2p: dht bootstrap: %w", err)
 	}
 	h.started, h.cancel = true, cancel
+	h.goLoop(runCtx, func(ctx context.Context) { h.watchPeers(ctx, peers) })
 	h.goLoop(runCtx, h.deliverLoop)
 	h.goLoop(runCtx, h.advertiseLoop)
 	h.goLoop(runCtx, h.discoverLoop)
 	h.goLoop(runCtx, h.pingLoop)
 	return nil
+}
+
+// join does the part of Start that can fail, undoing it on failure.
+func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
+	peers, err := h.h.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
+	if err != nil {
+		return nil, fmt.Errorf("p2p: subscribe to identify events: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			peers.Close()
+			h.leaveTopic()
+		}
+	}()
+	if err := h.joinTopic(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.connectBootstrap(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.dht.Bootstrap(ctx); err != nil {
+		return nil, fmt.Errorf("p2p: dht bootstrap: %w", err)
+	}
+	return peers, nil
 }
 
 func (h *Host) goLoop(ctx context.Context, loop func(context.Context)) {
@@ -448,6 +475,7 @@ func (h *Host) connect(ctx context.Context, ai peer.AddrInfo) error {
 		return fmt.Errorf("p2p: connect %s: %w", ai.ID.ShortString(), err)
 	}
 	h.cm.TagPeer(ai.ID, runPeerTag, runPeerValue)
+	h.remember(ai.ID)
 	return nil
 }
 

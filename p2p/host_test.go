@@ -12,6 +12,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 )
 
 // testConfig returns a Config for a host on loopback with fast timers.
@@ -137,10 +139,10 @@ func publishAndReceive(t *testing.T, from *Host, to []*Host, payload string) {
 // mesh; a message reaches all; the first host dies and the rest stay
 // connected; a newcomer that bootstraps from another host finds everyone.
 func TestDiscoveryGossipAndBootstrapLoss(t *testing.T) {
-	const n = 6
+	const n = 8
 	start := time.Now()
 	hosts := startNetwork(t, "discovery", n)
-	eventually(t, 20*time.Second, "full mesh of 6 hosts", func() bool { return fullMesh(hosts) })
+	eventually(t, 20*time.Second, "full mesh of 8 hosts", func() bool { return fullMesh(hosts) })
 	t.Logf("%d hosts connected and on the topic after %v", n, time.Since(start))
 
 	publishAndReceive(t, hosts[n-1], hosts, "hello from the last")
@@ -369,6 +371,13 @@ func TestPeerInfoAndProtect(t *testing.T) {
 	if len(info.Addrs) == 0 || !strings.HasPrefix(info.Addrs[0], "/ip4/127.0.0.1/tcp/") {
 		t.Fatalf("peer info addrs: %v", info.Addrs)
 	}
+	conns := a.Libp2p().Network().ConnsToPeer(b.ID())
+	if len(conns) == 0 {
+		t.Fatal("no connection")
+	}
+	if st := conns[0].ConnState(); st.Security != libp2ptls.ID || st.StreamMultiplexer != yamux.ID || st.Transport != "tcp" {
+		t.Fatalf("connection uses %+v, want TCP + TLS + yamux", st)
+	}
 	if info.Traffic.In == 0 || info.Traffic.Out == 0 {
 		t.Fatalf("no traffic counted with a connected peer: %+v", info.Traffic)
 	}
@@ -390,4 +399,21 @@ func TestPeerInfoAndProtect(t *testing.T) {
 	if full := a.Addrs(); len(full) == 0 || !strings.HasSuffix(full[0], "/p2p/"+a.ID().String()) {
 		t.Fatalf("Addrs() = %v", full)
 	}
+}
+
+// TestRejoinAfterLosingAllConnections cuts every connection of one host after
+// the bootstrap node died; the network must heal without the bootstrap.
+func TestRejoinAfterLosingAllConnections(t *testing.T) {
+	hosts := startNetwork(t, "rejoin", 3)
+	eventually(t, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+	hosts[0].Close()
+	b, c := hosts[1], hosts[2]
+	if got := c.rejoinCandidates(); len(got) < 2 {
+		t.Fatalf("rejoin candidates %v: want the bootstrap and the other peer", got)
+	}
+	for _, p := range c.Libp2p().Network().Peers() {
+		c.Libp2p().Network().ClosePeer(p)
+	}
+	eventually(t, 20*time.Second, "mesh healed", func() bool { return fullMesh([]*Host{b, c}) })
+	publishAndReceive(t, c, []*Host{b}, "back again")
 }
