@@ -102,6 +102,9 @@ func (m *Mesh) progress() {
 			return
 		}
 		m.vote(m.ag.maxRound)
+		if m.state != StateAgreeing {
+			return
+		}
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
 		if m.decidable() {
@@ -112,6 +115,9 @@ func (m *Mesh) progress() {
 			return
 		}
 		m.vote(max(m.ag.round+1, m.ag.maxRound))
+		if m.state != StateAgreeing {
+			return
+		}
 	}
 }
 
@@ -161,10 +167,15 @@ func (m *Mesh) viewMembers() []Member {
 
 // vote casts this node's vote for round: M − X.
 func (m *Mesh) vote(round uint32) {
+	members := m.viewMembers()
+	if _, in := slices.BinarySearchFunc(members, m.cfg.ID, meshCmpMember); !in {
+		m.setState(StateExcluded) // excluded by a peer, or truncated away
+		return
+	}
 	m.ag.voted = true
 	m.ag.round = min(round, MaxRound)
 	m.ag.maxRound = max(m.ag.maxRound, m.ag.round)
-	m.ag.vote = m.viewMembers()
+	m.ag.vote = members
 	m.ag.roundAt = m.tick
 	m.setState(StateAgreeing)
 	m.send(m.proposeMsg())

@@ -282,7 +282,9 @@ func (m *Mesh) ReportFailure(step uint64, peer PeerID) {
 		return
 	}
 	m.failures++
-	if peer != m.cfg.ID {
+	// A peer already voting in a later round of this step did not fail: it
+	// left the ring for a reason its vote carries.
+	if v := m.latestVote(peer); peer != m.cfg.ID && (v == nil || v.round <= m.ag.round) {
 		m.ag.excluded[peer] = true
 	}
 	m.ring = nil

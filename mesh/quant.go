@@ -131,6 +131,9 @@ const (
 	// modeClipCentres: as modeClip, decoding to bucket centres; kept only to
 	// measure what the bucket means buy.
 	modeClipCentres
+	// modeSqrtCentres: as modeSqrt, decoding to bucket centres; kept only to
+	// measure what the bucket means buy.
+	modeSqrtCentres
 )
 
 // quantizer holds the scratch space of the int8 encoder; one per goroutine.
@@ -147,33 +150,36 @@ type chunkStats struct {
 }
 
 func scanChunk(src []float32) chunkStats {
-	st := chunkStats{min: src[0], max: src[0]}
-	var s [4]float64
-	var q [4]float64
+	// Scalar accumulators: the compiler keeps them in registers (it would
+	// not keep an array there).
+	mn, mx := src[0], src[0]
+	var s0, s1, s2, s3, q0, q1, q2, q3 float64
 	i := 0
 	for ; i+4 <= len(src); i += 4 {
-		a, b, c, d := src[i], src[i+1], src[i+2], src[i+3]
-		s[0] += float64(a)
-		s[1] += float64(b)
-		s[2] += float64(c)
-		s[3] += float64(d)
-		q[0] += float64(a) * float64(a)
-		q[1] += float64(b) * float64(b)
-		q[2] += float64(c) * float64(c)
-		q[3] += float64(d) * float64(d)
-		st.min = min(st.min, a, b, c, d)
-		st.max = max(st.max, a, b, c, d)
+		a, b, c, d := float64(src[i]), float64(src[i+1]), float64(src[i+2]), float64(src[i+3])
+		s0 += a
+		s1 += b
+		s2 += c
+		s3 += d
+		q0 += a * a
+		q1 += b * b
+		q2 += c * c
+		q3 += d * d
 	}
 	for ; i < len(src); i++ {
-		a := src[i]
-		s[0] += float64(a)
-		q[0] += float64(a) * float64(a)
-		st.min = min(st.min, a)
-		st.max = max(st.max, a)
+		a := float64(src[i])
+		s0 += a
+		q0 += a * a
 	}
-	st.sum = s[0] + s[1] + s[2] + s[3]
-	st.sum2 = q[0] + q[1] + q[2] + q[3]
-	return st
+	for _, x := range src {
+		if x < mn {
+			mn = x
+		}
+		if x > mx {
+			mx = x
+		}
+	}
+	return chunkStats{min: mn, max: mx, sum: s0 + s1 + s2 + s3, sum2: q0 + q1 + q2 + q3}
 }
 
 // bucketMap maps values to codes and codes to bucket centres.
@@ -189,7 +195,7 @@ type bucketMap struct {
 // not fit a float32, so that one bucket holds everything.
 func newBucketMap(st chunkStats, n int, mode quantMode) (bucketMap, bool) {
 	mean := st.sum / float64(n)
-	if mode == modeSqrt {
+	if mode == modeSqrt || mode == modeSqrtCentres {
 		r := max(float64(st.max)-mean, mean-float64(st.min))
 		inv := float32(1 / r)
 		ok := r > 0 && inv > 0 && !math.IsInf(float64(inv), 0) && !math.IsInf(r, 0)
@@ -227,8 +233,12 @@ func (qz *quantizer) encodeInt8(payload []byte, t *[256]float32, src []float32) 
 		for b := range t {
 			t[b] = float32(st.sum / float64(len(src)))
 		}
-	case qz.mode == modeClipCentres:
-		quantizeUniform(codes, src, m.lo, m.inv, nil)
+	case qz.mode == modeClipCentres || qz.mode == modeSqrtCentres:
+		if m.sqrt {
+			quantizeSqrt(codes, src, m.mu, m.invR, nil)
+		} else {
+			quantizeUniform(codes, src, m.lo, m.inv, nil)
+		}
 		for b := range t {
 			t[b] = m.centre(b)
 		}
@@ -277,10 +287,12 @@ func uniformCode(x, lo, inv float32) uint8 {
 // clamped to [0, 255].
 func sqrtCode(x, mu, invR float32) uint8 {
 	d := (x - mu) * invR
-	y := float32(math.Sqrt(float64(min(abs32(d), 1))))
-	if d < 0 {
-		y = -y
+	a := abs32(d)
+	if a > 1 {
+		a = 1
 	}
+	y := float32(math.Sqrt(float64(a)))
+	y = math.Float32frombits(math.Float32bits(y) | math.Float32bits(d)&(1<<31)) // sign of d, branch-free
 	return uint8(int32(y*127.5 + 128)) // 127.5 + 0.5 for rounding; y ∈ [−1, 1]
 }
 
@@ -303,7 +315,9 @@ func quantizeSqrt(codes []byte, src []float32, mu, invR float32, qz *quantizer) 
 	for i, x := range src {
 		codes[i] = sqrtCode(x, mu, invR)
 	}
-	qz.accumulate(codes, src)
+	if qz != nil {
+		qz.accumulate(codes, src)
+	}
 }
 
 // accumulate sums the values per bucket in four interleaved histograms, so

@@ -102,11 +102,12 @@ func TestInt8Error(t *testing.T) {
 		for i := range src {
 			src[i] = d.gen(rng)
 		}
-		var e [3]float64
+		var e [4]float64
 		for m := range e {
 			e[m] = relErr(roundTrip(t, &quantizer{mode: quantMode(m)}, src), toF64(src))
 		}
-		t.Logf("%-15s relative L2 error: sqrt+means %.4f  clip4σ+means %.4f  clip4σ+centres %.4f", d.name, e[0], e[1], e[2])
+		t.Logf("%-15s relative L2 error: sqrt+means %.4f  sqrt+centres %.4f  clip4σ+means %.4f  clip4σ+centres %.4f",
+			d.name, e[modeSqrt], e[modeSqrtCentres], e[modeClip], e[modeClipCentres])
 		if e[modeSqrt] > 0.04 {
 			t.Fatalf("%s: error %.3g", d.name, e[modeSqrt])
 		}

@@ -33,3 +33,164 @@ func TestSimSteady(t *testing.T) {
 		}
 	}
 }
+
+// waitState ticks until node id is in state st.
+func (s *simNet) waitState(id PeerID, st State, limit int) {
+	s.t.Helper()
+	s.runUntil(limit, fmt.Sprintf("%s %v", id, st), func() bool { return s.nodes[id].m.Status().State == st })
+}
+
+// TestSimCrashMidAgreement: a node that crashes after voting is declared
+// dead and the others decide the same step without it.
+func TestSimCrashMidAgreement(t *testing.T) {
+	s := newSimNet(t, 11)
+	s.addN(5, nil)
+	s.waitState("n03", StateAgreeing, 200)
+	s.crash("n03")
+	s.runUntil(400, "step 3 reached", func() bool { return s.minStep() >= 3 })
+	s.checkNoStepLost()
+	for _, d := range s.done {
+		if d.ring.Rank("n03") >= 0 {
+			t.Fatalf("step %d ring %v holds the crashed node", d.step, d.ring.Members)
+		}
+	}
+}
+
+// TestSimCrashMidReduce: a node crashing during the all-reduce is reported;
+// the survivors agree a new ring for the same step.
+func TestSimCrashMidReduce(t *testing.T) {
+	s := newSimNet(t, 12)
+	s.reduceTicks = 20
+	s.addN(4, nil)
+	s.waitState("n02", StateReducing, 200)
+	s.crash("n02")
+	s.runUntil(400, "step 2 reached", func() bool { return s.minStep() >= 2 })
+	s.checkNoStepLost()
+	d := s.done[0]
+	if d.step != 0 || len(d.ring.Members) != 3 || d.ring.Round == 0 {
+		t.Fatalf("step 0 completed by ring %v round %d, want the 3 survivors in a later round", d.ring.Members, d.ring.Round)
+	}
+	if st := s.nodes["n00"].m.Status(); st.Failures == 0 {
+		t.Fatal("no failure was reported")
+	}
+}
+
+// TestSimPartitionHeal: both sides of a partition go on; after the heal the
+// smaller side adopts the larger side's model and all train together again.
+func TestSimPartitionHeal(t *testing.T) {
+	s := newSimNet(t, 13)
+	s.addN(8, nil)
+	s.runUntil(300, "step 2", func() bool { return s.minStep() >= 2 })
+	big := []PeerID{"n00", "n01", "n02", "n03", "n04"}
+	small := []PeerID{"n05", "n06", "n07"}
+	s.partition(big, small)
+	at := s.minStep()
+	s.runUntil(600, "both sides progress", func() bool { return s.minStep() >= at+3 })
+	s.heal()
+	s.runUntil(600, "converged", s.converged)
+	for _, id := range small {
+		if s.nodes[id].m.Status().Adoptions == 0 {
+			t.Errorf("%s (small side) did not adopt", id)
+		}
+	}
+	for _, id := range big {
+		if s.nodes[id].m.Status().Adoptions != 0 {
+			t.Errorf("%s (big side) adopted", id)
+		}
+	}
+	end := s.minStep()
+	s.runUntil(400, "2 more steps together", func() bool { return s.minStep() >= end+2 })
+	if last := s.done[len(s.done)-1]; len(last.ring.Members) != 8 {
+		t.Fatalf("after the heal the ring is %v", last.ring.Members)
+	}
+}
+
+// TestSimJoinAndLeave: a node with no model joins a running network, fetches
+// the model and enters a ring; a leaver is dropped at once, with no failure.
+func TestSimJoinAndLeave(t *testing.T) {
+	s := newSimNet(t, 14)
+	s.addN(4, nil)
+	s.runUntil(300, "step 3", func() bool { return s.minStep() >= 3 })
+	s.add("n09", 0, "", nil)
+	s.runUntil(300, "joiner in a ring", func() bool { return s.nodes["n09"].rings > 0 })
+	if st := s.nodes["n09"].m.Status(); st.Adoptions != 0 {
+		t.Fatalf("joiner adopted instead of fetching: %+v", st)
+	}
+	before := len(s.done)
+	s.waitState("n01", StateTraining, 100)
+	s.leave("n01")
+	s.run(2)
+	for _, id := range []PeerID{"n00", "n02", "n03", "n09"} {
+		if p := simPeer(s.nodes[id].m.Status(), "n01"); p == nil || !p.Dead {
+			t.Fatalf("%s still counts the leaver alive: %+v", id, p)
+		}
+	}
+	s.runUntil(300, "2 more steps", func() bool { return len(s.done) >= before+2 })
+	for _, id := range []PeerID{"n00", "n02", "n03", "n09"} {
+		if f := s.nodes[id].m.Status().Failures; f != 0 {
+			t.Fatalf("%s reported %d failures after a graceful leave", id, f)
+		}
+	}
+	if last := s.done[len(s.done)-1]; last.ring.Rank("n01") >= 0 || len(last.ring.Members) != 4 {
+		t.Fatalf("ring after leave: %v", last.ring.Members)
+	}
+}
+
+func simPeer(st Status, id PeerID) *PeerStatus {
+	for i := range st.Peers {
+		if st.Peers[i].ID == id {
+			return &st.Peers[i]
+		}
+	}
+	return nil
+}
+
+// TestSimMinMembers: nodes started 40 ticks apart do not run the first step
+// before MinMembers of them are Ready; the first ring holds them all.
+func TestSimMinMembers(t *testing.T) {
+	s := newSimNet(t, 15)
+	min4 := func(c *Config) { c.MinMembers = 4 }
+	for i := range 4 {
+		s.add(simID(i), 0, simGenesis, min4)
+		s.run(40)
+		if i < 3 && len(s.done) > 0 {
+			t.Fatalf("a ring completed with only %d nodes started", i+1)
+		}
+	}
+	s.runUntil(300, "step 1", func() bool { return s.minStep() >= 1 })
+	if d := s.done[0]; len(d.ring.Members) != 4 {
+		t.Fatalf("first ring %v, want all 4", d.ring.Members)
+	}
+}
+
+// TestSimRestartBehind: a node restarted from an old checkpoint after the
+// network moved on fetches the current model and trains with it again.
+func TestSimRestartBehind(t *testing.T) {
+	s := newSimNet(t, 16)
+	s.addN(4, nil)
+	s.runUntil(300, "step 2", func() bool { return s.minStep() >= 2 })
+	s.waitState("n03", StateTraining, 100)
+	s.crash("n03")
+	s.runUntil(400, "others at step 5", func() bool { return s.minStep() >= 5 })
+	s.restart("n03")
+	s.runUntil(400, "converged", s.converged)
+	before := s.nodes["n03"].rings
+	s.runUntil(300, "restarted node in a ring", func() bool { return s.nodes["n03"].rings > before })
+	s.checkNoStepLost()
+}
+
+// TestSimStraggler: a node far slower than StragglerTicks is left out of
+// rings (and fetches the next model each time); the others never wait
+// longer than the straggler timeout.
+func TestSimStraggler(t *testing.T) {
+	s := newSimNet(t, 17)
+	s.addN(4, nil)
+	s.nodes["n03"].trainSlow = 60
+	s.runUntil(600, "step 5", func() bool { return s.nodes["n00"].m.Status().Step >= 5 })
+	s.checkNoStepLost()
+	for _, d := range s.done {
+		if len(d.ring.Members) < 3 {
+			t.Fatalf("step %d ring %v lost a fast node", d.step, d.ring.Members)
+		}
+	}
+}

@@ -363,14 +363,20 @@ func (s *simNet) reduce() {
 }
 
 func (s *simNet) ringState(n *simNode) (ok bool, last uint64, bad PeerID) {
+	// Blame an unreachable member first (its neighbours see the broken
+	// link), else one that runs another ring (the handshake mismatch).
+	var other PeerID
 	for _, id := range n.ring.Members {
 		o := s.nodes[id]
-		if o == nil || !o.up || !s.linked(n.id, id) || o.ring == nil || o.ring.ID != n.ring.ID {
+		if o == nil || !o.up || !s.linked(n.id, id) {
 			return false, 0, id
+		}
+		if (o.ring == nil || o.ring.ID != n.ring.ID) && other == "" {
+			other = id
 		}
 		last = max(last, o.ringAt)
 	}
-	return true, last, ""
+	return other == "", last, other
 }
 
 func (s *simNet) complete(r Ring) {
