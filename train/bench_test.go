@@ -1,0 +1,85 @@
+package train
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchOptions is the speed-target shape: L=4, C=256, 4 heads, vocab 512,
+// B=4, T=64 (the figure llm.c reaches 65 GFLOP/s with on this machine).
+func benchOptions(b *testing.B) Options {
+	o, err := DefaultOptions("tiny")
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.Model = Config{Name: "bench", Vocab: 512, Dim: 256, Layers: 4, Heads: 4, KVHeads: 4, FFN: 704,
+		SeqLen: 64, RopeTheta: 10000, NormEps: 1e-5, ZLoss: 1e-4}
+	o.Batch, o.Seq, o.GradAccum = 4, 64, 1
+	return o
+}
+
+// BenchmarkTrainStep times whole optimizer steps and reports model GFLOP/s
+// (6·matmul-params·tokens + causal attention), tokens/s and the share of the
+// step spent inside kernels.Sgemm in the same run (sgemm-frac; the rest is
+// this package's layers, AdamW and data).
+func BenchmarkTrainStep(b *testing.B) {
+	o := benchOptions(b)
+	benchSteps(b, o)
+}
+
+// BenchmarkSmallPreset times the `small` preset (≈ 12.6 M parameters, B=8,
+// T=256) and reports tokens/s and the process's peak resident memory (VmHWM).
+func BenchmarkSmallPreset(b *testing.B) {
+	o, err := DefaultOptions("small")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchSteps(b, o)
+	b.ReportMetric(float64(peakRSS())/(1<<20), "peak-RSS-MiB")
+}
+
+func benchSteps(b *testing.B, o Options) {
+	tr, err := NewTrainer(o, DefaultSource())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr.Step() // warm up
+	tr.m.timeGEM, tr.m.gemm = true, 0
+	var tokens int
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		st, err := tr.Step()
+		if err != nil {
+			b.Fatal(err)
+		}
+		tokens += st.Tokens
+	}
+	el := time.Since(start).Seconds()
+	flops := o.Model.StepFLOPs(o.Batch, o.Seq) * float64(o.GradAccum)
+	b.ReportMetric(flops*float64(b.N)/el/1e9, "GFLOP/s")
+	b.ReportMetric(float64(tokens)/el, "tok/s")
+	b.ReportMetric(tr.m.gemm.Seconds()/el, "sgemm-frac")
+	b.ReportMetric(el/float64(b.N)*1e3, "ms/step")
+}
+
+// peakRSS returns VmHWM of /proc/self/status in bytes (0 where unavailable).
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
