@@ -37,6 +37,11 @@ type Config struct {
 	// Seed seeds the loss generators; the same seed repeats the same losses
 	// for the same packet sequence.
 	Seed uint64 `json:"seed,omitempty"`
+	// Offload opens the TUN devices with TCP segmentation offload: the
+	// forwarder then moves super-packets of up to 64 KiB, charging the links
+	// for the segments they stand for, at a fraction of the CPU cost per byte.
+	// Random loss then drops whole super-packets (see Loss.DropSegments).
+	Offload bool `json:"offload,omitempty"`
 	// Hosts are the emulated machines, at least two.
 	Hosts []Host `json:"hosts"`
 	// Links are the directed links. Every ordered pair of distinct hosts needs

@@ -12,8 +12,12 @@ import (
 	"time"
 )
 
-// freeBuffers is how many idle packet buffers the forwarder keeps for reuse.
+// freeBuffers is how many idle packet buffers of each size the forwarder
+// keeps for reuse.
 const freeBuffers = 1 << 14
+
+// maxPacket is the largest packet a TUN device hands over (IPv4's limit).
+const maxPacket = 65535
 
 // Forwarder moves packets between the hosts' TUN devices through the
 // emulated links. Create it with New, run it with Run.
@@ -25,7 +29,10 @@ type Forwarder struct {
 	links [][]*link // [from][to], nil on the diagonal
 	hosts []HostStats
 	epoch time.Time
-	free  chan []byte
+	hdr   int // bytes of virtio_net_hdr before each packet: 0 or VnetHdrLen
+	// Packet buffers: small ones hold one MTU, big ones a super-packet.
+	small, big         chan []byte
+	smallSize, bigSize int
 }
 
 // link is the state of one directed link. The reader goroutine of its source
@@ -43,8 +50,11 @@ type link struct {
 
 // LinkStats counts what happened on one link. Fields are updated atomically.
 type LinkStats struct {
-	// Packets and Bytes count what was delivered to the far end.
+	// Packets and Bytes count what was delivered to the far end, in wire
+	// segments and their bytes (a super-packet counts as its segments).
 	Packets, Bytes atomic.Uint64
+	// Offered counts the segments handed to the link, before loss and queue.
+	Offered atomic.Uint64
 	// QueueDrops counts packets dropped because the drop-tail queue was full.
 	QueueDrops atomic.Uint64
 	// LossDrops counts packets dropped at random (Link.Loss).
@@ -74,10 +84,16 @@ func New(cfg Config, log *slog.Logger) (*Forwarder, error) {
 	f := &Forwarder{
 		cfg: cfg, log: log.With("system", "linkemu"), route: map[netip.Addr]int{},
 		hosts: make([]HostStats, len(cfg.Hosts)), epoch: time.Now(),
-		free: make(chan []byte, freeBuffers),
+		small: make(chan []byte, freeBuffers), smallSize: cfg.MTU + 1,
+	}
+	f.bigSize = f.smallSize
+	if cfg.Offload {
+		f.hdr, f.bigSize = VnetHdrLen, VnetHdrLen+maxPacket+1
+		f.smallSize += VnetHdrLen
+		f.big = make(chan []byte, freeBuffers/16)
 	}
 	for i, h := range cfg.Hosts {
-		t, err := OpenTUN(h.Netns, h.Dev)
+		t, err := OpenTUN(h.Netns, h.Dev, cfg.Offload)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("emu: host %s: %w", h.Name, err)
@@ -178,43 +194,74 @@ func (f *Forwarder) now() int64 { return int64(time.Since(f.epoch)) }
 
 // read takes packets from host i's device and hands them to their links.
 func (f *Forwarder) read(i int) error {
-	tun, st := f.tuns[i], &f.hosts[i]
+	tun := f.tuns[i]
+	rb := f.bigBuffer()
 	for {
-		buf := f.buffer()
-		n, err := tun.Read(buf)
+		n, err := tun.Read(rb)
 		if errors.Is(err, os.ErrClosed) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("emu: read %s: %w", f.cfg.Hosts[i].Dev, err)
 		}
-		if n > f.cfg.MTU {
-			st.Oversize.Add(1)
-			f.release(buf)
+		j, segs, wire, ok := f.classify(i, rb[:n])
+		if !ok {
 			continue
 		}
-		dst, err := Destination(buf[:n])
-		j, ok := f.route[dst]
-		if err != nil || !ok || j == i {
-			st.Unroutable.Add(1)
-			f.release(buf)
-			continue
+		var pkt []byte
+		if n <= f.smallSize && f.bigSize > f.smallSize {
+			pkt = append(f.smallBuffer(), rb[:n]...)
+		} else {
+			pkt, rb = rb[:n], f.bigBuffer()
 		}
-		if !f.links[i][j].admit(f.now(), buf[:n]) {
-			f.release(buf)
+		if !f.links[i][j].admit(f.now(), pkt, segs, wire) {
+			f.release(pkt)
 		}
 	}
 }
 
-// admit runs a packet through loss and the bucket and queues it for delivery.
-func (l *link) admit(now int64, pkt []byte) bool {
+// classify finds the host a packet read from host i goes to and the
+// segments and wire bytes it stands for; it counts and rejects packets that
+// are too long, malformed, or for no other host.
+func (f *Forwarder) classify(i int, b []byte) (to, segs, wire int, ok bool) {
+	st := &f.hosts[i]
+	if len(b) < f.hdr {
+		st.Unroutable.Add(1)
+		return 0, 0, 0, false
+	}
+	pkt := b[f.hdr:]
+	segs, wire = 1, len(pkt)
+	if f.hdr > 0 {
+		var err error
+		if segs, wire, err = Segments(b[:f.hdr], pkt); err != nil {
+			st.Unroutable.Add(1)
+			return 0, 0, 0, false
+		}
+	}
+	if segs == 1 && len(pkt) > f.cfg.MTU || len(b) == f.bigSize {
+		st.Oversize.Add(1)
+		return 0, 0, 0, false
+	}
+	dst, err := Destination(pkt)
+	to, found := f.route[dst]
+	if err != nil || !found || to == i {
+		st.Unroutable.Add(1)
+		return 0, 0, 0, false
+	}
+	return to, segs, wire, true
+}
+
+// admit runs a packet standing for segs wire segments of wire bytes in all
+// through loss and the bucket, and queues it for delivery.
+func (l *link) admit(now int64, pkt []byte, segs, wire int) bool {
+	l.stats.Offered.Add(uint64(segs))
 	l.mu.Lock()
-	if l.loss.Drop() {
+	if l.loss.DropSegments(segs) {
 		l.mu.Unlock()
 		l.stats.LossDrops.Add(1)
 		return false
 	}
-	depart, ok := l.bucket.Admit(now, len(pkt))
+	depart, ok := l.bucket.Admit(now, wire)
 	if !ok {
 		l.mu.Unlock()
 		l.stats.QueueDrops.Add(1)
@@ -272,28 +319,110 @@ func (f *Forwarder) write(tun *os.File, l *link, batch [][]byte) {
 			l.stats.WriteErrors.Add(1)
 			f.log.Debug("deliver", "from", f.cfg.Hosts[l.from].Name, "to", f.cfg.Hosts[l.to].Name, "err", err)
 		} else {
-			l.stats.Packets.Add(1)
-			l.stats.Bytes.Add(uint64(len(p)))
+			segs, wire := 1, len(p)
+			if f.hdr > 0 {
+				segs, wire, _ = Segments(p[:f.hdr], p[f.hdr:])
+			}
+			l.stats.Packets.Add(uint64(segs))
+			l.stats.Bytes.Add(uint64(wire))
 		}
 		f.release(p)
 		batch[k] = nil
 	}
 }
 
-// buffer returns a packet buffer one byte longer than the MTU, so that a
-// longer packet shows as oversize instead of being cut silently.
-func (f *Forwarder) buffer() []byte {
+// smallBuffer returns an empty buffer with room for one MTU.
+func (f *Forwarder) smallBuffer() []byte {
 	select {
-	case b := <-f.free:
-		return b[:cap(b)]
+	case b := <-f.small:
+		return b[:0]
 	default:
-		return make([]byte, f.cfg.MTU+1)
+		return make([]byte, 0, f.smallSize)
 	}
 }
 
-func (f *Forwarder) release(b []byte) {
+// bigBuffer returns a read buffer one byte longer than the largest packet
+// (header included), so that a longer one shows as oversize instead of
+// being cut silently.
+func (f *Forwarder) bigBuffer() []byte {
+	if f.big == nil {
+		return f.smallBuffer()[:f.smallSize]
+	}
 	select {
-	case f.free <- b:
+	case b := <-f.big:
+		return b[:cap(b)]
+	default:
+		return make([]byte, f.bigSize)
+	}
+}
+
+// release recycles a packet buffer by its capacity.
+func (f *Forwarder) release(b []byte) {
+	free := f.small
+	if cap(b) != f.smallSize {
+		free = f.big
+	}
+	select {
+	case free <- b:
 	default:
 	}
+}
+
+// LinkReport is a snapshot of one link's counters.
+type LinkReport struct {
+	From        string `json:"from"`
+	To          string `json:"to"`
+	Offered     uint64 `json:"offered"`
+	Packets     uint64 `json:"packets"`
+	Bytes       uint64 `json:"bytes"`
+	QueueDrops  uint64 `json:"queue_drops"`
+	LossDrops   uint64 `json:"loss_drops"`
+	WriteErrors uint64 `json:"write_errors"`
+	// Queued is the number of packets in flight on the link.
+	Queued int `json:"queued"`
+}
+
+// HostReport is a snapshot of one host's counters.
+type HostReport struct {
+	Name       string `json:"name"`
+	Unroutable uint64 `json:"unroutable"`
+	Oversize   uint64 `json:"oversize"`
+}
+
+// Report is a snapshot of all counters.
+type Report struct {
+	Links []LinkReport `json:"links"`
+	Hosts []HostReport `json:"hosts"`
+}
+
+// Stats returns a snapshot of the counters. It may be called concurrently with Run.
+func (f *Forwarder) Stats() Report {
+	var r Report
+	for i, h := range f.cfg.Hosts {
+		r.Hosts = append(r.Hosts, HostReport{Name: h.Name, Unroutable: f.hosts[i].Unroutable.Load(), Oversize: f.hosts[i].Oversize.Load()})
+		for _, l := range f.links[i] {
+			if l == nil {
+				continue
+			}
+			l.mu.Lock()
+			queued := l.q.Len()
+			l.mu.Unlock()
+			r.Links = append(r.Links, LinkReport{
+				From: h.Name, To: f.cfg.Hosts[l.to].Name, Offered: l.stats.Offered.Load(), Packets: l.stats.Packets.Load(), Bytes: l.stats.Bytes.Load(),
+				QueueDrops: l.stats.QueueDrops.Load(), LossDrops: l.stats.LossDrops.Load(),
+				WriteErrors: l.stats.WriteErrors.Load(), Queued: queued,
+			})
+		}
+	}
+	return r
+}
+
+// Link returns the report of the link from→to, or false if there is none.
+func (r Report) Link(from, to string) (LinkReport, bool) {
+	for _, l := range r.Links {
+		if l.From == from && l.To == to {
+			return l, true
+		}
+	}
+	return LinkReport{}, false
 }

@@ -1,6 +1,9 @@
 package emu
 
-import "math/rand/v2"
+import (
+	"math"
+	"math/rand/v2"
+)
 
 // Loss drops packets independently with a fixed probability, drawn from a
 // seeded generator so that a run can be repeated packet for packet. The zero
@@ -28,4 +31,14 @@ func (l *Loss) Drop() bool {
 		return true
 	}
 	return l.rng.Float64() < l.p
+}
+
+// DropSegments reports whether a super-packet of k segments is lost: with
+// probability 1−(1−p)^k, the chance that any of its segments would be. The
+// expected loss in bytes matches per-segment loss; losses come in bursts.
+func (l *Loss) DropSegments(k int) bool {
+	if k <= 1 || l.p <= 0 || l.p >= 1 {
+		return l.Drop()
+	}
+	return l.rng.Float64() < 1-math.Pow(1-l.p, float64(k))
 }

@@ -41,6 +41,10 @@ type Options struct {
 	RateScale float64
 	// MTU of the TUN devices and the forwarder; 0 means emu.DefaultMTU.
 	MTU int
+	// NoOffload turns TCP segmentation offload on the TUN devices off, so
+	// that the forwarder handles every 1500-byte packet on its own (exact
+	// per-packet loss, several times the CPU per byte); see emu.Config.Offload.
+	NoOffload bool
 	// Seed seeds the links' random loss.
 	Seed uint64
 	// Prefix starts the namespaces' names; default DefaultPrefix.
@@ -149,7 +153,7 @@ func (n *Net) build(ctx context.Context) error {
 			return err
 		}
 	}
-	cfg, err := n.Profile.Config(n.opts.RateScale, paths, Device, n.opts.MTU, n.opts.Seed)
+	cfg, err := n.Profile.Config(paths, n.opts)
 	if err != nil {
 		return err
 	}
@@ -196,6 +200,18 @@ func (n *Net) Listen(i int, network, addr string) (net.Listener, error) {
 		return err
 	})
 	return l, err
+}
+
+// ListenPacket opens a packet socket inside host i's namespace, e.g.
+// ListenPacket(1, "udp", ":9000").
+func (n *Net) ListenPacket(i int, network, addr string) (net.PacketConn, error) {
+	var c net.PacketConn
+	err := emu.InNetns(n.Hosts[i].NetnsPath(), func() error {
+		var err error
+		c, err = net.ListenPacket(network, addr)
+		return err
+	})
+	return c, err
 }
 
 // Dial connects from inside host i's namespace.
@@ -296,7 +312,8 @@ func (n *Net) StartAll(argv []string, out func(i int) io.Writer) ([]*Proc, error
 	for i := range n.Hosts {
 		cmd := n.Command(i, argv...)
 		if out != nil {
-			cmd.Stdout, cmd.Stderr = out(i), out(i)
+			w := out(i)
+			cmd.Stdout, cmd.Stderr = w, w
 		}
 		p, err := n.StartCommand(i, cmd)
 		if err != nil {

@@ -2,8 +2,12 @@ package wan
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
+	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +67,189 @@ func TestRTT(t *testing.T) {
 	}
 	if med > 48*time.Millisecond {
 		t.Errorf("median round trip %v, want 40 ms + at most 8 ms of forwarding", med)
+	}
+}
+
+// TestRateCap sends through an 80 Mbit/s link and checks that the goodput
+// is the link's, less TCP/IP headers: not more, and not far less.
+func TestRateCap(t *testing.T) {
+	needRoot(t)
+	n := startNet(t, Pair(10, 80, 0), Options{})
+	tr, err := n.Bulk(context.Background(), 0, 1, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ideal := 80e6 / 8 * 1448 / 1500
+	got := tr.SteadyRate()
+	t.Logf("goodput %.2f MB/s (whole transfer %.2f), ideal %.2f MB/s", got/1e6, tr.Rate()/1e6, ideal/1e6)
+	if got > 1.03*ideal {
+		t.Errorf("goodput %.2f MB/s exceeds the 80 Mbit/s link (%.2f MB/s of TCP payload)", got/1e6, ideal/1e6)
+	}
+	if got < 0.7*ideal {
+		t.Errorf("goodput %.2f MB/s is below 70 %% of the link's %.2f MB/s", got/1e6, ideal/1e6)
+	}
+}
+
+// TestNamespaceSysctls: the TCP settings are in force inside the namespaces,
+// and the machine's own namespace keeps its values.
+func TestNamespaceSysctls(t *testing.T) {
+	needRoot(t)
+	before := map[string]string{}
+	for _, s := range NamespaceSysctls {
+		v, err := ReadSysctl("", s.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[s.Key] = v
+	}
+	n := startNet(t, Pair(1, 0, 0), Options{})
+	for _, s := range NamespaceSysctls {
+		got, err := ReadSysctl(n.Hosts[1].NetnsPath(), s.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(strings.Fields(got), " ") != s.Value {
+			t.Errorf("in namespace: %s = %q, want %q", s.Key, got, s.Value)
+		}
+		if now, _ := ReadSysctl("", s.Key); now != before[s.Key] {
+			t.Errorf("root namespace: %s changed from %q to %q", s.Key, before[s.Key], now)
+		}
+	}
+}
+
+// TestLossAndPartition: random loss drops the configured fraction of
+// packets, and a path set to loss 1 cuts the hosts apart until it is healed.
+func TestLossAndPartition(t *testing.T) {
+	needRoot(t)
+	n := startNet(t, Pair(2, 0, 0), Options{Seed: 3})
+	if err := n.SetPath("a", "b", Path{RTTMS: 2, Loss: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	sendUDP(t, n, 4000)
+	l, _ := n.Forwarder().Stats().Link("a", "b")
+	// Some datagrams may never reach the link: a sender this fast can
+	// overflow wan0's queue while the forwarder waits for a core.
+	total := float64(l.Offered)
+	frac := float64(l.LossDrops) / total
+	if total < 1000 || math.Abs(frac-0.25) > 4*math.Sqrt(0.25*0.75/total) {
+		t.Errorf("lost %d of %.0f packets (%.3f), want 0.25 ± 4σ", l.LossDrops, total, frac)
+	}
+
+	cut := Path{RTTMS: 2, Loss: 1}
+	if err := n.SetPath("a", "b", cut); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := n.RTT(ctx, 0, 1, 1); err == nil {
+		t.Error("round trip succeeded across a cut path")
+	}
+	if err := n.SetPath("a", "b", Path{RTTMS: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if _, err := n.RTT(ctx2, 0, 1, 3); err != nil {
+		t.Errorf("after healing: %v", err)
+	}
+}
+
+// sendUDP sends count datagrams from host 0 to host 1.
+func sendUDP(t *testing.T, n *Net, count int) {
+	t.Helper()
+	sink, err := n.ListenPacket(1, "udp", n.Hosts[1].Addr.String()+":9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := sink.ReadFrom(buf); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := n.Dial(context.Background(), 0, "udp", n.Hosts[1].Addr.String()+":9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := make([]byte, 100)
+	for range count {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCommandsAndClose runs a command on every host, checks the placeholders
+// and environment, and that Close stops a long-running command and deletes
+// the namespaces.
+func TestCommandsAndClose(t *testing.T) {
+	needRoot(t)
+	n, err := Start(context.Background(), Pair(1, 0, 0), Options{Log: testLog(t), Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var outs [2]strings.Builder
+	procs, err := n.StartAll([]string{"sh", "-c", `echo "$WAN_HOST {index} {addr} {addr1} $WAN_ADDRS"`},
+		func(i int) io.Writer { return &outs[i] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range procs {
+		if err := p.Wait(); err != nil {
+			t.Fatalf("host %d: %v", i, err)
+		}
+	}
+	want := [2]string{"a 0 10.77.0.1 10.77.0.2 10.77.0.1,10.77.0.2\n", "b 1 10.77.0.2 10.77.0.2 10.77.0.1,10.77.0.2\n"}
+	for i := range outs {
+		if outs[i].String() != want[i] {
+			t.Errorf("host %d printed %q, want %q", i, outs[i].String(), want[i])
+		}
+	}
+	long, err := n.StartCommand(1, n.Command(1, "sleep", "1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-long.Done():
+	default:
+		t.Error("Close returned with a command still running")
+	}
+	for _, h := range n.Hosts {
+		if _, err := os.Stat(h.NetnsPath()); !os.IsNotExist(err) {
+			t.Errorf("namespace %s still exists after Close (%v)", h.Netns, err)
+		}
+	}
+	if _, err := n.StartCommand(0, n.Command(0, "true")); !errors.Is(err, ErrClosed) {
+		t.Errorf("StartCommand after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCleanup: Cleanup deletes namespaces of runs whose process is gone and
+// leaves those of live runs alone.
+func TestCleanup(t *testing.T) {
+	needRoot(t)
+	const prefix = "iwantest"
+	live := startNet(t, Pair(1, 0, 0), Options{Prefix: prefix})
+	dead := prefix + ".999999999.0badc0de.x" // no process has that pid
+	if err := ip(context.Background(), "", "netns", "add", dead); err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := Cleanup(prefix, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deleted) != 1 || deleted[0] != dead {
+		t.Errorf("Cleanup deleted %v, want only %s", deleted, dead)
+	}
+	if _, err := os.Stat(live.Hosts[0].NetnsPath()); err != nil {
+		t.Errorf("Cleanup removed a live run's namespace: %v", err)
 	}
 }

@@ -160,4 +160,3 @@ func sink(l net.Listener, want int64) sinkResult {
 		}
 	}
 }
-

@@ -74,18 +74,21 @@ func Addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byte(i +
 // Prefix is the subnet all hosts share.
 var Prefix = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, 0, 0}), 24)
 
-// Config turns the profile into a forwarder configuration: rates multiplied
-// by scale (> 0), host i in namespace file netns[i] with device dev.
-func (p Profile) Config(scale float64, netns []string, dev string, mtu int, seed uint64) (emu.Config, error) {
+// Config turns the profile into a forwarder configuration for host i in
+// namespace file netns[i] with device Device, taking from o the rate scale,
+// MTU, seed and offload setting.
+func (p Profile) Config(netns []string, o Options) (emu.Config, error) {
+	o.fill()
+	scale := o.RateScale
 	if err := p.Validate(); err != nil {
 		return emu.Config{}, err
 	}
 	if !(scale > 0) || len(netns) != len(p.Hosts) {
 		return emu.Config{}, fmt.Errorf("%w: scale %v, %d namespaces for %d hosts", ErrProfile, scale, len(netns), len(p.Hosts))
 	}
-	c := emu.Config{MTU: mtu, Seed: seed}
+	c := emu.Config{MTU: o.MTU, Seed: o.Seed, Offload: !o.NoOffload}
 	for i, h := range p.Hosts {
-		c.Hosts = append(c.Hosts, emu.Host{Name: h.Name, Netns: netns[i], Dev: dev, Addr: Addr(i)})
+		c.Hosts = append(c.Hosts, emu.Host{Name: h.Name, Netns: netns[i], Dev: Device, Addr: Addr(i)})
 	}
 	for i, a := range p.Hosts {
 		for j, b := range p.Hosts {
