@@ -1,0 +1,107 @@
+// elementwise.cu — casts, embedding, SwiGLU, RoPE, AdamW, norms of vectors.
+#include "common.cuh"
+
+// cast_f32_bf16: out[i] = bf16(in[i]), round to nearest even.
+KERNEL void cast_f32_bf16(bf16* out, const float* in, long long n) {
+	for (long long i = gtid(); i < n; i += gstride()) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+// cast_bf16_f32: out[i] = float(in[i]).
+KERNEL void cast_bf16_f32(float* out, const bf16* in, long long n) {
+	for (long long i = gtid(); i < n; i += gstride()) out[i] = __bfloat162float(in[i]);
+}
+
+// embed_forward: out (N, C) fp32 = wte[tok[n]] rows of the fp32 master table (V, C).
+// grid (N), block 256.
+KERNEL void embed_forward(float* out, const int* tok, const float* wte, int N, int C) {
+	const int n = blockIdx.x;
+	const float* row = wte + (long long)tok[n] * C;
+	for (int i = threadIdx.x; i < C; i += blockDim.x) out[(long long)n * C + i] = row[i];
+}
+
+// embed_backward: dwte[tok[n]] += dout[n] for every row n; atomics because
+// tokens repeat. grid (N), block 256.
+KERNEL void embed_backward(float* dwte, const int* tok, const float* dout, int N, int C) {
+	const int n = blockIdx.x;
+	float* row = dwte + (long long)tok[n] * C;
+	for (int i = threadIdx.x; i < C; i += blockDim.x) atomicAdd(row + i, dout[(long long)n * C + i]);
+}
+
+// swiglu_forward: out (N, F) = silu(gate)·up, gu (N, 2F) = [gate | up] per row.
+KERNEL void swiglu_forward(bf16* out, const bf16* gu, int N, int F) {
+	const long long total = (long long)N * F;
+	for (long long idx = gtid(); idx < total; idx += gstride()) {
+		const long long n = idx / F, i = idx % F;
+		const float g = __bfloat162float(gu[n * 2 * F + i]);
+		const float u = __bfloat162float(gu[n * 2 * F + F + i]);
+		const float s = 1.f / (1.f + expf(-g));
+		out[idx] = __float2bfloat16_rn(g * s * u);
+	}
+}
+
+// swiglu_backward: dgu (N, 2F) overwritten from dout (N, F) and gu.
+KERNEL void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F) {
+	const long long total = (long long)N * F;
+	for (long long idx = gtid(); idx < total; idx += gstride()) {
+		const long long n = idx / F, i = idx % F;
+		const float g = __bfloat162float(gu[n * 2 * F + i]);
+		const float u = __bfloat162float(gu[n * 2 * F + F + i]);
+		const float dy = __bfloat162float(dout[idx]);
+		const float s = 1.f / (1.f + expf(-g));
+		dgu[n * 2 * F + F + i] = __float2bfloat16_rn(dy * g * s);
+		dgu[n * 2 * F + i] = __float2bfloat16_rn(dy * u * s * (1.f + g * (1.f - s)));
+	}
+}
+
+// rope: rotates in place the first nh heads (size hd) of each row of x
+// (row n = token (b, t), t = n % T, row stride `stride` elements), HF
+// rotate_half convention; sign = +1 forward, −1 backward (transpose).
+// cos, sin (T, hd/2) fp32.
+KERNEL void rope(bf16* x, const float* cosT, const float* sinT, int N, int T, int nh, int hd, int stride, float sign) {
+	const int half = hd / 2;
+	const long long total = (long long)N * nh * half;
+	for (long long idx = gtid(); idx < total; idx += gstride()) {
+		const int i = idx % half;
+		const long long rest = idx / half;
+		const int h = rest % nh;
+		const long long n = rest / nh;
+		const int t = n % T;
+		const float c = cosT[t * half + i], s = sign * sinT[t * half + i];
+		bf16* p = x + n * stride + (long long)h * hd;
+		const float a = __bfloat162float(p[i]), b = __bfloat162float(p[i + half]);
+		p[i] = __float2bfloat16_rn(a * c - b * s);
+		p[i + half] = __float2bfloat16_rn(b * c + a * s);
+	}
+}
+
+// adamw: one decoupled-weight-decay Adam step on n fp32 master weights,
+// identical in formula to kernels.AdamW on the CPU, after scaling the gradient
+// by gscale (global-norm clipping); also refreshes the bf16 working copy pb.
+// bc1 = 1−β1^step, bc2 = 1−β2^step.
+KERNEL void adamw(float* p, bf16* pb, const float* g, float* m, float* v, long long n, float lr,
+		float b1, float b2, float bc1, float bc2, float eps, float wd, float gscale) {
+	for (long long i = gtid(); i < n; i += gstride()) {
+		const float gi = g[i] * gscale;
+		const float mi = b1 * m[i] + (1.f - b1) * gi;
+		const float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		const float den = sqrtf(vi / bc2) + eps;
+		const float pi = p[i] - lr * ((mi / bc1) / den + wd * p[i]);
+		p[i] = pi;
+		pb[i] = __float2bfloat16_rn(pi);
+	}
+}
+
+// sumsq: *out += Σ x[i]² (double atomics across blocks). Zero *out first.
+KERNEL void sumsq(double* out, const float* x, long long n) {
+	float s = 0.f;
+	for (long long i = gtid(); i < n; i += gstride()) s += x[i] * x[i];
+	s = block_sum(s);
+	if (threadIdx.x == 0) atomicAdd(out, (double)s);
+}
+
+// scale_f32: x[i] *= a.
+KERNEL void scale_f32(float* x, long long n, float a) {
+	for (long long i = gtid(); i < n; i += gstride()) x[i] *= a;
+}
