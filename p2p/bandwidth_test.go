@@ -13,6 +13,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
+// negotiationSlack bounds the multistream-select bytes of one stream.
+const negotiationSlack = 128
+
 // TestBandwidthPerProtocol sends a known number of bytes over a stream
 // protocol and checks both ends count them under that protocol.
 func TestBandwidthPerProtocol(t *testing.T) {
@@ -55,12 +58,15 @@ func TestBandwidthPerProtocol(t *testing.T) {
 		t.Fatalf("handler read %d bytes, want %d", n, size)
 	}
 
+	// Multistream negotiation (about 50 bytes each way) may be counted under
+	// the protocol too, when libp2p sends it optimistically with the data.
 	sent, got := a.Bandwidth()[proto], b.Bandwidth()[proto]
-	if sent.Out != size || got.In != size {
-		t.Fatalf("protocol counters: sender out=%d, receiver in=%d, want %d both", sent.Out, got.In, size)
+	within := func(v, want uint64) bool { return v >= want && v <= want+negotiationSlack }
+	if !within(sent.Out, size) || !within(got.In, size) {
+		t.Fatalf("protocol counters: sender out=%d, receiver in=%d, want %d (+%d) both", sent.Out, got.In, size, negotiationSlack)
 	}
-	if sent.In != 1 || got.Out != 1 {
-		t.Fatalf("ack counters: sender in=%d, receiver out=%d, want 1", sent.In, got.Out)
+	if !within(sent.In, 1) || !within(got.Out, 1) {
+		t.Fatalf("ack counters: sender in=%d, receiver out=%d, want 1 (+%d)", sent.In, got.Out, negotiationSlack)
 	}
 	if d := a.TotalBandwidth().Out - beforeA.Out; d < size {
 		t.Fatalf("sender total out grew by %d < %d", d, size)

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 )
 
@@ -416,4 +418,27 @@ func TestRejoinAfterLosingAllConnections(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "mesh healed", func() bool { return fullMesh([]*Host{b, c}) })
 	publishAndReceive(t, c, []*Host{b}, "back again")
+}
+
+// TestNoiseOnlyPeerConnects checks that TLS is preferred but not required:
+// a peer offering only Noise still gets in.
+func TestNoiseOnlyPeerConnects(t *testing.T) {
+	h := startHost(t, testConfig(t, "noise"))
+	other, err := libp2p.New(
+		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
+		libp2p.Security(noise.ID, noise.New),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := other.Connect(ctx, peer.AddrInfo{ID: h.ID(), Addrs: h.Libp2p().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	conns := other.Network().ConnsToPeer(h.ID())
+	if len(conns) == 0 || conns[0].ConnState().Security != noise.ID {
+		t.Fatalf("connection state %+v, want Noise", conns)
+	}
 }
