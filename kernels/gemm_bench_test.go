@@ -180,16 +180,6 @@ func BenchmarkGemmMicroKernel(b *testing.B) {
 	}
 }
 
-// BenchmarkGemmFMAPeak measures the FMA throughput of one core, the ceiling
-// for BenchmarkGemmMicroKernel; run both in one go to get a ratio.
-func BenchmarkGemmFMAPeak(b *testing.B) {
-	if !cpu.avx512F {
-		b.Skip("no AVX-512")
-	}
-	const iters = 1000
-	reportCPU(b, 768*iters, func() { fmaPeakAVX512(iters) })
-}
-
 // BenchmarkGemmPack measures packing one mc×kc block of A and one kc×nc
 // block of B for both orientations, in GB/s of packed output.
 func BenchmarkGemmPack(b *testing.B) {

@@ -6,8 +6,9 @@ package kernels
 type gemmKernel struct {
 	name   string // "avx512", "avx2" or "go"
 	mr, nr int    // tile: rows of A per panel, columns of B per panel
-	kc     int    // depth of one packed block
-	mc     int    // rows of A per packed block; a multiple of mr
+	kc     int    // most depths per packed block (k is split into equal blocks)
+	mc     int    // most rows of A per packed block; a multiple of mr
+	aBlock int    // target floats of one packed mc×kc block of A (L2)
 	nc     int    // columns of B per packed block; a multiple of nr
 	// tile computes the mr×nr tile C = alpha·Ap·Bp + beta·C over kc ≥ 1
 	// steps, where Ap holds mr floats per step and Bp nr floats per step.
@@ -19,9 +20,19 @@ type gemmKernel struct {
 	packRowsA, packRowsB func(kc int, src []float32, ld int, dst []float32) bool
 }
 
+// blocks returns the block sizes for g: the depth k split into equal blocks
+// of at most kern.kc, and as many rows per A block (a multiple of mr, at most
+// kern.mc) as fit kern.aBlock floats.
+func (kern *gemmKernel) blocks(g *gemmArgs) (kc, mc, nc int) {
+	nk := (g.k + kern.kc - 1) / kern.kc
+	kc = (g.k + nk - 1) / nk
+	mc = max(kern.mr, min(kern.mc, kern.aBlock/kc/kern.mr*kern.mr))
+	return kc, mc, kern.nc
+}
+
 // goGemm is the portable micro-kernel: a 4×4 tile of scalar accumulators,
 // few enough to stay in the 16 floating-point registers of amd64.
-var goGemm = &gemmKernel{name: "go", mr: 4, nr: 4, kc: 256, mc: 128, nc: 1024, tile: tileGo}
+var goGemm = &gemmKernel{name: "go", mr: 4, nr: 4, kc: 256, mc: 128, aBlock: 128 * 256, nc: 1024, tile: tileGo}
 
 // gemmKernels lists the micro-kernels this machine can run, fastest first.
 var gemmKernels = append(archGemmKernels(cpu), goGemm)

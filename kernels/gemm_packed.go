@@ -23,7 +23,8 @@ func sgemmPacked(kern *gemmKernel, g *gemmArgs) {
 	if g.m*g.n*g.k >= parallelGemmWork {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	rowBlocks := (g.m + kern.mc - 1) / kern.mc
+	_, mc, _ := kern.blocks(g)
+	rowBlocks := (g.m + mc - 1) / mc
 	colPanels := (g.n + kern.nr - 1) / kern.nr
 	if workers > 1 && rowBlocks < 2*workers && colPanels >= 2*workers {
 		splitColumns(kern, g, workers, colPanels)
@@ -67,9 +68,10 @@ func (g *gemmArgs) columns(j0, j1 int) gemmArgs {
 
 // gemmBuffers are the packing buffers of one blocked product.
 type gemmBuffers struct {
-	bp []float32   // packed kc×nc block of B, shared by the workers
-	ap [][]float32 // packed mc×kc block of A, one per worker
-	t  [][]float32 // one mr×nr tile per worker, for the edges of C
+	bp   []float32   // packed kc×nc block of B, shared by the workers
+	ap   [][]float32 // packed mc×kc block of A, one per worker
+	t    [][]float32 // one mr×nr tile per worker, for the edges of C
+	pass gemmPass    // loop state, kept here to save an allocation per call
 }
 
 var gemmBufferPool sync.Pool // of *gemmBuffers
@@ -81,9 +83,9 @@ func getGemmBuffers(kern *gemmKernel, g *gemmArgs, workers int) *gemmBuffers {
 	if bufs == nil {
 		bufs = new(gemmBuffers)
 	}
-	kc := min(kern.kc, g.k)
-	mc := roundUp(min(kern.mc, g.m), kern.mr)
-	nc := roundUp(min(kern.nc, g.n), kern.nr)
+	kc, mc, nc := kern.blocks(g)
+	mc = roundUp(min(mc, g.m), kern.mr)
+	nc = roundUp(min(nc, g.n), kern.nr)
 	bufs.bp = grow(bufs.bp, kc*nc)
 	for len(bufs.ap) < workers {
 		bufs.ap = append(bufs.ap, nil)
@@ -113,34 +115,69 @@ func grow(s []float32, n int) []float32 {
 func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 	bufs := getGemmBuffers(kern, g, workers)
 	defer gemmBufferPool.Put(bufs)
-	rowBlocks := (g.m + kern.mc - 1) / kern.mc
-	for jc := 0; jc < g.n; jc += kern.nc {
-		nc := min(kern.nc, g.n-jc)
-		panels := (nc + kern.nr - 1) / kern.nr
-		for pc := 0; pc < g.k; pc += kern.kc {
-			kc := min(kern.kc, g.k-pc)
-			beta := g.beta
-			if pc > 0 {
-				beta = 1 // later blocks of k accumulate onto the first
+	p := &bufs.pass
+	p.kern, p.g, p.bufs, p.workers = kern, g, bufs, workers
+	kcStep, mcStep, ncStep := kern.blocks(g)
+	p.mc = mcStep
+	p.rowBlocks = (g.m + mcStep - 1) / mcStep
+	defer func() { p.kern, p.g, p.bufs = nil, nil, nil }()
+	for p.jc = 0; p.jc < g.n; p.jc += ncStep {
+		p.nc = min(ncStep, g.n-p.jc)
+		p.panels = (p.nc + kern.nr - 1) / kern.nr
+		for p.pc = 0; p.pc < g.k; p.pc += kcStep {
+			p.kc = min(kcStep, g.k-p.pc)
+			p.beta = g.beta
+			if p.pc > 0 {
+				p.beta = 1 // later blocks of k accumulate onto the first
 			}
-			parallel(workers, func(w int) {
-				lo, hi := panels*w/workers, panels*(w+1)/workers
-				packB(bufs.bp[lo*kc*kern.nr:], g, kern, pc, kc, jc+lo*kern.nr, min(nc, hi*kern.nr)-lo*kern.nr)
-			})
-			var next atomic.Int64
-			parallel(workers, func(w int) {
-				for {
-					blk := int(next.Add(1)) - 1
-					if blk >= rowBlocks {
-						return
-					}
-					ic := blk * kern.mc
-					mc := min(kern.mc, g.m-ic)
-					packA(bufs.ap[w], g, kern, ic, mc, pc, kc)
-					macroGemm(kern, g, bufs.ap[w], bufs.bp, bufs.t[w], ic, mc, jc, nc, kc, beta)
-				}
-			})
+			p.next.Store(0)
+			if workers == 1 {
+				p.packB(0)
+				p.multiply(0)
+				continue
+			}
+			parallel(workers, p.packB)
+			parallel(workers, p.multiply)
 		}
+	}
+}
+
+// gemmPass is the state of one blockedGemm call that its workers share: the
+// current kc×nc block of B and the counter of row blocks handed out.
+type gemmPass struct {
+	kern           *gemmKernel
+	g              *gemmArgs
+	bufs           *gemmBuffers
+	workers        int
+	jc, nc, panels int // current block of columns and its panel count
+	pc, kc         int // current block of depths
+	mc, rowBlocks  int // rows per block of A, and the number of blocks
+	beta           float32
+	next           atomic.Int64 // next row block to take
+}
+
+// packB packs worker w's share of the panels of the current block of B.
+func (p *gemmPass) packB(w int) {
+	nr := p.kern.nr
+	lo, hi := p.panels*w/p.workers, p.panels*(w+1)/p.workers
+	if lo == hi {
+		return
+	}
+	packB(p.bufs.bp[lo*p.kc*nr:], p.g, p.kern, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr)
+}
+
+// multiply takes row blocks until none is left, packs each into worker w's
+// buffer and multiplies it by the packed block of B.
+func (p *gemmPass) multiply(w int) {
+	for {
+		blk := int(p.next.Add(1)) - 1
+		if blk >= p.rowBlocks {
+			return
+		}
+		ic := blk * p.mc
+		mc := min(p.mc, p.g.m-ic)
+		packA(p.bufs.ap[w], p.g, p.kern, ic, mc, p.pc, p.kc)
+		macroGemm(p.kern, p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.kc, p.beta)
 	}
 }
 

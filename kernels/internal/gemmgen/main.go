@@ -83,6 +83,16 @@ func (s kernelSpec) write(w *bytes.Buffer) {
 	p("\tMOVQ c+24(FP), DX")
 	p("\tMOVQ ldc+32(FP), R8")
 	p("\tSHLQ $2, R8")
+	// Prefetch the C tile: its rows are written (and, with beta ≠ 0, read)
+	// after the loop, and the loop's latency hides the misses.
+	p("\tMOVQ DX, R11")
+	for r := 0; r < s.mr; r++ {
+		p("\tPREFETCHT0 (R11)")
+		p("\tPREFETCHT0 %d(R11)", nr*4-1)
+		if r+1 < s.mr {
+			p("\tADDQ R8, R11")
+		}
+	}
 	for r := 0; r < s.mr; r++ {
 		for v := 0; v < s.nvec; v++ {
 			a := s.acc(r, v)
