@@ -1,0 +1,371 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/intellect-node/intellect-node/mesh"
+)
+
+// RingSpec describes one all-reduce attempt as the mesh decided it; every
+// member must open it with the same values (Self apart).
+type RingSpec struct {
+	// ID is the attempt's ring id (mesh.Ring.ID), 1..MaxRingIDLen bytes.
+	ID string
+	// Step is the outer step being reduced.
+	Step uint64
+	// Members are the peers in ring order; member i sends to member i+1.
+	Members []peer.ID
+	// Self is this host's index in Members.
+	Self int
+	// Shards is the number of streams per neighbour, the
+	// mesh.AllReduceConfig.Shards of the attempt (after Validate).
+	Shards int
+}
+
+func (sp RingSpec) validate(self peer.ID) error {
+	k := len(sp.Members)
+	switch {
+	case sp.ID == "" || len(sp.ID) > MaxRingIDLen:
+		return fmt.Errorf("p2p: ring id of %d bytes", len(sp.ID))
+	case k == 0 || k > arMaxMembers:
+		return fmt.Errorf("p2p: ring of %d members", k)
+	case sp.Self < 0 || sp.Self >= k || sp.Members[sp.Self] != self:
+		return fmt.Errorf("p2p: this host is not member %d of the ring", sp.Self)
+	case sp.Shards < 1 || sp.Shards > mesh.MaxShards:
+		return fmt.Errorf("p2p: %d shards", sp.Shards)
+	}
+	seen := make(map[peer.ID]bool, k)
+	for _, m := range sp.Members {
+		if seen[m] {
+			return fmt.Errorf("p2p: %s twice in the ring", m)
+		}
+		seen[m] = true
+	}
+	return nil
+}
+
+// RingStats counts the bytes of one attempt's streams, frame headers and
+// hellos included.
+type RingStats struct {
+	BytesSent, BytesRecv int64
+}
+
+// RingTransport is this host's side of one all-reduce attempt: a
+// mesh.Transport (and mesh.Aborter) over Shards streams to the right
+// neighbour, opened on first use, and Shards streams accepted from the left
+// neighbour, whenever they arrive. Close it when the attempt ends.
+type RingTransport struct {
+	svc         *AllReduceService
+	spec        RingSpec
+	left, right peer.ID
+	leftRank    int
+	out         []network.Stream // per shard; only the shard's sender touches it
+	in          []*arIn
+
+	gone     chan struct{} // closed when the left neighbour disconnects
+	goneOnce sync.Once
+
+	mu       sync.Mutex
+	streams  []network.Stream // every stream of the attempt
+	finished bool
+
+	sent, recvd atomic.Int64
+}
+
+// arIn is one incoming shard: accept delivers the stream on ch; the shard's
+// receiver takes it and then owns s and buf.
+type arIn struct {
+	ch    chan network.Stream
+	taken atomic.Bool
+	s     network.Stream
+	buf   []byte
+}
+
+var (
+	_ mesh.Transport = (*RingTransport)(nil)
+	_ mesh.Aborter   = (*RingTransport)(nil)
+)
+
+// Open starts this host's side of an attempt: streams of spec.ID that
+// arrived early are claimed now, later ones as they come.
+func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
+	if err := spec.validate(svc.h.ID()); err != nil {
+		return nil, err
+	}
+	k := len(spec.Members)
+	t := &RingTransport{svc: svc, spec: spec, out: make([]network.Stream, spec.Shards), in: make([]*arIn, spec.Shards),
+		gone: make(chan struct{})}
+	for s := range t.in {
+		t.in[s] = &arIn{ch: make(chan network.Stream, 1)}
+	}
+	if k > 1 {
+		t.leftRank = (spec.Self + k - 1) % k
+		t.left, t.right = spec.Members[t.leftRank], spec.Members[(spec.Self+1)%k]
+		cm := svc.h.ConnManager()
+		cm.Protect(t.left, t.tag())
+		cm.Protect(t.right, t.tag())
+	}
+	early, err := svc.register(t)
+	if err != nil {
+		t.unprotect()
+		return nil, err
+	}
+	for _, ap := range early {
+		t.accept(ap.s, ap.hello)
+	}
+	return t, nil
+}
+
+func (t *RingTransport) leftGone() { t.goneOnce.Do(func() { close(t.gone) }) }
+
+func (t *RingTransport) tag() string { return "allreduce/" + t.spec.ID }
+
+func (t *RingTransport) unprotect() {
+	if t.left != "" {
+		cm := t.svc.h.ConnManager()
+		cm.Unprotect(t.left, t.tag())
+		cm.Unprotect(t.right, t.tag())
+	}
+}
+
+// Stats returns the bytes moved so far.
+func (t *RingTransport) Stats() RingStats {
+	return RingStats{BytesSent: t.sent.Load(), BytesRecv: t.recvd.Load()}
+}
+
+// accept takes an incoming stream of this attempt if it is the one expected.
+func (t *RingTransport) accept(s network.Stream, h arHello) {
+	var why string
+	switch {
+	case len(t.spec.Members) < 2:
+		why = "ring of one"
+	case h.step != t.spec.Step || int(h.shards) != t.spec.Shards || int(h.size) != len(t.spec.Members):
+		why = "attempt mismatch"
+	case int(h.sender) != t.leftRank || peerOf(s) != t.left:
+		why = "not the left neighbour"
+	case !t.in[h.shard].taken.CompareAndSwap(false, true):
+		why = "shard already open"
+	case !t.track(s):
+		why = "attempt finished"
+	}
+	if why != "" {
+		t.svc.reject(s, why, fmt.Errorf("ring %s: hello %+v", t.spec.ID, h))
+		return
+	}
+	t.recvd.Add(int64(frameHeaderSize + arHelloFixed + len(h.ringID)))
+	t.in[h.shard].ch <- s
+}
+
+// track adds s to the attempt's streams unless the attempt is over.
+func (t *RingTransport) track(s network.Stream) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.finished {
+		return false
+	}
+	t.streams = append(t.streams, s)
+	return true
+}
+
+// Send implements mesh.Transport: one frame on shard's stream to the right
+// neighbour, opening the stream (with its hello) on first use.
+func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
+	if t.out[shard] == nil {
+		if err := t.dial(ctx, shard); err != nil {
+			return err
+		}
+	}
+	s := t.out[shard]
+	defer t.watch(ctx, s)()
+	_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
+	if err := WriteFrame(s, arMsgChunk, msg); err != nil {
+		return t.streamErr(ctx, err, "send to", t.right, shard)
+	}
+	t.sent.Add(int64(frameHeaderSize + len(msg)))
+	return nil
+}
+
+func (t *RingTransport) dial(ctx context.Context, shard int) error {
+	dctx, cancel := context.WithTimeout(ctx, t.svc.cfg.IOTimeout)
+	defer cancel()
+	s, err := t.svc.h.NewStream(dctx, t.right, AllReduceProtocolID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("p2p: all-reduce open stream to %s: %w", t.right, err)
+	}
+	if !t.track(s) {
+		_ = s.Reset()
+		return fmt.Errorf("p2p: all-reduce attempt %s is over", t.spec.ID)
+	}
+	t.out[shard] = s
+	hello := arHello{step: t.spec.Step, shard: uint16(shard), shards: uint16(t.spec.Shards),
+		sender: uint16(t.spec.Self), size: uint16(len(t.spec.Members)), ringID: t.spec.ID}.encode()
+	defer t.watch(ctx, s)()
+	_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
+	if err := WriteFrame(s, arMsgHello, hello); err != nil {
+		return t.streamErr(ctx, err, "hello to", t.right, shard)
+	}
+	t.sent.Add(int64(frameHeaderSize + len(hello)))
+	return nil
+}
+
+// Recv implements mesh.Transport: the next frame on shard's stream from the
+// left neighbour, waiting (IOTimeout at most) for that stream to arrive.
+func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
+	in := t.in[shard]
+	if in.s == nil {
+		wait := time.NewTimer(t.svc.cfg.IOTimeout)
+		defer wait.Stop()
+		select {
+		case in.s = <-in.ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wait.C:
+			return nil, fmt.Errorf("p2p: all-reduce: no stream from %s for shard %d within %v", t.left, shard, t.svc.cfg.IOTimeout)
+		case <-t.gone:
+			return nil, fmt.Errorf("p2p: all-reduce: %s disconnected before opening shard %d", t.left, shard)
+		}
+	}
+	defer t.watch(ctx, in.s)()
+	_ = in.s.SetReadDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
+	typ, p, err := ReadFrame(in.s, AllReduceMaxFrame, in.buf)
+	if err != nil {
+		if errors.Is(err, ErrFrameTooLarge) {
+			t.svc.log.Warn("all-reduce frame too large", "peer", t.left, "ring", t.spec.ID, "shard", shard, "err", err)
+			return nil, fmt.Errorf("%w from %s: %w", ErrAllReduceProtocol, t.left, err)
+		}
+		return nil, t.streamErr(ctx, err, "receive from", t.left, shard)
+	}
+	if typ != arMsgChunk {
+		t.svc.log.Warn("all-reduce frame of unexpected type", "peer", t.left, "ring", t.spec.ID, "shard", shard, "type", typ)
+		return nil, fmt.Errorf("%w: frame type %d from %s", ErrAllReduceProtocol, typ, t.left)
+	}
+	if cap(p) > cap(in.buf) {
+		in.buf = p
+	}
+	t.recvd.Add(int64(frameHeaderSize + len(p)))
+	return p, nil
+}
+
+// watch makes s's pending reads and writes fail as soon as ctx is done; the
+// returned func stops watching.
+func (t *RingTransport) watch(ctx context.Context, s network.Stream) func() bool {
+	return context.AfterFunc(ctx, func() { _ = s.SetDeadline(time.Unix(1, 0)) })
+}
+
+// streamErr turns a stream error into what mesh.AllReduce should see: the
+// context's error if it is done, a relayed *mesh.PeerError if the
+// neighbour aborted naming a member, else the error with the peer named.
+func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p peer.ID, shard int) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var se *network.StreamError
+	if errors.As(err, &se) && se.Remote {
+		code := se.ErrorCode
+		if code >= arCodeAbort && code < arCodeAbort+arMaxMembers && int(code-arCodeAbort) < len(t.spec.Members) {
+			r := int(code - arCodeAbort)
+			return &mesh.PeerError{Rank: r, Relayed: true,
+				Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, p, t.spec.Members[r])}
+		}
+		if code == arCodeRejected {
+			return fmt.Errorf("%w: %s, shard %d of ring %s", ErrRingRejected, p, shard, t.spec.ID)
+		}
+	}
+	return fmt.Errorf("p2p: all-reduce %s %s, shard %d: %w", dir, p, shard, err)
+}
+
+// Abort implements mesh.Aborter: it resets every stream of the attempt with
+// a code naming the member cause blames (this member when it names none),
+// so both neighbours fail at once and learn whom to report.
+func (t *RingTransport) Abort(cause error) {
+	culprit := t.spec.Self
+	var pe *mesh.PeerError
+	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(t.spec.Members) {
+		culprit = pe.Rank
+	}
+	code := arCodeAbort + network.StreamErrorCode(culprit)
+	if t.finish(code, func(s network.Stream) { _ = s.ResetWithError(code) }) {
+		t.svc.log.Warn("all-reduce aborted", "ring", t.spec.ID, "step", t.spec.Step,
+			"blamed", t.spec.Members[culprit], "err", cause)
+	}
+}
+
+// Close ends the attempt: streams are closed (after an Abort, already reset)
+// and the attempt's ring id is refused from then on. The libp2p connections
+// stay open for the next attempt.
+func (t *RingTransport) Close() error {
+	t.finish(arCodeRejected, func(s network.Stream) { _ = s.Close() })
+	return nil
+}
+
+// finish ends the attempt once, applying end to every stream; it reports
+// whether this call ended it.
+func (t *RingTransport) finish(code network.StreamErrorCode, end func(network.Stream)) bool {
+	t.mu.Lock()
+	if t.finished {
+		t.mu.Unlock()
+		return false
+	}
+	t.finished = true
+	streams := t.streams
+	t.streams = nil
+	t.mu.Unlock()
+	for _, s := range streams {
+		end(s)
+	}
+	t.svc.unregister(t, code)
+	t.unprotect()
+	return true
+}
+
+// RingPeerError is the *mesh.PeerError of a failed AllReduce with the peer
+// it names.
+type RingPeerError struct {
+	Peer    peer.ID
+	Rank    int
+	Relayed bool
+	Err     error // the *mesh.PeerError
+}
+
+func (e *RingPeerError) Error() string {
+	return fmt.Sprintf("p2p: all-reduce failed at %s: %v", e.Peer, e.Err)
+}
+
+func (e *RingPeerError) Unwrap() error { return e.Err }
+
+// AllReduce runs one attempt of mesh.AllReduce over libp2p: it opens the
+// attempt spec (spec.Shards is taken from cfg), reduces vec in place and
+// closes the attempt. A failure blamed on a member is a *RingPeerError
+// naming its peer (errors.As also finds the *mesh.PeerError).
+func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weights, vec, residual []float32,
+	cfg mesh.AllReduceConfig) (mesh.Stats, RingStats, error) {
+	if err := cfg.Validate(); err != nil {
+		return mesh.Stats{}, RingStats{}, err
+	}
+	spec.Shards = cfg.Shards
+	if len(weights) != len(spec.Members) {
+		return mesh.Stats{}, RingStats{}, fmt.Errorf("%w: %d weights for %d members", mesh.ErrInvalidArgument, len(weights), len(spec.Members))
+	}
+	t, err := svc.Open(spec)
+	if err != nil {
+		return mesh.Stats{}, RingStats{}, err
+	}
+	defer t.Close()
+	st, err := mesh.AllReduce(ctx, t, spec.Self, weights, vec, residual, cfg)
+	var pe *mesh.PeerError
+	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(spec.Members) {
+		err = &RingPeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
+	}
+	return st, t.Stats(), err
+}
