@@ -13,14 +13,17 @@ import "math"
 func AdamW(p, g, m, v []float32, lr, beta1, beta2, eps, wd float32, step int) {
 	bc1 := float32(1 - math.Pow(float64(beta1), float64(step)))
 	bc2 := float32(1 - math.Pow(float64(beta2), float64(step)))
+	ib1, ib2 := 1/bc1, 1/bc2
 	layerPar(len(p), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
+		p, g, m, v := p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)] // one bounds check, not four per element
+		for i := range p {
 			gi := g[i]
 			mi := beta1*m[i] + (1-beta1)*gi
 			vi := beta2*v[i] + (1-beta2)*gi*gi
 			m[i], v[i] = mi, vi
-			den := float32(math.Sqrt(float64(vi/bc2))) + eps
-			p[i] -= lr * ((mi/bc1)/den + wd*p[i])
+			den := float32(math.Sqrt(float64(vi*ib2))) + eps
+			p[i] -= lr * (mi*ib1/den + wd*p[i])
 		}
 	})
 }

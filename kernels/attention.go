@@ -31,27 +31,26 @@ func AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int) {
 		scores := make([]float32, T)
 		for t := 0; t < T; t++ {
 			q := qkv[(b*T+t)*W+h*hd : (b*T+t)*W+(h+1)*hd]
+			sc := scores[:t+1]
 			maxv := float32(math.Inf(-1))
-			for s := 0; s <= t; s++ {
+			for s := range sc {
 				k := qkv[(b*T+s)*W+(H+kh)*hd : (b*T+s)*W+(H+kh+1)*hd]
-				v := dot32(q, k) * scale
-				scores[s] = v
-				maxv = max(maxv, v)
+				sc[s] = dot32(q, k)
+				maxv = max(maxv, sc[s])
 			}
+			expAffine(sc, sc, scale, -maxv*scale) // exp(scale·(score − max))
 			var sum float32
-			for s := 0; s <= t; s++ {
-				e := expf(scores[s] - maxv)
-				scores[s] = e
+			for _, e := range sc {
 				sum += e
 			}
 			o := out[(b*T+t)*H*hd+h*hd : (b*T+t)*H*hd+(h+1)*hd]
 			clear(o)
 			inv := 1 / sum
-			for s := 0; s <= t; s++ {
+			for s, e := range sc {
 				v := qkv[(b*T+s)*W+(H+KVH+kh)*hd : (b*T+s)*W+(H+KVH+kh+1)*hd]
-				axpy32(scores[s]*inv, v, o)
+				axpy32(e*inv, v, o)
 			}
-			lse[(b*H+h)*T+t] = maxv + float32(math.Log(float64(sum)))
+			lse[(b*H+h)*T+t] = maxv*scale + float32(math.Log(float64(sum)))
 		}
 	})
 }
@@ -81,6 +80,7 @@ func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int
 			clear(row[voff : voff+hd])
 			clear(row[kh*grp*hd : (kh+1)*grp*hd])
 		}
+		p := make([]float32, T)
 		for h := kh * grp; h < (kh+1)*grp; h++ {
 			for t := 0; t < T; t++ {
 				r := (b*T + t) * W
@@ -89,17 +89,19 @@ func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int
 				do := dout[(b*T+t)*H*hd+h*hd : (b*T+t)*H*hd+(h+1)*hd]
 				o := out[(b*T+t)*H*hd+h*hd : (b*T+t)*H*hd+(h+1)*hd]
 				D := dot32(do, o)
-				l := lse[(b*H+h)*T+t]
-				for s := 0; s <= t; s++ {
+				pt := p[:t+1]
+				for s := range pt {
 					rs := (b*T + s) * W
-					k := qkv[rs+koff : rs+koff+hd]
-					v := qkv[rs+voff : rs+voff+hd]
-					p := expf(dot32(q, k)*scale - l)
-					dp := dot32(do, v)
-					ds := p * (dp - D) * scale
-					axpy32(ds, k, dq)
+					pt[s] = dot32(q, qkv[rs+koff:rs+koff+hd])
+				}
+				expAffine(pt, pt, scale, -lse[(b*H+h)*T+t]) // probabilities
+				for s, ps := range pt {
+					rs := (b*T + s) * W
+					dp := dot32(do, qkv[rs+voff:rs+voff+hd])
+					ds := ps * (dp - D) * scale
+					axpy32(ds, qkv[rs+koff:rs+koff+hd], dq)
 					axpy32(ds, q, dqkv[rs+koff:rs+koff+hd])
-					axpy32(p, do, dqkv[rs+voff:rs+voff+hd])
+					axpy32(ps, do, dqkv[rs+voff:rs+voff+hd])
 				}
 			}
 		}

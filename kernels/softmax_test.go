@@ -100,3 +100,58 @@ func TestLayerParCoversRange(t *testing.T) {
 		}
 	}
 }
+
+func TestExpf32(t *testing.T) {
+	var worst float64
+	for x := float32(-85); x <= 88; x += 0.0137 { // normal float32 results
+		got, want := float64(expf32(x)), math.Exp(float64(x))
+		if e := math.Abs(got-want) / want; e > worst {
+			worst = e
+		}
+	}
+	if worst > 4e-7 {
+		t.Fatalf("expf32 relative error %.3g", worst)
+	}
+	if !math.IsNaN(float64(expf32(float32(math.NaN())))) || expf32(float32(math.Inf(-1))) != 0 || !math.IsInf(float64(expf32(float32(math.Inf(1)))), 1) {
+		t.Fatal("expf32 special values")
+	}
+}
+
+func TestDotAxpyVectorMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, n := range []int{1, 7, 8, 9, 31, 32, 33, 64, 100, 129} {
+		a, b := randSlice(r, n, 1), randSlice(r, n+3, 1)
+		var want float64
+		for i := 0; i < n; i++ {
+			want += float64(a[i]) * float64(b[i])
+		}
+		if got := dot32(a, b); math.Abs(float64(got)-want) > 1e-5*float64(n) {
+			t.Fatalf("n=%d: dot32 %v, want %v", n, got, want)
+		}
+		y, y2 := randSlice(r, n+2, 1), make([]float32, n+2)
+		copy(y2, y)
+		axpy32(0.75, a, y)
+		axpyGo(0.75, a, y2)
+		for i := range y {
+			if math.Abs(float64(y[i]-y2[i])) > 1e-6 {
+				t.Fatalf("n=%d: axpy32[%d] = %v, want %v", n, i, y[i], y2[i])
+			}
+		}
+	}
+}
+
+func TestExpAffine(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	for _, n := range []int{1, 7, 8, 9, 33, 100} {
+		src := randSlice(r, n, 10)
+		dst := make([]float32, n)
+		expAffine(dst, src, -1.5, 0.25)
+		for i, v := range src {
+			arg := -1.5*float64(v) + 0.25
+			want := math.Exp(arg) // the float32 argument's rounding costs |arg|·6e-8 relative
+			if math.Abs(float64(dst[i])-want) > (4e-7+1.2e-7*math.Abs(arg))*want {
+				t.Fatalf("n=%d: exp(%v) = %v, want %v", n, -1.5*v+0.25, dst[i], want)
+			}
+		}
+	}
+}

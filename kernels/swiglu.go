@@ -13,9 +13,9 @@ func SwiGLUForward(out, gu []float32, N, F int) {
 		for n := lo; n < hi; n++ {
 			g, u := gu[n*2*F:n*2*F+F], gu[n*2*F+F:(n+1)*2*F]
 			o := out[n*F : (n+1)*F]
-			for i := range o {
-				s := sigmoid32(g[i])
-				o[i] = g[i] * s * u[i]
+			expAffine(o, g, -1, 0) // o = exp(−g), then silu(g)·u = g/(1+exp(−g))·u
+			for i, e := range o {
+				o[i] = g[i] / (1 + e) * u[i]
 			}
 		}
 	})
@@ -33,8 +33,9 @@ func SwiGLUBackward(dgu, dout, gu []float32, N, F int) {
 			g, u := gu[n*2*F:n*2*F+F], gu[n*2*F+F:(n+1)*2*F]
 			dg, du := dgu[n*2*F:n*2*F+F], dgu[n*2*F+F:(n+1)*2*F]
 			dy := dout[n*F : (n+1)*F]
+			expAffine(dg, g, -1, 0) // dg = exp(−g) until overwritten below
 			for i := range dy {
-				s := sigmoid32(g[i])
+				s := 1 / (1 + dg[i])
 				silu := g[i] * s
 				du[i] = dy[i] * silu
 				dg[i] = dy[i] * u[i] * s * (1 + g[i]*(1-s))
@@ -43,7 +44,6 @@ func SwiGLUBackward(dgu, dout, gu []float32, N, F int) {
 	})
 }
 
-func sigmoid32(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
 
 // SwiGLUForwardRef is the float64 reference of SwiGLUForward.
 func SwiGLUForwardRef(out, gu []float64, N, F int) {

@@ -19,21 +19,30 @@ import "math"
 //	targets (N)
 func XEntForwardBackward(dlogits, losses, ce, logits []float32, targets []int32, N, V int, zcoef, scale float32) {
 	layerPar(N, 4, func(lo, hi int) {
+		var scratch []float32
+		if dlogits == nil {
+			scratch = make([]float32, V)
+		}
 		for n := lo; n < hi; n++ {
 			row := logits[n*V : (n+1)*V]
 			tgt := int(targets[n])
+			lt := row[tgt] // read before dlogits (which may alias row) is written
 			maxv, arg := row[0], 0
 			for i, v := range row {
 				if v > maxv {
 					maxv, arg = v, i
 				}
 			}
-			var sum float64
-			for _, v := range row {
-				sum += math.Exp(float64(v - maxv))
+			e := scratch
+			if dlogits != nil {
+				e = dlogits[n*V : (n+1)*V]
 			}
-			lse := float64(maxv) + math.Log(sum)
-			c := float32(lse - float64(row[tgt]))
+			expAffine(e, row, 1, -maxv)
+			var sum float64
+			for _, v := range e {
+				sum += float64(v)
+			}
+			c := float32(float64(maxv) + math.Log(sum) - float64(lt))
 			losses[n] = c + zcoef*maxv*maxv
 			if ce != nil {
 				ce[n] = c
@@ -41,13 +50,12 @@ func XEntForwardBackward(dlogits, losses, ce, logits []float32, targets []int32,
 			if dlogits == nil {
 				continue
 			}
-			d := dlogits[n*V : (n+1)*V]
-			inv := 1 / sum
-			for i, v := range row {
-				d[i] = scale * float32(math.Exp(float64(v-maxv))*inv)
+			k := scale * float32(1/sum)
+			for i := range e {
+				e[i] *= k
 			}
-			d[tgt] -= scale
-			d[arg] += scale * 2 * zcoef * maxv
+			e[tgt] -= scale
+			e[arg] += scale * 2 * zcoef * maxv
 		}
 	})
 }

@@ -1,0 +1,137 @@
+//go:build cuda
+
+package gpu
+
+import (
+	"gorgonia.org/cu"
+
+	"github.com/intellect-node/intellect-node/kernels/cuda"
+	"github.com/intellect-node/intellect-node/train"
+)
+
+// arena carves many buffers out of one device allocation, each aligned to 256 bytes.
+type arena struct {
+	base cu.DevicePtr
+	off  int64
+	plan bool // first pass: only measure
+}
+
+func (a *arena) take(bytes int64) cu.DevicePtr {
+	p := a.base + cu.DevicePtr(a.off)
+	a.off += (bytes + 255) &^ 255
+	if a.plan {
+		return 0
+	}
+	return p
+}
+
+func (a *arena) f32(n int) cu.DevicePtr  { return a.take(4 * int64(n)) }
+func (a *arena) bf16(n int) cu.DevicePtr { return a.take(2 * int64(n)) }
+
+// acts are the device activations of one (B, T) micro-batch: what the
+// backward pass needs from the forward pass plus scratch. Shapes as in
+// package train's acts; N = B·T, W = (H+2·KV)·hd, Q = H·hd.
+type acts struct {
+	resid        []cu.DevicePtr // L+1 × (N, C) f32
+	mid          []cu.DevicePtr // L × (N, C) f32
+	ln1, ln2     []cu.DevicePtr // L × (N, C) bf16
+	rstd1, rstd2 []cu.DevicePtr // L × (N) f32
+	qkv          []cu.DevicePtr // L × (N, W) bf16, q and k after RoPE
+	att          []cu.DevicePtr // L × (N, Q) bf16
+	lse          []cu.DevicePtr // L × (B, H, T) f32
+	gu           []cu.DevicePtr // L × (N, 2F) bf16
+	h            []cu.DevicePtr // L × (N, F) bf16
+	lnf          cu.DevicePtr   // (N, C) bf16
+	rstdf        cu.DevicePtr   // (N) f32
+	logits       cu.DevicePtr   // (N, V) f32
+	dlogits      cu.DevicePtr   // (N, V) bf16
+	losses, ce   cu.DevicePtr   // (N) f32
+	dresid       cu.DevicePtr   // (N, C) f32
+	dresb, dln   cu.DevicePtr   // (N, C) bf16
+	dqkv         cu.DevicePtr   // (N, W) bf16
+	datt         cu.DevicePtr   // (N, Q) bf16
+	dh           cu.DevicePtr   // (N, F) bf16
+	dgu          cu.DevicePtr   // (N, 2F) bf16
+	D            cu.DevicePtr   // (B, H, T) f32
+	in, tgt      cu.DevicePtr   // (N) int32
+	cos, sin     cu.DevicePtr   // (T, hd/2) f32
+	scalars      cu.DevicePtr   // 4 × f64: loss sum, grad sum of squares
+}
+
+func carveActs(a *arena, c train.Config, B, T int) acts {
+	L, N := c.Layers, B*T
+	C, F, hd := c.Dim, c.FFN, c.HeadDim()
+	Q, W := c.Heads*hd, (c.Heads+2*c.KVHeads)*hd
+	var x acts
+	many := func(k int, f func() cu.DevicePtr) []cu.DevicePtr {
+		s := make([]cu.DevicePtr, k)
+		for i := range s {
+			s[i] = f()
+		}
+		return s
+	}
+	x.resid = many(L+1, func() cu.DevicePtr { return a.f32(N * C) })
+	x.mid = many(L, func() cu.DevicePtr { return a.f32(N * C) })
+	x.ln1 = many(L, func() cu.DevicePtr { return a.bf16(N * C) })
+	x.ln2 = many(L, func() cu.DevicePtr { return a.bf16(N * C) })
+	x.rstd1 = many(L, func() cu.DevicePtr { return a.f32(N) })
+	x.rstd2 = many(L, func() cu.DevicePtr { return a.f32(N) })
+	x.qkv = many(L, func() cu.DevicePtr { return a.bf16(N * W) })
+	x.att = many(L, func() cu.DevicePtr { return a.bf16(N * Q) })
+	x.lse = many(L, func() cu.DevicePtr { return a.f32(B * c.Heads * T) })
+	x.gu = many(L, func() cu.DevicePtr { return a.bf16(N * 2 * F) })
+	x.h = many(L, func() cu.DevicePtr { return a.bf16(N * F) })
+	x.lnf, x.rstdf = a.bf16(N*C), a.f32(N)
+	x.logits, x.dlogits = a.f32(N*c.Vocab), a.bf16(N*c.Vocab)
+	x.losses, x.ce = a.f32(N), a.f32(N)
+	x.dresid, x.dresb, x.dln = a.f32(N*C), a.bf16(N*C), a.bf16(N*C)
+	x.dqkv, x.datt, x.dh, x.dgu = a.bf16(N*W), a.bf16(N*Q), a.bf16(N*F), a.bf16(N*2*F)
+	x.D = a.f32(B * c.Heads * T)
+	x.in, x.tgt = a.take(4*int64(N)), a.take(4*int64(N))
+	x.cos, x.sin = a.f32(T*hd/2), a.f32(T*hd/2)
+	x.scalars = a.take(32)
+	return x
+}
+
+// tensor is one entry of the flat parameter layout, by element offset.
+type tensor struct {
+	off, size int
+	norm      bool
+}
+
+// layerT are the offsets of one block's tensors, fused where adjacent (q|k|v, gate|up).
+type layerT struct{ ln1, qkv, o, ln2, gu, down int }
+
+type layout struct {
+	all          []tensor
+	wte, lnf, lm int
+	layers       []layerT
+}
+
+func newLayout(c train.Config) layout {
+	ts := c.Layout()
+	var l layout
+	for _, t := range ts {
+		l.all = append(l.all, tensor{off: t.Offset, size: t.Size(), norm: len(t.Shape) == 1})
+	}
+	l.wte, l.lnf, l.lm = ts[0].Offset, ts[len(ts)-2].Offset, ts[len(ts)-1].Offset
+	for i := 0; i < c.Layers; i++ {
+		b := 1 + 9*i
+		l.layers = append(l.layers, layerT{ln1: ts[b].Offset, qkv: ts[b+1].Offset, o: ts[b+4].Offset,
+			ln2: ts[b+5].Offset, gu: ts[b+6].Offset, down: ts[b+8].Offset})
+	}
+	return l
+}
+
+// bf16 is a row-major bf16 matrix operand at element offset off of base.
+func bf16(base cu.DevicePtr, off, ld int) cuda.Mat {
+	return cuda.Mat{T: cuda.BF16T, P: base + cu.DevicePtr(2*off), LD: ld}
+}
+
+// f32 is a row-major fp32 matrix operand at element offset off of base.
+func f32(base cu.DevicePtr, off, ld int) cuda.Mat {
+	return cuda.Mat{T: cuda.F32, P: base + cu.DevicePtr(4*off), LD: ld}
+}
+
+// at returns base advanced by off float32 elements.
+func at(base cu.DevicePtr, off int) cu.DevicePtr { return base + cu.DevicePtr(4*off) }
