@@ -120,13 +120,22 @@ func Leftovers(prefix string, all bool) ([]string, error) {
 	return names, nil
 }
 
-// alive reports whether process pid exists.
+// alive reports whether process pid exists and is not a zombie (a killed
+// run whose parent has not reaped it yet is dead for our purposes).
 func alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// Fields: pid (comm) state ...; comm may contain spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // Cleanup deletes the namespaces Leftovers lists, killing the processes in
