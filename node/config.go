@@ -68,6 +68,12 @@ type Config struct {
 	// (0: only at exit). Default 10. KeepCheckpoints is how many to keep (3).
 	CheckpointEvery int
 	KeepCheckpoints int
+	// MaxSendRate caps the all-reduce's send rate in bytes per second (0:
+	// unlimited), for links shared with other traffic.
+	MaxSendRate float64
+	// DonorRate caps the bytes per second this node serves to joiners
+	// fetching the model (0: the p2p default; negative: unlimited).
+	DonorRate int64
 	// Seed seeds the model initialisation; it must be the same on every
 	// member of a run. Default: derived from Run.
 	Seed uint64
@@ -135,6 +141,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: outer lr %v momentum %v", ErrBadConfig, c.OuterLR, c.OuterMomentum)
 	case c.Tick < time.Millisecond:
 		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
+	case c.MaxSendRate < 0:
+		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
 	case c.CheckpointEvery < 0 || c.KeepCheckpoints < 1:
 		return fmt.Errorf("%w: checkpoint every %d keep %d", ErrBadConfig, c.CheckpointEvery, c.KeepCheckpoints)
 	}

@@ -1,0 +1,336 @@
+package main
+
+// End-to-end tests: real intellect-node processes on 127.0.0.1 with real
+// libp2p hosts, DHT and gossipsub, talking through their REST APIs.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "intellect-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "intellect-node")
+	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building intellect-node: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one node process.
+type proc struct {
+	t    *testing.T
+	name string
+	home string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+
+	mu  sync.Mutex
+	log strings.Builder
+}
+
+// startNode starts a node with its own home dir (reused if home != "").
+func startNode(t *testing.T, name, home string, args ...string) *proc {
+	t.Helper()
+	if home == "" {
+		home = t.TempDir()
+	}
+	os.Remove(filepath.Join(home, "api.addr"))
+	all := append([]string{"start", "--home", home, "--listen", "/ip4/127.0.0.1/tcp/0",
+		"--status", "127.0.0.1:0", "--log-level", "debug"}, args...)
+	p := &proc{t: t, name: name, home: home, cmd: exec.Command(binPath, all...), done: make(chan struct{})}
+	stderr, _ := p.cmd.StderrPipe()
+	p.cmd.Stdout = io.Discard
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("---- log of %s ----\n%s", p.name, p.logText())
+		}
+	})
+	return p
+}
+
+func (p *proc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// api returns the node's status API address once it is listening.
+func (p *proc) api() string {
+	p.t.Helper()
+	var addr string
+	waitFor(p.t, 60*time.Second, p.name+" status API", func() bool {
+		b, err := os.ReadFile(filepath.Join(p.home, "api.addr"))
+		addr = strings.TrimSpace(string(b))
+		return err == nil && addr != ""
+	}, p)
+	return addr
+}
+
+type nodeStatus struct {
+	PeerID     string   `json:"peer_id"`
+	Addrs      []string `json:"addrs"`
+	State      string   `json:"state"`
+	OuterStep  uint64   `json:"outer_step"`
+	Members    []string `json:"members"`
+	EvalLoss   float64  `json:"eval_loss"`
+	ModelHash  string   `json:"model_hash"`
+	BytesSent  int64    `json:"bytes_sent"`
+	Params     int64    `json:"params"`
+	InnerSteps int      `json:"inner_steps"`
+}
+
+type outerRecord struct {
+	Step          uint64  `json:"step"`
+	Members       int     `json:"members"`
+	EvalLoss      float64 `json:"eval_loss"`
+	ModelHash     string  `json:"model_hash"`
+	BytesSent     int64   `json:"bytes_sent"`
+	BytesReceived int64   `json:"bytes_received"`
+	Attempts      int     `json:"attempts"`
+}
+
+func (p *proc) status() (nodeStatus, error) {
+	var s nodeStatus
+	err := getJSONFrom(p.api(), "/v1/status", &s)
+	return s, err
+}
+
+func (p *proc) history() []outerRecord {
+	var h []outerRecord
+	if err := getJSONFrom(p.api(), "/v1/history", &h); err != nil {
+		p.t.Fatalf("%s history: %v", p.name, err)
+	}
+	return h
+}
+
+func getJSONFrom(addr, path string, v any) error {
+	cl := &http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get("http://" + addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// waitFor polls cond every 100 ms until it holds or the timeout passes; it
+// fails early if any of procs exits.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, procs ...*proc) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		for _, p := range procs {
+			select {
+			case <-p.done:
+				t.Fatalf("waiting for %s: %s exited: %v\n%s", what, p.name, p.err, p.logText())
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// bootstrapAddr returns a node's first full multiaddr.
+func bootstrapAddr(t *testing.T, p *proc) string {
+	t.Helper()
+	var s nodeStatus
+	waitFor(t, 30*time.Second, p.name+" addrs", func() bool {
+		var err error
+		s, err = p.status()
+		return err == nil && len(s.Addrs) > 0
+	}, p)
+	return s.Addrs[0]
+}
+
+// byStep indexes a history by outer step.
+func byStep(h []outerRecord) map[uint64]outerRecord {
+	m := make(map[uint64]outerRecord, len(h))
+	for _, r := range h {
+		m[r.Step] = r
+	}
+	return m
+}
+
+// e2eArgs are the training flags of every e2e node: tiny model, short outer steps.
+var e2eArgs = []string{"--run", "e2e", "--preset", "tiny", "--inner-steps", "8"}
+
+func TestThreeNodesTrainOneModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process e2e test")
+	}
+	const nodes, steps = 3, 4
+	args := append(append([]string{}, e2eArgs...), "--min-members", fmt.Sprint(nodes),
+		"--max-outer-steps", fmt.Sprint(steps))
+	a := startNode(t, "a", "", args...)
+	boot := bootstrapAddr(t, a)
+	b := startNode(t, "b", "", append(args, "--bootstrap", boot)...)
+	c := startNode(t, "c", "", append(args, "--bootstrap", boot)...)
+	ps := []*proc{a, b, c}
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-time.After(4 * time.Minute):
+			t.Fatalf("%s did not finish %d outer steps in time\n%s", p.name, steps, p.logText())
+		}
+		if p.err != nil {
+			t.Fatalf("%s exited with %v\n%s", p.name, p.err, p.logText())
+		}
+	}
+	// The processes have exited; their final history is in the log as JSON
+	// lines written at exit (the API is gone). Read it from the history file.
+	hist := make([]map[uint64]outerRecord, len(ps))
+	for i, p := range ps {
+		hist[i] = byStep(readHistoryFile(t, p))
+	}
+	var first, last float64
+	for s := uint64(1); s <= steps; s++ {
+		r0, ok := hist[0][s]
+		if !ok {
+			t.Fatalf("a has no record of outer step %d", s)
+		}
+		if r0.Members != nodes {
+			t.Errorf("step %d: ring of %d members, want %d", s, r0.Members, nodes)
+		}
+		for i := 1; i < len(ps); i++ {
+			ri := hist[i][s]
+			if ri.ModelHash != r0.ModelHash || ri.EvalLoss != r0.EvalLoss {
+				t.Errorf("step %d: %s has hash %s eval %v; a has %s eval %v", s, ps[i].name,
+					ri.ModelHash, ri.EvalLoss, r0.ModelHash, r0.EvalLoss)
+			}
+		}
+		if s == 1 {
+			first = r0.EvalLoss
+		}
+		last = r0.EvalLoss
+	}
+	if !(last < first) {
+		t.Errorf("eval loss did not fall: step 1 %v, step %d %v", first, steps, last)
+	}
+	checkWireBytes(t, ps[0], hist[0], nodes)
+}
+
+// checkWireBytes checks that the bytes one member sends per outer step are
+// about a quarter of what an fp32 ring all-reduce would send.
+func checkWireBytes(t *testing.T, p *proc, h map[uint64]outerRecord, k int) {
+	t.Helper()
+	var params int64
+	for _, l := range strings.Split(p.logText(), "\n") {
+		if i := strings.Index(l, " params="); i >= 0 {
+			fmt.Sscan(strings.Fields(l[i+len(" params="):])[0], &params)
+			break
+		}
+	}
+	if params == 0 {
+		t.Fatal("no params= in the log")
+	}
+	fp32 := float64(2*(k-1)) / float64(k) * float64(params) * 4
+	for s, r := range h {
+		if r.Attempts != 1 {
+			continue
+		}
+		ratio := float64(r.BytesSent) / fp32
+		t.Logf("step %d: sent %d bytes = %.3f × an fp32 ring all-reduce (%d params)", s, r.BytesSent, ratio, params)
+		if ratio < 0.24 || ratio > 0.30 {
+			t.Errorf("step %d: bytes sent %.3f × fp32, want ≈ 0.25–0.30 (int8 + scales + framing)", s, ratio)
+		}
+	}
+}
+
+func readHistoryFile(t *testing.T, p *proc) []outerRecord {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.home, "history.jsonl"))
+	if err != nil {
+		t.Fatalf("%s: %v", p.name, err)
+	}
+	var h []outerRecord
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r outerRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%s history line %q: %v", p.name, l, err)
+		}
+		h = append(h, r)
+	}
+	return h
+}
+
+func TestKilledNodeMidAllReduce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process e2e test")
+	}
+	args := append(append([]string{}, e2eArgs...), "--min-members", "3",
+		"--max-outer-steps", "4", "--max-send-rate", "1000000")
+	a := startNode(t, "a", "", args...)
+	boot := bootstrapAddr(t, a)
+	b := startNode(t, "b", "", append(args, "--bootstrap", boot)...)
+	c := startNode(t, "c", "", append(args, "--bootstrap", boot)...)
+	// Kill c once it is inside the all-reduce of outer step 2 (its log says so).
+	waitFor(t, 3*time.Minute, "c inside an all-reduce of step 2", func() bool {
+		return strings.Contains(c.logText(), `msg="all-reduce start" step=2`)
+	}, a, b, c)
+	time.Sleep(300 * time.Millisecond) // the all-reduce takes over a second at 1 MB/s
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+	for _, p := range []*proc{a, b} {
+		select {
+		case <-p.done:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("%s did not finish after c was killed\n%s", p.name, p.logText())
+		}
+		if p.err != nil {
+			t.Fatalf("%s exited with %v", p.name, p.err)
+		}
+	}
+	ha, hb := byStep(readHistoryFile(t, a)), byStep(readHistoryFile(t, b))
+	for s := uint64(1); s <= 4; s++ {
+		if ha[s].ModelHash == "" || ha[s].ModelHash != hb[s].ModelHash {
+			t.Errorf("step %d: a %q b %q", s, ha[s].ModelHash, hb[s].ModelHash)
+		}
+	}
+	if ha[2].Members != 2 || ha[2].Attempts < 2 {
+		t.Errorf("step 2 should be redone by the 2 survivors: members %d attempts %d", ha[2].Members, ha[2].Attempts)
+	}
+}

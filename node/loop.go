@@ -1,0 +1,290 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// outerTimes accumulates the timing of one outer step.
+type outerTimes struct {
+	start    time.Time
+	compute  time.Duration
+	loss     float64
+	losses   int
+	tokens   int
+	attempts int
+}
+
+// trainLoop runs outer steps until ctx ends or MaxOuterSteps is reached.
+func (n *Node) trainLoop(ctx context.Context) error {
+	for {
+		if n.cfg.MaxOuterSteps > 0 && n.step >= n.cfg.MaxOuterSteps {
+			n.log.Info("reached --max-outer-steps", "outer_step", n.step)
+			return errLeft
+		}
+		if err := n.outerStep(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// outerStep trains the inner steps of the current outer step, agrees on a
+// ring, averages the pseudo-gradients and applies the outer optimizer. A
+// fetch asked by the mesh (this node fell behind, or its side of a partition
+// lost) replaces all of that by the fetched model.
+func (n *Node) outerStep(ctx context.Context) error {
+	ot := outerTimes{start: time.Now()}
+	t := n.step
+	inner := 0
+	for inner < n.cfg.InnerSteps {
+		if ev, ok := n.pollEvent(); ok {
+			if done, err := n.handleEarly(ctx, ev); err != nil || done {
+				return err
+			}
+		}
+		st, err := n.engine.Step()
+		if err != nil {
+			return fmt.Errorf("node: inner step: %w", err)
+		}
+		inner++
+		ot.compute += st.Compute
+		ot.loss += st.Loss
+		ot.losses++
+		ot.tokens += st.Tokens
+		n.board.update(func(s *Status) {
+			s.InnerStep, s.Loss = inner, st.Loss
+			s.TokensPerSec = float64(st.Tokens) / st.Compute.Seconds()
+		})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	params := n.engine.Params()
+	for i := range n.delta {
+		n.delta[i] = n.theta0[i] - params[i]
+	}
+	n.mesh(func(m *mesh.Mesh) { m.SetReady(t, inner) })
+	arStart := time.Now()
+	res, fetched, err := n.reduce(ctx, t, &ot)
+	if err != nil || fetched {
+		return err
+	}
+	arTime := time.Since(arStart)
+	n.outer.Apply(params, n.theta0, n.work)
+	if err := n.engine.SetParams(params); err != nil {
+		return err
+	}
+	copy(n.theta0, params)
+	n.hash = train.Hash(n.theta0)
+	n.step = t + 1
+	evalStart := time.Now()
+	eval, err := n.engine.Eval()
+	if err != nil {
+		return fmt.Errorf("node: eval: %w", err)
+	}
+	ot.compute += time.Since(evalStart)
+	n.publishSnapshot()
+	hash := n.hash
+	n.mesh(func(m *mesh.Mesh) { m.Completed(t, hash) })
+	n.finishOuter(ot, res, arTime, eval)
+	if n.cfg.CheckpointEvery > 0 && n.step%uint64(n.cfg.CheckpointEvery) == 0 {
+		if err := n.saveCheckpoint(); err != nil {
+			n.log.Error("checkpoint", "err", err)
+		}
+	}
+	return nil
+}
+
+// reduceResult describes the all-reduce attempt that succeeded.
+type reduceResult struct {
+	ring  *mesh.Ring
+	stats p2p.RingStats
+}
+
+// reduce waits for the ring of step t and runs the all-reduce into n.work,
+// retrying with each new ring the mesh decides after a failure. fetched
+// reports that a fetched model replaced this step instead.
+func (n *Node) reduce(ctx context.Context, t uint64, ot *outerTimes) (res reduceResult, fetched bool, err error) {
+	for {
+		var ev meshEvent
+		select {
+		case <-ctx.Done():
+			return res, false, ctx.Err()
+		case ev = <-n.events:
+		}
+		if ev.fetch != nil {
+			return res, true, n.fetch(ctx, ev.fetch, ev.adopt)
+		}
+		r := ev.ring
+		if r == nil || r.Step != t {
+			continue
+		}
+		ot.attempts++
+		stats, err := n.allReduce(ctx, r)
+		if err == nil {
+			return reduceResult{ring: r, stats: stats}, false, nil
+		}
+		if ctx.Err() != nil {
+			return res, false, ctx.Err()
+		}
+		bad := n.culprit(r, err)
+		n.log.Warn("all-reduce failed", "step", t, "ring", r.ID, "members", len(r.Members), "culprit", bad, "err", err)
+		n.mesh(func(m *mesh.Mesh) { m.ReportFailure(t, bad) })
+	}
+}
+
+// allReduce runs one attempt over ring r: n.work ← weighted mean of the
+// members' pseudo-gradients.
+func (n *Node) allReduce(ctx context.Context, r *mesh.Ring) (p2p.RingStats, error) {
+	rank := r.Rank(n.self)
+	if rank < 0 {
+		return p2p.RingStats{}, fmt.Errorf("node: not a member of ring %s", r.ID)
+	}
+	members := make([]peer.ID, len(r.Members))
+	for i, id := range r.Members {
+		pid, err := peerID(id)
+		if err != nil {
+			return p2p.RingStats{}, err
+		}
+		members[i] = pid
+	}
+	cfg := mesh.AllReduceConfig{Shards: n.cfg.Shards, ErrorFeedback: n.cfg.ErrorFeedback}
+	if n.cfg.FP32 {
+		cfg.Codec = mesh.CodecFP32
+	}
+	if err := cfg.Validate(); err != nil {
+		return p2p.RingStats{}, err
+	}
+	tr, err := n.ar.Open(p2p.RingSpec{ID: r.ID, Step: r.Step, Members: members, Self: rank, Shards: cfg.Shards})
+	if err != nil {
+		return p2p.RingStats{}, err
+	}
+	defer tr.Close()
+	for _, p := range members {
+		n.host.Protect(p)
+	}
+	n.log.Info("all-reduce start", "step", r.Step, "ring", r.ID, "members", len(r.Members), "rank", rank)
+	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
+	defer cancel()
+	copy(n.work, n.delta)
+	var t mesh.Transport = tr
+	if n.sendRate != nil {
+		t = limitedTransport{RingTransport: tr, b: n.sendRate}
+	}
+	var residual []float32
+	if n.residual != nil {
+		// AllReduce leaves the residual unspecified on failure: work on a copy.
+		residual = append([]float32(nil), n.residual...)
+	}
+	if _, err := mesh.AllReduce(actx, t, rank, r.Weights, n.work, residual, cfg); err != nil {
+		return tr.Stats(), err
+	}
+	if residual != nil {
+		copy(n.residual, residual)
+	}
+	return tr.Stats(), nil
+}
+
+// culprit names the ring member to report for a failed attempt: the member
+// the all-reduce named, else the left neighbour, whose data never came.
+func (n *Node) culprit(r *mesh.Ring, err error) mesh.PeerID {
+	k := len(r.Members)
+	rank := r.Rank(n.self)
+	bad := (rank - 1 + k) % k
+	var pe *mesh.PeerError
+	var rpe *p2p.RingPeerError
+	switch {
+	case errors.As(err, &rpe) && rpe.Rank >= 0 && rpe.Rank < k:
+		bad = rpe.Rank
+	case errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < k:
+		bad = pe.Rank
+	}
+	if bad == rank {
+		bad = (rank + 1) % k
+	}
+	return r.Members[bad]
+}
+
+func peerID(id mesh.PeerID) (peer.ID, error) {
+	p, err := peer.Decode(string(id))
+	if err != nil {
+		return "", fmt.Errorf("node: bad peer id %q: %w", id, err)
+	}
+	return p, nil
+}
+
+// mesh runs f on the mesh goroutine without waiting for it.
+func (n *Node) mesh(f func(*mesh.Mesh)) {
+	n.meshCmds <- meshCmd{f: f}
+}
+
+// pollEvent returns a pending mesh event, if any.
+func (n *Node) pollEvent() (meshEvent, bool) {
+	select {
+	case ev := <-n.events:
+		return ev, true
+	default:
+		return meshEvent{}, false
+	}
+}
+
+// handleEarly handles an event that arrives during the inner steps: a fetch
+// replaces the step (done = true); a ring for another step is stale.
+func (n *Node) handleEarly(ctx context.Context, ev meshEvent) (done bool, err error) {
+	if ev.fetch == nil {
+		return false, nil
+	}
+	return true, n.fetch(ctx, ev.fetch, ev.adopt)
+}
+
+// finishOuter records, logs and publishes a completed outer step.
+func (n *Node) finishOuter(ot outerTimes, res reduceResult, arTime time.Duration, eval float64) {
+	wall := time.Since(ot.start)
+	rec := OuterRecord{
+		Step: n.step, Time: time.Now(), Members: len(res.ring.Members), EvalLoss: eval,
+		AllReduceSec: arTime.Seconds(), ComputeSec: ot.compute.Seconds(), WallSec: wall.Seconds(),
+		Utilization: ot.compute.Seconds() / wall.Seconds(), BytesSent: res.stats.BytesSent,
+		BytesReceived: res.stats.BytesRecv, ModelHash: n.hash, Attempts: ot.attempts,
+	}
+	if ot.losses > 0 {
+		rec.Loss = ot.loss / float64(ot.losses)
+	}
+	n.board.record(rec)
+	members := make([]string, len(res.ring.Members))
+	for i, id := range res.ring.Members {
+		members[i] = string(id)
+	}
+	n.board.update(func(s *Status) {
+		s.OuterStep, s.InnerStep, s.Members, s.EvalLoss, s.ModelHash = n.step, 0, members, eval, n.hash
+		s.ComputeUtilization, s.LastAllReduceSec = rec.Utilization, rec.AllReduceSec
+	})
+	n.appendHistory(rec)
+	n.log.Info("outer step", "step", n.step, "members", rec.Members, "loss", fmt.Sprintf("%.4f", rec.Loss),
+		"eval_loss", fmt.Sprintf("%.4f", eval), "allreduce", fmtDur(arTime), "sent", rec.BytesSent,
+		"received", rec.BytesReceived, "utilization", fmt.Sprintf("%.3f", rec.Utilization),
+		"attempts", ot.attempts, "hash", short(n.hash))
+}
+
+func fmtDur(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }
+
+// appendHistory appends rec to <home>/history.jsonl.
+func (n *Node) appendHistory(rec OuterRecord) {
+	b, _ := json.Marshal(rec)
+	f, err := os.OpenFile(filepath.Join(n.cfg.Home, "history.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		n.log.Warn("history", "err", err)
+		return
+	}
+	defer f.Close()
+	f.Write(append(b, '\n'))
+}

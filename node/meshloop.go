@@ -1,0 +1,138 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+)
+
+// meshLoop owns the mesh state machine: it ticks it, feeds it gossip and the
+// training goroutine's commands, publishes what it asks, and hands rings and
+// fetches to the training goroutine.
+func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
+	tick := time.NewTicker(n.cfg.Tick)
+	defer tick.Stop()
+	log := n.cfg.Logger.With("system", "mesh")
+	msgs := n.host.Messages()
+	var lastPeers time.Time
+	for {
+		var done chan struct{}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.Tick()
+		case msg, ok := <-msgs:
+			if !ok {
+				return
+			}
+			mm, err := mesh.Decode(msg.Data)
+			if err == nil && mm.From != mesh.PeerID(msg.From.String()) {
+				err = errSpoofed
+			}
+			if err == nil {
+				err = m.Step(mm)
+			}
+			if err != nil {
+				log.Warn("bad mesh message", "from", msg.From, "err", err)
+			}
+		case c := <-n.meshCmds:
+			c.f(m)
+			done = c.done
+		}
+		for m.HasReady() {
+			n.carryOut(ctx, m, m.Ready(), log)
+		}
+		if done != nil {
+			close(done)
+		}
+		if time.Since(lastPeers) > time.Second {
+			lastPeers = time.Now()
+			n.updatePeers(m.Status())
+		}
+	}
+}
+
+// errSpoofed rejects a mesh message whose From is not its gossip signer.
+var errSpoofed = errors.New("node: mesh message From is not its signer")
+
+// carryOut does what one Ready asks, then advances the state machine.
+func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *slog.Logger) {
+	for _, msg := range rd.Messages {
+		b, err := mesh.Encode(msg)
+		if err != nil {
+			log.Warn("encode mesh message", "type", msg.Type, "err", err)
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := n.host.Publish(pctx, b); err != nil && ctx.Err() == nil {
+			log.Warn("publish", "type", msg.Type, "err", err)
+		}
+		cancel()
+	}
+	if len(rd.Dead) > 0 {
+		log.Info("peers gone", "peers", rd.Dead)
+	}
+	if rd.StateChanged {
+		n.board.update(func(s *Status) { s.State = rd.State.String() })
+	}
+	if rd.Ring != nil {
+		n.sendEvent(ctx, meshEvent{ring: rd.Ring})
+	}
+	if rd.Fetch != nil {
+		n.sendEvent(ctx, meshEvent{fetch: rd.Fetch})
+	}
+	if rd.Adopt != nil {
+		n.sendEvent(ctx, meshEvent{fetch: rd.Adopt, adopt: true})
+	}
+	m.Advance(rd)
+}
+
+func (n *Node) sendEvent(ctx context.Context, ev meshEvent) {
+	select {
+	case n.events <- ev:
+	case <-ctx.Done():
+	}
+}
+
+// updatePeers refreshes the peer table of the REST API.
+func (n *Node) updatePeers(st mesh.Status) {
+	now := time.Now()
+	ps := make([]PeerStatus, 0, len(st.Peers))
+	for _, p := range st.Peers {
+		ps = append(ps, n.peerStatus(p, st.Tick, now))
+	}
+	n.board.setPeers(ps)
+	var members []string
+	if st.Ring != nil {
+		for _, id := range st.Ring.Members {
+			members = append(members, string(id))
+		}
+	}
+	n.board.update(func(s *Status) {
+		s.State = st.State.String()
+		if members != nil {
+			s.Members = members
+		}
+		tr := n.host.TotalBandwidth()
+		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
+	})
+}
+
+func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerStatus {
+	state := p.State.String()
+	if p.Dead {
+		state = "dead"
+	}
+	ps := PeerStatus{ID: string(p.ID), Addrs: p.Addrs, State: state, OuterStep: p.Step, ModelHash: p.Hash,
+		LastSeen: now.Add(-time.Duration(tick-min(p.LastSeen, tick)) * n.cfg.Tick)}
+	if id, err := peerID(p.ID); err == nil {
+		info := n.host.PeerInfo(id)
+		ps.Connected = info.Connected
+		ps.LatencyMs = float64(info.Latency) / float64(time.Millisecond)
+	}
+	return ps
+}

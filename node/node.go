@@ -1,0 +1,310 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Node is one member of a training network. Create it with New, then Run it.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	host   *p2p.Host
+	ar     *p2p.AllReduceService
+	ckpt   *p2p.CkptServer
+	engine train.Engine
+	outer  *train.Outer
+	data   train.Source
+	board  board
+	api    *api
+	self   mesh.PeerID
+
+	// The training goroutine owns everything below (and outer).
+	theta0   []float32 // global model of the current outer step, identical on every member
+	delta    []float32 // pseudo-gradient of the current step
+	work     []float32 // all-reduce buffer
+	residual []float32 // int8 error feedback, if enabled
+	step     uint64    // current outer step: the one being trained
+	hash     string    // train.Hash(theta0)
+	params   int64
+
+	meshCmds chan meshCmd
+	events   chan meshEvent
+	sendRate *bucket // nil: unlimited
+
+	snapMu sync.Mutex
+	snap   *p2p.Snapshot // what donors serve: θ₀ and v of the current step
+
+	wg sync.WaitGroup
+}
+
+// meshCmd runs f on the mesh goroutine; done, if not nil, is closed once the
+// Ready that f caused has been carried out.
+type meshCmd struct {
+	f    func(*mesh.Mesh)
+	done chan struct{}
+}
+
+// meshEvent is something the mesh goroutine asks the training goroutine to do.
+type meshEvent struct {
+	ring  *mesh.Ring
+	fetch *mesh.Fetch
+	adopt bool // fetch is an adoption of a larger side's model
+}
+
+// New prepares a node: it validates cfg, starts the libp2p host, and builds
+// the model, resuming from the newest checkpoint under cfg.Home if there is
+// one. It starts no goroutine of its own; Run does.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return nil, fmt.Errorf("node: home: %w", err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("system", "node"),
+		meshCmds: make(chan meshCmd, 64),
+		events:   make(chan meshEvent, 16),
+	}
+	if cfg.MaxSendRate > 0 {
+		n.sendRate = newBucket(cfg.MaxSendRate)
+	}
+	h, err := p2p.New(ctx, p2p.Config{
+		Home:      cfg.Home,
+		Listen:    cfg.Listen,
+		Bootstrap: cfg.Bootstrap,
+		Run:       cfg.Run,
+		Logger:    cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.host = h
+	n.self = mesh.PeerID(h.ID().String())
+	if err := n.initModel(); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// runSeed derives the model-initialisation seed every member of run shares.
+func runSeed(run string) uint64 {
+	s := sha256.Sum256([]byte("intellect-node/init/" + run))
+	return binary.LittleEndian.Uint64(s[:8])
+}
+
+// workerID derives this node's data-sampler id from its peer id, so members
+// draw different data.
+func workerID(id peer.ID) uint64 {
+	s := sha256.Sum256([]byte(id))
+	return binary.LittleEndian.Uint64(s[:8])
+}
+
+// trainOptions returns the training options of this node's model.
+func (n *Node) trainOptions() (train.Options, error) {
+	opts, err := train.DefaultOptions(n.cfg.Preset)
+	if err != nil {
+		return opts, fmt.Errorf("%w: %v", ErrBadConfig, err)
+	}
+	if n.cfg.ConfigFile != "" {
+		c, err := train.LoadConfig(n.cfg.ConfigFile)
+		if err != nil {
+			return opts, err
+		}
+		opts.Model = c
+		opts.Seq = min(opts.Seq, c.SeqLen)
+	}
+	opts.Seed = n.cfg.Seed
+	if opts.Seed == 0 {
+		opts.Seed = runSeed(n.cfg.Run)
+	}
+	opts.Worker = workerID(n.host.ID())
+	if n.cfg.MaxOuterSteps > 0 {
+		// Let the schedule's decay end with the run.
+		opts.TotalSteps = max(int(n.cfg.MaxOuterSteps)*n.cfg.InnerSteps, opts.WarmupSteps+1)
+	}
+	return opts, opts.Validate()
+}
+
+func (n *Node) initModel() error {
+	opts, err := n.trainOptions()
+	if err != nil {
+		return err
+	}
+	n.data = train.DefaultSource()
+	if n.cfg.Data != "" {
+		if n.data, err = train.OpenSource(n.cfg.Data); err != nil {
+			return err
+		}
+	}
+	if n.data.Vocab() > opts.Model.Vocab {
+		return fmt.Errorf("%w: data %s has vocabulary %d > model's %d", ErrBadConfig, n.data, n.data.Vocab(), opts.Model.Vocab)
+	}
+	resumed, err := n.resume(opts)
+	if err != nil {
+		return err
+	}
+	if !resumed {
+		if n.engine, err = train.NewEngine(n.cfg.Device, opts, n.data); err != nil {
+			return err
+		}
+		n.theta0 = append([]float32(nil), n.engine.Params()...)
+		n.outer = train.NewOuter(len(n.theta0), n.cfg.OuterLR, n.cfg.OuterMomentum)
+	}
+	n.params = int64(len(n.theta0))
+	n.hash = train.Hash(n.theta0)
+	n.delta = make([]float32, len(n.theta0))
+	n.work = make([]float32, len(n.theta0))
+	if n.cfg.ErrorFeedback {
+		n.residual = make([]float32, len(n.theta0))
+	}
+	n.log.Info("model ready", "preset", opts.Model.Name, "params", n.params, "device", n.cfg.Device,
+		"data", n.data.String(), "outer_step", n.step, "hash", short(n.hash), "resumed", resumed)
+	return nil
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// errLeft ends the training loop when the node leaves on purpose.
+var errLeft = errors.New("node: left the network")
+
+// Run runs the node until ctx is cancelled or MaxOuterSteps is reached, then
+// leaves the network gracefully, writes a checkpoint and returns nil.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.host.Close()
+	defer n.engine.Close()
+	loopCtx, stopLoops := context.WithCancel(context.Background())
+	defer stopLoops()
+	if err := n.start(loopCtx); err != nil {
+		return err
+	}
+	err := n.trainLoop(ctx)
+	n.leave()
+	if cerr := n.saveCheckpoint(); cerr != nil {
+		n.log.Error("final checkpoint", "err", cerr)
+	}
+	stopLoops()
+	if n.api != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n.api.close(sctx)
+		cancel()
+	}
+	n.ar.Close()
+	n.ckpt.Close()
+	n.wg.Wait()
+	if err == nil || errors.Is(err, errLeft) || errors.Is(err, context.Canceled) {
+		n.log.Info("node stopped", "outer_step", n.step, "hash", short(n.hash))
+		return nil
+	}
+	return err
+}
+
+// start brings up the API, the stream protocols, the host's discovery and
+// gossip, and the mesh goroutine.
+func (n *Node) start(ctx context.Context) error {
+	var err error
+	if n.ar, err = p2p.NewAllReduceService(n.host.Libp2p(), p2p.AllReduceServiceConfig{
+		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
+		return err
+	}
+	n.publishSnapshot()
+	if n.ckpt, err = p2p.ServeCheckpoints(n.host.Libp2p(), n.snapshot, p2p.CkptServeConfig{
+		Rate: n.cfg.DonorRate, Logger: n.cfg.Logger}); err != nil {
+		return err
+	}
+	n.host.SetValidator(func(from peer.ID, data []byte) bool {
+		m, err := mesh.Decode(data)
+		return err == nil && m.From == mesh.PeerID(from.String())
+	})
+	if err := n.host.Start(ctx); err != nil {
+		return err
+	}
+	m, err := mesh.New(mesh.Config{
+		ID: n.self, Addrs: n.host.Addrs(), MinMembers: n.cfg.MinMembers,
+		Seed: int64(workerID(n.host.ID())),
+	}, n.step, n.hash)
+	if err != nil {
+		return err
+	}
+	n.board.update(func(s *Status) {
+		s.PeerID, s.Addrs, s.Run, s.Device = string(n.self), n.host.Addrs(), n.cfg.Run, n.cfg.Device
+		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.step
+		s.ModelHash, s.StartedAt, s.State = n.hash, time.Now(), "starting"
+	})
+	if n.cfg.StatusAddr != "off" {
+		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.log); err != nil {
+			return err
+		}
+		addrFile := filepath.Join(n.cfg.Home, "api.addr")
+		if err := os.WriteFile(addrFile, []byte(n.api.Addr()+"\n"), 0o600); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.api.serve(); err != nil {
+				n.log.Error("status API", "err", err)
+			}
+		}()
+		n.log.Info("status API", "url", "http://"+n.api.Addr()+"/")
+	}
+	n.log.Info("node started", "peer", n.self, "addrs", n.host.Addrs(), "run", n.cfg.Run)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.meshLoop(ctx, m)
+	}()
+	return nil
+}
+
+// snapshot returns what the checkpoint donor serves. Called concurrently.
+func (n *Node) snapshot() *p2p.Snapshot {
+	n.snapMu.Lock()
+	defer n.snapMu.Unlock()
+	return n.snap
+}
+
+// publishSnapshot makes θ₀ and v of the current step what donors serve.
+func (n *Node) publishSnapshot() {
+	state := fmt.Appendf(nil, `{"run":%q,"step":%d,"params":%d}`, n.cfg.Run, n.step, n.params)
+	s := p2p.EncodeSnapshot(n.step, n.theta0, n.outer.V, state)
+	n.snapMu.Lock()
+	n.snap = s
+	n.snapMu.Unlock()
+}
+
+// leave announces a graceful leave and waits (briefly) until it is published.
+func (n *Node) leave() {
+	done := make(chan struct{})
+	select {
+	case n.meshCmds <- meshCmd{f: (*mesh.Mesh).Leave, done: done}:
+	case <-time.After(time.Second):
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
+}

@@ -1,0 +1,190 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// fetch downloads the model the mesh named (θ₀ and outer momentum of
+// f.Step) from its donors, verifies it against f.Hash, and makes it this
+// node's model. On failure the mesh is not told Synced: it picks donors again
+// after its sync timeout.
+func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
+	what := "fetching the live model"
+	if adopt {
+		what = "adopting the larger side's model"
+	}
+	n.log.Info(what, "step", f.Step, "hash", short(f.Hash), "donors", len(f.From), "our_step", n.step, "our_hash", short(n.hash))
+	donors := make([]peer.ID, 0, len(f.From))
+	for _, id := range f.From {
+		if p, err := peerID(id); err == nil && id != n.self {
+			donors = append(donors, p)
+		}
+	}
+	start := time.Now()
+	lastLog := start
+	progress := func(p p2p.CkptProgress) {
+		n.board.update(func(s *Status) {
+			s.Download = &Download{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Donors: p.Donors, Retries: p.ChunksRetried}
+		})
+		if time.Since(lastLog) > time.Second || p.BytesDone == p.BytesTotal {
+			lastLog = time.Now()
+			n.log.Info("download", "step", p.Step, "done", p.BytesDone, "total", p.BytesTotal,
+				"donors", p.Donors, "retried", p.ChunksRetried, "bad_donors", p.BadDonors)
+		}
+	}
+	data, bad, err := p2p.FetchCheckpoint(ctx, n.host.Libp2p(), donors, p2p.CkptFetchSpec{Step: f.Step, Hash: f.Hash},
+		p2p.CkptFetchConfig{MaxBytes: 16*n.params + 1<<20, Logger: n.cfg.Logger}, progress)
+	for _, b := range bad {
+		n.log.Warn("donor served bad checkpoint data", "peer", b)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		n.log.Warn("model fetch failed; the mesh will pick donors again", "step", f.Step, "err", err)
+		return nil
+	}
+	theta0, v, _, err := p2p.DecodeSnapshot(data)
+	if err == nil && (int64(len(theta0)) != n.params || len(v) != len(theta0)) {
+		err = fmt.Errorf("model of %d params (momentum %d), ours has %d: different model config", len(theta0), len(v), n.params)
+	}
+	if err == nil && train.Hash(theta0) != f.Hash {
+		err = errors.New("hash mismatch after verification")
+	}
+	if err != nil {
+		n.log.Error("fetched model unusable", "step", f.Step, "err", err)
+		return nil
+	}
+	if err := n.engine.SetParams(theta0); err != nil {
+		return err
+	}
+	n.theta0, n.outer.V = theta0, v
+	n.step, n.hash = f.Step, f.Hash
+	n.publishSnapshot()
+	step, hash := n.step, n.hash
+	n.mesh(func(m *mesh.Mesh) { m.Synced(step, hash) })
+	n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
+	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
+	return nil
+}
+
+// Checkpoint layout under <home>/checkpoints/step-NNNNNNNN:
+//
+//	engine/              the engine's own checkpoint (model, AdamW moments, data position)
+//	outer.safetensors    theta0 (the global model of the step) and the outer momentum
+//	node.json            run, outer step and θ₀ hash
+const (
+	checkpointDir  = "checkpoints"
+	outerFile      = "outer.safetensors"
+	nodeStateFile  = "node.json"
+	engineSubdir   = "engine"
+	nodeStateMagic = "intellect-node/node/1"
+)
+
+type nodeState struct {
+	Format string `json:"format"`
+	Run    string `json:"run"`
+	Step   uint64 `json:"step"`
+	Hash   string `json:"hash"`
+}
+
+// saveCheckpoint writes a durable checkpoint of the current outer step.
+func (n *Node) saveCheckpoint() error {
+	root := filepath.Join(n.cfg.Home, checkpointDir)
+	name := fmt.Sprintf("%s%08d", train.CheckpointPrefix, n.step)
+	return train.WriteDirAtomic(root, name, func(tmp string) error {
+		if err := n.engine.Save(filepath.Join(tmp, engineSubdir)); err != nil {
+			return err
+		}
+		ts := []train.Tensor{
+			{Name: "theta0", Shape: []int{len(n.theta0)}, Data: n.theta0},
+			{Name: "outer_momentum", Shape: []int{len(n.outer.V)}, Data: n.outer.V},
+		}
+		if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": n.hash}); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Step: n.step, Hash: n.hash}, "", "  ")
+		return os.WriteFile(filepath.Join(tmp, nodeStateFile), b, 0o600)
+	}, n.cfg.KeepCheckpoints)
+}
+
+// resume loads the newest checkpoint under <home>/checkpoints, if any.
+func (n *Node) resume(opts train.Options) (bool, error) {
+	dir, err := train.LatestCheckpoint(filepath.Join(n.cfg.Home, checkpointDir))
+	if err != nil || dir == "" {
+		return false, err
+	}
+	bad := func(err error) (bool, error) {
+		return false, fmt.Errorf("node: checkpoint %s: %w (move it away to start fresh)", dir, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, nodeStateFile))
+	if err != nil {
+		return bad(err)
+	}
+	var st nodeState
+	if err := json.Unmarshal(b, &st); err != nil || st.Format != nodeStateMagic {
+		return bad(fmt.Errorf("%s: not a node state (%v)", nodeStateFile, err))
+	}
+	if st.Run != n.cfg.Run {
+		return bad(fmt.Errorf("it belongs to run %q, not %q", st.Run, n.cfg.Run))
+	}
+	ts, _, err := train.ReadSafetensors(filepath.Join(dir, outerFile))
+	if err != nil {
+		return bad(err)
+	}
+	var theta0, v []float32
+	for _, t := range ts {
+		switch t.Name {
+		case "theta0":
+			theta0 = t.Data
+		case "outer_momentum":
+			v = t.Data
+		}
+	}
+	if theta0 == nil || len(v) != len(theta0) || train.Hash(theta0) != st.Hash {
+		return bad(errors.New("outer state missing or does not match its hash"))
+	}
+	eng, err := n.resumeEngine(filepath.Join(dir, engineSubdir), opts)
+	if err != nil {
+		return bad(err)
+	}
+	if len(eng.Params()) != len(theta0) {
+		eng.Close()
+		return bad(fmt.Errorf("model has %d params, checkpoint %d", len(eng.Params()), len(theta0)))
+	}
+	if err := eng.SetParams(theta0); err != nil {
+		eng.Close()
+		return bad(err)
+	}
+	n.engine, n.theta0, n.step = eng, theta0, st.Step
+	n.outer = &train.Outer{LR: n.cfg.OuterLR, Momentum: n.cfg.OuterMomentum, V: v}
+	n.log.Info("resumed from checkpoint", "dir", dir, "outer_step", st.Step)
+	return true, nil
+}
+
+// resumeEngine restores the CPU trainer with its AdamW state; other devices
+// start a fresh engine (their parameters are then set from θ₀).
+func (n *Node) resumeEngine(dir string, opts train.Options) (train.Engine, error) {
+	if n.cfg.Device == "cpu" {
+		t, err := train.ResumeTrainer(dir, n.data)
+		if err != nil {
+			return nil, err
+		}
+		if t.Options().Model != opts.Model {
+			return nil, fmt.Errorf("checkpoint model %+v differs from --preset/--config %+v", t.Options().Model, opts.Model)
+		}
+		return t, nil
+	}
+	return train.NewEngine(n.cfg.Device, opts, n.data)
+}
