@@ -113,18 +113,18 @@ static __device__ void attn_fwd(bf16* out, float* lse, const bf16* qkv, int T, i
 	lse[((long long)b * H + h) * T + t] = (m + log2f(l)) * LN2;
 }
 
-// attn_bwd_d: D[b,h,t] = Σ_d dout·out. grid (ceil(B·T·H/256)), block 256.
+// attn_bwd_d: D[b,h,t] = Σ_d dout·out (grid-stride over B·T·H rows).
 KERNEL void attn_bwd_d(float* D, const bf16* dout, const bf16* out, int B, int T, int H, int HD) {
-	const long long idx = gtid();
-	if (idx >= (long long)B * T * H) return;
-	const int h = idx % H;
-	const long long n = idx / H;  // token b·T + t
-	const bf16* a = dout + n * H * HD + (long long)h * HD;
-	const bf16* o = out + n * H * HD + (long long)h * HD;
-	float s = 0.f;
-	for (int d = 0; d < HD; d++) s += __bfloat162float(a[d]) * __bfloat162float(o[d]);
-	const long long b = n / T, t = n % T;
-	D[(b * H + h) * T + t] = s;
+	for (long long idx = gtid(); idx < (long long)B * T * H; idx += gstride()) {
+		const int h = idx % H;
+		const long long n = idx / H;  // token b·T + t
+		const bf16* a = dout + n * H * HD + (long long)h * HD;
+		const bf16* o = out + n * H * HD + (long long)h * HD;
+		float s = 0.f;
+		for (int d = 0; d < HD; d++) s += __bfloat162float(a[d]) * __bfloat162float(o[d]);
+		const long long b = n / T, t = n % T;
+		D[(b * H + h) * T + t] = s;
+	}
 }
 
 // dq. grid (ceil(T/TILE), H, B), block TILE. Writes the q part of dqkv.
