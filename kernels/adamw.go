@@ -3,29 +3,50 @@ package kernels
 import "math"
 
 // AdamW applies one decoupled-weight-decay Adam step (Loshchilov & Hutter, as
-// PyTorch's AdamW) to p in place, given its gradient g and moments m, v
-// (updated in place); step counts from 1 for the bias correction:
+// PyTorch's AdamW) to p in place, given its gradient gscale·g (gscale carries
+// gradient clipping; 1 for none) and moments m, v (updated in place); step
+// counts from 1 for the bias correction:
 //
-//	m ← β1·m + (1−β1)·g ;  v ← β2·v + (1−β2)·g²
+//	g ← gscale·g ; m ← β1·m + (1−β1)·g ;  v ← β2·v + (1−β2)·g²
 //	p ← p − lr·( m/(1−β1^step) / (sqrt(v/(1−β2^step)) + eps) + wd·p )
 //
-// Element-wise, in parallel chunks; the result does not depend on GOMAXPROCS.
-func AdamW(p, g, m, v []float32, lr, beta1, beta2, eps, wd float32, step int) {
-	bc1 := float32(1 - math.Pow(float64(beta1), float64(step)))
-	bc2 := float32(1 - math.Pow(float64(beta2), float64(step)))
-	ib1, ib2 := 1/bc1, 1/bc2
+// Element-wise, in parallel chunks, with an AVX2 loop where available that
+// performs the same float32 operations in the same order (no FMA) as the Go
+// loop: the result is the same bits on every machine and any GOMAXPROCS.
+func AdamW(p, g, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int) {
+	h := adamwHyper{
+		beta1: beta1, c1: 1 - beta1, beta2: beta2, c2: 1 - beta2,
+		ib1: 1 / float32(1-math.Pow(float64(beta1), float64(step))),
+		ib2: 1 / float32(1-math.Pow(float64(beta2), float64(step))),
+		eps: eps, lr: lr, wd: wd, gscale: gscale,
+	}
 	layerPar(len(p), 1<<14, func(lo, hi int) {
 		p, g, m, v := p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
 		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)] // one bounds check, not four per element
-		for i := range p {
-			gi := g[i]
-			mi := beta1*m[i] + (1-beta1)*gi
-			vi := beta2*v[i] + (1-beta2)*gi*gi
-			m[i], v[i] = mi, vi
-			den := float32(math.Sqrt(float64(vi*ib2))) + eps
-			p[i] -= lr * (mi*ib1/den + wd*p[i])
+		i := 0
+		if useVecAttention && len(p) >= 8 {
+			adamwAVX2(&p[0], &g[0], &m[0], &v[0], len(p), &h)
+			i = len(p) &^ 7
 		}
+		adamwGo(p[i:], g[i:], m[i:], v[i:], &h)
 	})
+}
+
+// adamwHyper is the per-step constants of AdamW, laid out for adamwAVX2.
+type adamwHyper struct {
+	beta1, c1, beta2, c2, ib1, ib2, eps, lr, wd, gscale float32
+}
+
+func adamwGo(p, g, m, v []float32, h *adamwHyper) {
+	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	for i := range p {
+		gi := g[i] * h.gscale
+		mi := h.beta1*m[i] + h.c1*gi
+		vi := h.beta2*v[i] + h.c2*gi*gi
+		m[i], v[i] = mi, vi
+		den := float32(math.Sqrt(float64(vi*h.ib2))) + h.eps
+		p[i] -= h.lr * (mi*h.ib1/den + h.wd*p[i])
+	}
 }
 
 // AdamWRef is the float64 reference of AdamW on float64 slices.

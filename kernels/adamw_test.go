@@ -16,8 +16,12 @@ func TestAdamWMatchesRef(t *testing.T) {
 	p64, m64, v64 := to64(p), to64(m), to64(v)
 	for step := 1; step <= 3; step++ {
 		g := randSlice(r, n, 1)
-		AdamW(p, g, m, v, 1e-2, 0.9, 0.95, 1e-8, 0.1, step)
-		AdamWRef(p64, to64(g), m64, v64, 1e-2, 0.9, 0.95, 1e-8, 0.1, step)
+		AdamW(p, g, m, v, 1e-2, 0.9, 0.95, 1e-8, 0.1, 0.5, step)
+		g64 := to64(g)
+		for i := range g64 {
+			g64[i] *= 0.5
+		}
+		AdamWRef(p64, g64, m64, v64, 1e-2, 0.9, 0.95, 1e-8, 0.1, step)
 	}
 	checkClose(t, "adamw p", p, p64, 1e-5)
 	checkClose(t, "adamw m", m, m64, 1e-5)
@@ -37,5 +41,26 @@ func TestSumSquares(t *testing.T) {
 	Scale(x, 2)
 	if got := SumSquares(x); math.Abs(got-4*want) > 1e-9*want {
 		t.Fatalf("after Scale(2): %v, want %v", got, 4*want)
+	}
+}
+
+// TestAdamWVectorBitIdentical: the AVX2 loop and the Go loop give the same bits.
+func TestAdamWVectorBitIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	n := 1000
+	p, g, m, v := randSlice(r, n, 1), randSlice(r, n, 1), randSlice(r, n, 0.1), randSlice(r, n, 0.1)
+	for i := range v {
+		v[i] *= v[i]
+	}
+	p2, m2, v2 := append([]float32(nil), p...), append([]float32(nil), m...), append([]float32(nil), v...)
+	AdamW(p, g, m, v, 3e-3, 0.9, 0.95, 1e-8, 0.1, 0.7, 5)
+	h := adamwHyper{beta1: 0.9, c1: 1 - float32(0.9), beta2: 0.95, c2: 1 - float32(0.95),
+		ib1: 1 / float32(1-math.Pow(float64(float32(0.9)), 5)), ib2: 1 / float32(1-math.Pow(float64(float32(0.95)), 5)),
+		eps: 1e-8, lr: 3e-3, wd: 0.1, gscale: 0.7}
+	adamwGo(p2, g, m2, v2, &h)
+	for i := range p {
+		if math.Float32bits(p[i]) != math.Float32bits(p2[i]) || m[i] != m2[i] || v[i] != v2[i] {
+			t.Fatalf("element %d: vector %v/%v/%v, Go %v/%v/%v", i, p[i], m[i], v[i], p2[i], m2[i], v2[i])
+		}
 	}
 }

@@ -148,7 +148,6 @@ func expf32(x float32) float32 {
 	return math.Float32frombits(math.Float32bits(p) + uint32(k)<<23)
 }
 
-
 // SoftmaxRows replaces each of the N rows of x (N, V) by its softmax, in place.
 // Rows run in parallel.
 func SoftmaxRows(x []float32, N, V int) {

@@ -44,7 +44,6 @@ func SwiGLUBackward(dgu, dout, gu []float32, N, F int) {
 	})
 }
 
-
 // SwiGLUForwardRef is the float64 reference of SwiGLUForward.
 func SwiGLUForwardRef(out, gu []float64, N, F int) {
 	for n := 0; n < N; n++ {

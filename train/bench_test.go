@@ -3,8 +3,10 @@ package train
 import (
 	"bufio"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,7 +53,7 @@ func benchSteps(b *testing.B, o Options) {
 	tr.m.timeGEM, tr.m.gemm = true, 0
 	var tokens int
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for b.Loop() {
 		st, err := tr.Step()
 		if err != nil {
@@ -59,12 +61,29 @@ func benchSteps(b *testing.B, o Options) {
 		}
 		tokens += st.Tokens
 	}
-	el := time.Since(start).Seconds()
+	el, cpu := time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
 	flops := o.Model.StepFLOPs(o.Batch, o.Seq) * float64(o.GradAccum)
 	b.ReportMetric(flops*float64(b.N)/el/1e9, "GFLOP/s")
 	b.ReportMetric(float64(tokens)/el, "tok/s")
 	b.ReportMetric(tr.m.gemm.Seconds()/el, "sgemm-frac")
+	mm := 6 * float64(o.Model.matmulParams()) * float64(tokens) // the FLOPs inside Sgemm
+	b.ReportMetric(mm/tr.m.gemm.Seconds()/1e9, "sgemm-GFLOP/s")
 	b.ReportMetric(el/float64(b.N)*1e3, "ms/step")
+	// On a shared machine wall time includes waiting for a core; CPU time does
+	// not. GFLOP per CPU-second × cores estimates the figure on an idle machine.
+	if cpu > 0 {
+		b.ReportMetric(flops*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
+		b.ReportMetric(cpu/(el*float64(runtime.GOMAXPROCS(0))), "cpu-util")
+	}
+}
+
+// cpuTime returns the user+system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakRSS returns VmHWM of /proc/self/status in bytes (0 where unavailable).

@@ -111,17 +111,18 @@ func (t *Trainer) Step() (StepStats, error) {
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return StepStats{}, fmt.Errorf("train: step %d: gradient norm is %v", t.step, norm)
 	}
+	gscale := float32(1)
 	if o.ClipNorm > 0 && norm > o.ClipNorm {
-		kernels.Scale(t.m.grads, float32(o.ClipNorm/norm))
+		gscale = float32(o.ClipNorm / norm) // applied inside AdamW: one pass over memory
 	}
 	lr := o.LRAt(t.step)
 	t.step++
-	t.adamw(lr)
+	t.adamw(lr, gscale)
 	return StepStats{Step: t.step, Loss: loss, Tokens: o.Batch * o.Seq * o.GradAccum, LR: lr, GradNorm: norm, Compute: time.Since(start)}, nil
 }
 
 // adamw updates every tensor; norm gains get no weight decay.
-func (t *Trainer) adamw(lr float64) {
+func (t *Trainer) adamw(lr float64, gscale float32) {
 	o := t.opts
 	for _, ti := range t.lay {
 		wd := o.WeightDecay
@@ -130,7 +131,7 @@ func (t *Trainer) adamw(lr float64) {
 		}
 		s, e := ti.Offset, ti.Offset+ti.Size()
 		kernels.AdamW(t.m.params[s:e], t.m.grads[s:e], t.mom[s:e], t.vel[s:e],
-			float32(lr), float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(wd), t.step)
+			float32(lr), float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(wd), gscale, t.step)
 	}
 }
 

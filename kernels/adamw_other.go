@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package kernels
+
+func adamwAVX2(p, g, m, v *float32, n int, h *adamwHyper) {}
