@@ -84,7 +84,9 @@ func (h *Host) advertiseLoop(ctx context.Context) {
 			if !waitOrKick(ctx, retry, h.kickAdvertise) {
 				return
 			}
-			retry = min(2*retry, advertiseMaxRetry)
+			if h.RoutingTableSize() > 0 { // an empty table is waited out at the first pace
+				retry = min(2*retry, advertiseMaxRetry)
+			}
 			continue
 		}
 		h.log.Debug("advertised", "rendezvous", ns)
@@ -108,10 +110,15 @@ func (h *Host) discoverLoop(ctx context.Context) {
 		if err != nil {
 			h.log.Debug("discovery lookup failed", "err", err)
 		}
-		if n > 0 {
+		switch {
+		case n > 0:
 			h.log.Info("connected to new run peers", "new", n, "connected", len(h.h.Network().Peers()))
 			interval = discoverFirstInterval
-		} else {
+		case h.RoutingTableSize() == 0:
+			// Connected but identify has not filled the routing table yet
+			// (or nobody is there): a lookup cannot run, so do not back off.
+			interval = discoverFirstInterval
+		default:
 			interval = min(2*interval, h.cfg.DiscoveryInterval)
 		}
 		if !waitOrKick(ctx, interval, h.kickDiscover) {

@@ -30,7 +30,7 @@ func TestTopicAndRendezvousNames(t *testing.T) {
 func TestStrictSignatures(t *testing.T) {
 	hosts := startNetwork(t, "signatures", 2)
 	victim, impersonated := hosts[0], hosts[1]
-	eventually(t, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 
 	key, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {

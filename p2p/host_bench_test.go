@@ -153,7 +153,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 func BenchmarkGossipLatency(b *testing.B) {
 	hosts := startNetwork(b, "bench-gossip", 2)
 	a, c := hosts[0], hosts[1]
-	eventually(b, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+	eventually(b, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 
 	got := make(chan struct{}, 1)
 	c.Libp2p().SetStreamHandler(benchProto, func(s network.Stream) {

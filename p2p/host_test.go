@@ -66,6 +66,10 @@ func startNetwork(t testing.TB, run string, n int) []*Host {
 	return hosts
 }
 
+// meshTimeout bounds the wait for connections and gossip meshes to form:
+// 0.5-1 s normally, but -race on a loaded 2-core machine is 10-20x slower.
+const meshTimeout = time.Minute
+
 // eventually polls cond until it holds or the deadline passes. It awaits a
 // state reached by background protocols that expose no completion event.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
@@ -141,10 +145,10 @@ func publishAndReceive(t *testing.T, from *Host, to []*Host, payload string) {
 // mesh; a message reaches all; the first host dies and the rest stay
 // connected; a newcomer that bootstraps from another host finds everyone.
 func TestDiscoveryGossipAndBootstrapLoss(t *testing.T) {
-	const n = 8
+	const n = 6
 	start := time.Now()
 	hosts := startNetwork(t, "discovery", n)
-	eventually(t, 20*time.Second, "full mesh of 8 hosts", func() bool { return fullMesh(hosts) })
+	eventually(t, meshTimeout, "full mesh of 6 hosts", func() bool { return fullMesh(hosts) })
 	t.Logf("%d hosts connected and on the topic after %v", n, time.Since(start))
 
 	publishAndReceive(t, hosts[n-1], hosts, "hello from the last")
@@ -177,7 +181,7 @@ func TestDiscoveryGossipAndBootstrapLoss(t *testing.T) {
 	start = time.Now()
 	newcomer := startHost(t, cfg)
 	all := append([]*Host{newcomer}, rest...)
-	eventually(t, 20*time.Second, "newcomer in the full mesh", func() bool { return fullMesh(all) })
+	eventually(t, meshTimeout, "newcomer in the full mesh", func() bool { return fullMesh(all) })
 	t.Logf("newcomer connected to %d peers after %v", len(rest), time.Since(start))
 	publishAndReceive(t, newcomer, all, "hello from the newcomer")
 }
@@ -188,7 +192,7 @@ func TestValidatorRejectsMalformed(t *testing.T) {
 	for _, h := range receivers {
 		h.SetValidator(func(_ peer.ID, data []byte) bool { return !strings.HasPrefix(string(data), "bad") })
 	}
-	eventually(t, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 
 	// The sender accepts anything (no validator), so "bad" goes out on the
 	// wire; receivers must refuse it.
@@ -338,7 +342,7 @@ func TestPrivateNetworkPSK(t *testing.T) {
 	cfgB.PSK = key(1)
 	cfgB.Bootstrap = a.Addrs()
 	b := startHost(t, cfgB)
-	eventually(t, 20*time.Second, "PSK peers on the topic", func() bool { return fullMesh([]*Host{a, b}) })
+	eventually(t, meshTimeout, "PSK peers on the topic", func() bool { return fullMesh([]*Host{a, b}) })
 	publishAndReceive(t, a, []*Host{b}, "private hello")
 
 	for name, psk := range map[string][]byte{"other key": key(2), "no key": nil} {
@@ -361,8 +365,8 @@ func TestPrivateNetworkPSK(t *testing.T) {
 func TestPeerInfoAndProtect(t *testing.T) {
 	hosts := startNetwork(t, "peerinfo", 2)
 	a, b := hosts[0], hosts[1]
-	eventually(t, 20*time.Second, "connection", func() bool { return fullMesh(hosts) })
-	eventually(t, 20*time.Second, "a latency estimate", func() bool {
+	eventually(t, meshTimeout, "connection", func() bool { return fullMesh(hosts) })
+	eventually(t, meshTimeout, "a latency estimate", func() bool {
 		// DHT requests record round trips too; ping records them every PingInterval.
 		return a.PeerInfo(b.ID()).Latency > 0
 	})
@@ -407,7 +411,7 @@ func TestPeerInfoAndProtect(t *testing.T) {
 // the bootstrap node died; the network must heal without the bootstrap.
 func TestRejoinAfterLosingAllConnections(t *testing.T) {
 	hosts := startNetwork(t, "rejoin", 3)
-	eventually(t, 20*time.Second, "full mesh", func() bool { return fullMesh(hosts) })
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 	hosts[0].Close()
 	b, c := hosts[1], hosts[2]
 	if got := c.rejoinCandidates(); len(got) < 2 {
@@ -416,7 +420,7 @@ func TestRejoinAfterLosingAllConnections(t *testing.T) {
 	for _, p := range c.Libp2p().Network().Peers() {
 		c.Libp2p().Network().ClosePeer(p)
 	}
-	eventually(t, 20*time.Second, "mesh healed", func() bool { return fullMesh([]*Host{b, c}) })
+	eventually(t, meshTimeout, "mesh healed", func() bool { return fullMesh([]*Host{b, c}) })
 	publishAndReceive(t, c, []*Host{b}, "back again")
 }
 
