@@ -322,20 +322,20 @@ func (e *Engine) stepLocked() (train.StepStats, error) {
 }
 
 // adamw updates every tensor (norm gains without weight decay) and refreshes
-// the bf16 copy, with the CPU trainer's float32 bias corrections.
+// the bf16 copy, with the CPU trainer's float32 constants (kernels.AdamW).
 func (e *Engine) adamw(lr float64, gscale float32) error {
 	o := e.opts
 	b1, b2 := float32(o.Beta1), float32(o.Beta2)
-	bc1 := float32(1 - math.Pow(float64(b1), float64(e.step)))
-	bc2 := float32(1 - math.Pow(float64(b2), float64(e.step)))
+	ib1 := 1 / float32(1-math.Pow(float64(b1), float64(e.step)))
+	ib2 := 1 / float32(1-math.Pow(float64(b2), float64(e.step)))
 	var a cuda.Args
 	for _, t := range e.lay.all {
 		wd := float32(o.WeightDecay)
 		if t.norm {
 			wd = 0
 		}
-		a.Reset().P(at(e.p, t.off)).P(e.pb + cu.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
-			L(int64(t.size)).F(float32(lr)).F(b1).F(b2).F(bc1).F(bc2).F(float32(o.Eps)).F(wd).F(gscale)
+		a.Reset().P(at(e.p, t.off)).P(e.pb+cu.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
+			L(int64(t.size)).F(float32(lr)).F(b1).F(1-b1).F(b2).F(1-b2).F(ib1).F(ib2).F(float32(o.Eps)).F(wd).F(gscale)
 		if err := e.dev.Launch("adamw", cuda.Dim3{X: cuda.Grid1D(int64(t.size), ewBlock, maxBlocks)}, cuda.Dim3{X: ewBlock}, 0, &a); err != nil {
 			return err
 		}

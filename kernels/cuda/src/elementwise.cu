@@ -74,20 +74,23 @@ KERNEL void rope(bf16* x, const float* cosT, const float* sinT, int N, int T, in
 	}
 }
 
-// adamw: one decoupled-weight-decay Adam step on n fp32 master weights,
-// identical in formula to kernels.AdamW on the CPU, after scaling the gradient
-// by gscale (global-norm clipping); also refreshes the bf16 working copy pb.
-// bc1 = 1−β1^step, bc2 = 1−β2^step.
+// adamw: one decoupled-weight-decay Adam step on n fp32 master weights with
+// the exact float32 operations, in the same order and without fused
+// multiply-adds, of kernels.AdamW on the CPU (so both give the same bits from
+// the same gradient), then refreshes the bf16 working copy pb. The host passes
+// c1 = 1−β1, c2 = 1−β2 and ib1 = 1/(1−β1^step), ib2 = 1/(1−β2^step) as float32;
+// gscale carries global-norm clipping.
 KERNEL void adamw(float* p, bf16* pb, const float* g, float* m, float* v, long long n, float lr,
-		float b1, float b2, float bc1, float bc2, float eps, float wd, float gscale) {
+		float b1, float c1, float b2, float c2, float ib1, float ib2, float eps, float wd, float gscale) {
 	for (long long i = gtid(); i < n; i += gstride()) {
-		const float gi = g[i] * gscale;
-		const float mi = b1 * m[i] + (1.f - b1) * gi;
-		const float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+		const float gi = __fmul_rn(g[i], gscale);
+		const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(c1, gi));
+		const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(c2, gi), gi));
 		m[i] = mi;
 		v[i] = vi;
-		const float den = sqrtf(vi / bc2) + eps;
-		const float pi = p[i] - lr * ((mi / bc1) / den + wd * p[i]);
+		const float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, ib2)), eps);
+		const float upd = __fadd_rn(__fdiv_rn(__fmul_rn(mi, ib1), den), __fmul_rn(wd, p[i]));
+		const float pi = __fsub_rn(p[i], __fmul_rn(lr, upd));
 		p[i] = pi;
 		pb[i] = __float2bfloat16_rn(pi);
 	}
