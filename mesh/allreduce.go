@@ -213,7 +213,7 @@ func reduceAlone(vec, residual []float32, scale float32, cfg AllReduceConfig) er
 	for lo := 0; lo < len(vec); lo += cfg.ChunkElems {
 		hi := min(lo+cfg.ChunkElems, len(vec))
 		x, res := vec[lo:hi], sub(residual, lo, hi)
-		prepare(x, res, scale)
+		c.prepare(x, res, scale)
 		if err := c.encodeOwned(payload, x, res); err != nil {
 			return err
 		}
@@ -287,18 +287,42 @@ type coder struct {
 	codec Codec
 	qz    quantizer
 	t     [256]float32
+	st    chunkStats // of the chunk last prepared
+}
+
+// prepare turns x into this member's contribution, x·scale + res.
+func (c *coder) prepare(x, res []float32, scale float32) {
+	if c.codec == CodecFP32 {
+		prepare(x, res, scale)
+		return
+	}
+	c.st = prepScan(x, res, scale)
+}
+
+// prepareAdd is prepare, then adds the values of a received payload.
+func (c *coder) prepareAdd(x, res []float32, scale float32, payload []byte) error {
+	if c.codec == CodecFP32 {
+		prepare(x, res, scale)
+		return decodeFP32(x, payload, true)
+	}
+	if err := readTable(&c.t, payload); err != nil {
+		return err
+	}
+	c.st = prepAddScan(x, res, scale, &c.t, payload[int8TableSize:int8TableSize+len(x)])
+	return nil
 }
 
 func (c *coder) init(codec Codec) { c.codec = codec }
 
 // encodeSent writes the payload of x, which this member forwards; with res
-// it stores there what the quantization lost.
+// it stores there what the quantization lost. x must come from prepare or
+// prepareAdd.
 func (c *coder) encodeSent(payload []byte, x, res []float32) error {
 	if c.codec == CodecFP32 {
 		clear(res)
 		return encodeFP32(payload, x)
 	}
-	if err := c.qz.encodeInt8(payload, &c.t, x); err != nil {
+	if err := c.qz.encodeInt8Scanned(payload, &c.t, x, c.st); err != nil {
 		return err
 	}
 	if res != nil {
@@ -314,7 +338,7 @@ func (c *coder) encodeOwned(payload []byte, x, res []float32) error {
 		clear(res)
 		return encodeFP32(payload, x)
 	}
-	if err := c.qz.encodeInt8(payload, &c.t, x); err != nil {
+	if err := c.qz.encodeInt8Scanned(payload, &c.t, x, c.st); err != nil {
 		return err
 	}
 	codes := payload[int8TableSize : int8TableSize+len(x)]
@@ -441,7 +465,7 @@ func (sr *shardRun) sendLoop() {
 	for c := range sr.nChunks(r.rank) {
 		lo, hi := sr.chunk(r.rank, c)
 		x, res := sr.vec[lo:hi], sub(sr.res, lo, hi)
-		prepare(x, res, sr.scale)
+		sr.send.prepare(x, res, sr.scale)
 		msg := sr.buf(hi - lo)
 		putHeader(msg, sr.header(phaseScatter, 0, c, hi-lo))
 		if err := sr.send.encodeSent(msg[chunkHeaderSize:], x, res); err != nil {
@@ -537,8 +561,7 @@ func (sr *shardRun) reduceScatter() error {
 				return err
 			}
 			x, res := sr.vec[lo:hi], sub(sr.res, lo, hi)
-			prepare(x, res, sr.scale)
-			if err := sr.recv.decode(x, payload, true); err != nil {
+			if err := sr.recv.prepareAdd(x, res, sr.scale, payload); err != nil {
 				return &PeerError{Rank: r.left(), Err: fmt.Errorf("shard %d: %w", sr.s, err)}
 			}
 			msg := sr.buf(hi - lo)

@@ -221,9 +221,17 @@ func (m *bucketMap) centre(b int) float32 {
 // encodeInt8 writes the table and the codes of src into payload
 // (int8TableSize + len(src) bytes) and the table into t. src must not be empty.
 func (qz *quantizer) encodeInt8(payload []byte, t *[256]float32, src []float32) error {
-	st := scanChunk(src)
-	if math.IsNaN(st.sum) || math.IsInf(st.sum, 0) || math.IsInf(st.sum2, 0) {
+	return qz.encodeInt8Scanned(payload, t, src, scanChunk(src))
+}
+
+// encodeInt8Scanned is encodeInt8 for a chunk whose min, max and sum st
+// already holds (sum2 is recomputed if the mode needs it).
+func (qz *quantizer) encodeInt8Scanned(payload []byte, t *[256]float32, src []float32, st chunkStats) error {
+	if math.IsNaN(st.sum) || math.IsInf(st.sum, 0) {
 		return ErrNonFinite
+	}
+	if qz.mode != modeSqrt && qz.mode != modeSqrtCentres {
+		st = scanChunk(src)
 	}
 	codes := payload[int8TableSize : int8TableSize+len(src)]
 	m, ok := newBucketMap(st, len(src), qz.mode)
@@ -256,6 +264,110 @@ func (qz *quantizer) encodeInt8(payload []byte, t *[256]float32, src []float32) 
 		binary.LittleEndian.PutUint32(payload[4*b:], math.Float32bits(t[b]))
 	}
 	return nil
+}
+
+// prepScan turns x into this member's contribution, x·scale + res (res may
+// be nil), and returns its min, max and sum in one pass. Two lanes of plain
+// local accumulators (a struct or array would live in memory).
+func prepScan(x, res []float32, scale float32) chunkStats {
+	mn0, mx0 := float32(math.Inf(1)), float32(math.Inf(-1))
+	mn1, mx1 := mn0, mx0
+	var s0, s1 float64
+	i := 0
+	if res == nil {
+		for ; i+2 <= len(x); i += 2 {
+			a, b := x[i]*scale, x[i+1]*scale
+			x[i], x[i+1] = a, b
+			mn0, mx0 = minmax(mn0, mx0, a)
+			mn1, mx1 = minmax(mn1, mx1, b)
+			s0 += float64(a)
+			s1 += float64(b)
+		}
+	} else {
+		res = res[:len(x)]
+		for ; i+2 <= len(x); i += 2 {
+			a, b := x[i]*scale+res[i], x[i+1]*scale+res[i+1]
+			x[i], x[i+1] = a, b
+			mn0, mx0 = minmax(mn0, mx0, a)
+			mn1, mx1 = minmax(mn1, mx1, b)
+			s0 += float64(a)
+			s1 += float64(b)
+		}
+	}
+	for ; i < len(x); i++ {
+		v := x[i] * scale
+		if res != nil {
+			v += res[i]
+		}
+		x[i] = v
+		mn0, mx0 = minmax(mn0, mx0, v)
+		s0 += float64(v)
+	}
+	return chunkStats{min: min32(mn0, mn1), max: max32(mx0, mx1), sum: s0 + s1}
+}
+
+// prepAddScan is prepScan that also adds the decoded codes to x.
+func prepAddScan(x, res []float32, scale float32, t *[256]float32, codes []byte) chunkStats {
+	mn0, mx0 := float32(math.Inf(1)), float32(math.Inf(-1))
+	mn1, mx1 := mn0, mx0
+	var s0, s1 float64
+	x = x[:len(codes)]
+	i := 0
+	if res == nil {
+		for ; i+2 <= len(codes); i += 2 {
+			a, b := x[i]*scale+t[codes[i]], x[i+1]*scale+t[codes[i+1]]
+			x[i], x[i+1] = a, b
+			mn0, mx0 = minmax(mn0, mx0, a)
+			mn1, mx1 = minmax(mn1, mx1, b)
+			s0 += float64(a)
+			s1 += float64(b)
+		}
+	} else {
+		res = res[:len(codes)]
+		for ; i+2 <= len(codes); i += 2 {
+			a, b := x[i]*scale+res[i]+t[codes[i]], x[i+1]*scale+res[i+1]+t[codes[i+1]]
+			x[i], x[i+1] = a, b
+			mn0, mx0 = minmax(mn0, mx0, a)
+			mn1, mx1 = minmax(mn1, mx1, b)
+			s0 += float64(a)
+			s1 += float64(b)
+		}
+	}
+	for ; i < len(codes); i++ {
+		v := x[i]*scale + t[codes[i]]
+		if res != nil {
+			v += res[i]
+		}
+		x[i] = v
+		mn0, mx0 = minmax(mn0, mx0, v)
+		s0 += float64(v)
+	}
+	return chunkStats{min: min32(mn0, mn1), max: max32(mx0, mx1), sum: s0 + s1}
+}
+
+func minmax(mn, mx, v float32) (float32, float32) {
+	if v < mn {
+		mn = v
+	}
+	if v > mx {
+		mx = v
+	}
+	return mn, mx
+}
+
+// min32 and max32 are plain comparisons: a NaN shows up in the sum instead.
+func min32(a, b float32) float32 {
+	if b < a {
+		return b
+	}
+	return a
+}
+
+func max32(a, b float32) float32 {
+	if b > a {
+		return b
+	}
+	return a
 }
 
 // means sets t to the mean of the values in each bucket, or its centre when
@@ -293,7 +405,7 @@ func sqrtCode(x, mu, invR float32) uint8 {
 	}
 	y := float32(math.Sqrt(float64(a)))
 	y = math.Float32frombits(math.Float32bits(y) | math.Float32bits(d)&(1<<31)) // sign of d, branch-free
-	return uint8(int32(y*127.5 + 128)) // 127.5 + 0.5 for rounding; y ∈ [−1, 1]
+	return uint8(int32(y*127.5 + 128))                                          // 127.5 + 0.5 for rounding; y ∈ [−1, 1]
 }
 
 func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
@@ -312,11 +424,30 @@ func quantizeUniform(codes []byte, src []float32, lo, inv float32, qz *quantizer
 
 func quantizeSqrt(codes []byte, src []float32, mu, invR float32, qz *quantizer) {
 	codes = codes[:len(src)]
-	for i, x := range src {
-		codes[i] = sqrtCode(x, mu, invR)
+	if qz == nil {
+		for i, x := range src {
+			codes[i] = sqrtCode(x, mu, invR)
+		}
+		return
 	}
-	if qz != nil {
-		qz.accumulate(codes, src)
+	// Codes and bucket sums in one pass, two histograms interleaved.
+	s0, s1 := &qz.sum[0], &qz.sum[1]
+	c0, c1 := &qz.count[0], &qz.count[1]
+	i := 0
+	for ; i+2 <= len(src); i += 2 {
+		a, b := src[i], src[i+1]
+		qa, qb := sqrtCode(a, mu, invR), sqrtCode(b, mu, invR)
+		codes[i], codes[i+1] = qa, qb
+		s0[qa] += float64(a)
+		s1[qb] += float64(b)
+		c0[qa]++
+		c1[qb]++
+	}
+	for ; i < len(src); i++ {
+		q := sqrtCode(src[i], mu, invR)
+		codes[i] = q
+		s0[q] += float64(src[i])
+		c0[q]++
 	}
 }
 

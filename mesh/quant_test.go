@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 )
 
 // roundTrip encodes src with the int8 codec and returns the decoded values.
@@ -196,53 +195,5 @@ func FuzzChunkDecode(f *testing.F) {
 				t.Fatalf("decoded %v", v)
 			}
 		}
-	})
-}
-
-// baselineAdd times dst += src over the same number of values: a simple
-// memory-bound float32 loop the codec figures are compared with.
-func baselineAdd(n int) time.Duration {
-	dst, src := make([]float32, n), make([]float32, n)
-	const reps = 20
-	start := time.Now()
-	for range reps {
-		for i := range dst {
-			dst[i] += src[i]
-		}
-	}
-	return time.Since(start) / reps
-}
-
-// BenchmarkInt8Codec reports the int8 encoder and decoder in GB/s of fp32
-// values on one core, and as a ratio to a plain fp32 add loop (x-add).
-func BenchmarkInt8Codec(b *testing.B) {
-	const n = 64 << 10
-	src := gaussian(rand.New(rand.NewPCG(3, 3)), n, false)
-	payload := make([]byte, int8TableSize+n)
-	var qz quantizer
-	var tab [256]float32
-	if err := qz.encodeInt8(payload, &tab, src); err != nil {
-		b.Fatal(err)
-	}
-	dst := make([]float32, n)
-	run := func(b *testing.B, f func()) {
-		base := baselineAdd(n)
-		b.SetBytes(4 * n)
-		b.ResetTimer()
-		for b.Loop() {
-			f()
-		}
-		per := b.Elapsed() / time.Duration(b.N)
-		b.ReportMetric(float64(base)/float64(per), "x-add")
-	}
-	b.Run("encode", func(b *testing.B) { run(b, func() { _ = qz.encodeInt8(payload, &tab, src) }) })
-	b.Run("encode-clip", func(b *testing.B) {
-		lq := quantizer{mode: modeClip}
-		run(b, func() { _ = lq.encodeInt8(payload, &tab, src) })
-	})
-	b.Run("decode-add", func(b *testing.B) {
-		var c coder
-		c.init(CodecInt8)
-		run(b, func() { _ = c.decode(dst, payload, true) })
 	})
 }
