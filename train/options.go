@@ -40,7 +40,7 @@ func DefaultOptions(preset string) (Options, error) {
 	}
 	switch preset {
 	case "tiny":
-		o.Batch, o.Seq, o.LR, o.MinLR, o.WarmupSteps, o.TotalSteps = 16, 64, 3e-3, 3e-4, 30, 2000
+		o.Batch, o.Seq, o.LR, o.MinLR, o.WarmupSteps, o.TotalSteps = 16, 64, 3e-3, 3e-4, 30, 600
 	case "small":
 		o.Batch, o.Seq, o.LR, o.MinLR = 8, 256, 1e-3, 1e-4
 	default: // 150m and up: Llama-like settings

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
 	"time"
 )
@@ -28,7 +27,7 @@ type RunConfig struct {
 // Progress is one line of Run's output (with RunConfig.JSON, as a JSON object).
 type Progress struct {
 	Step         int      `json:"step"`
-	Loss         float64  `json:"loss"`
+	Loss         *float64 `json:"loss"` // null on the step-0 line (no training step yet)
 	EvalLoss     *float64 `json:"eval_loss,omitempty"`
 	TokensPerSec float64  `json:"tokens_per_sec"`
 	LR           float64  `json:"lr"`
@@ -140,7 +139,8 @@ func (r *runner) progress() Progress {
 	st := r.last
 	el := time.Since(r.start).Seconds()
 	done := st.Step - r.first
-	p := Progress{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ElapsedSec: el}
+	loss := st.Loss
+	p := Progress{Step: st.Step, Loss: &loss, LR: st.LR, GradNorm: st.GradNorm, ElapsedSec: el}
 	if dt := time.Since(r.since).Seconds(); dt > 0 {
 		p.TokensPerSec = float64(r.tokens) / dt
 	}
@@ -155,7 +155,7 @@ func (r *runner) eval() error {
 	if err != nil {
 		return err
 	}
-	r.print(Progress{Step: 0, Loss: math.NaN(), EvalLoss: &ev})
+	r.print(Progress{Step: 0, EvalLoss: &ev})
 	return nil
 }
 
@@ -179,16 +179,13 @@ func (r *runner) finish() error {
 
 func (r *runner) print(p Progress) {
 	if r.rc.JSON {
-		if math.IsNaN(p.Loss) { // step 0: no training loss yet
-			p.Loss = 0
-		}
 		b, _ := json.Marshal(p)
 		fmt.Fprintf(r.rc.Out, "%s\n", b)
 		return
 	}
 	line := fmt.Sprintf("step %6d/%d", p.Step, r.rc.Steps)
-	if !math.IsNaN(p.Loss) {
-		line += fmt.Sprintf("  loss %.4f  lr %.2e  |g| %.3f  %8.0f tok/s", p.Loss, p.LR, p.GradNorm, p.TokensPerSec)
+	if p.Loss != nil {
+		line += fmt.Sprintf("  loss %.4f  lr %.2e  |g| %.3f  %8.0f tok/s", *p.Loss, p.LR, p.GradNorm, p.TokensPerSec)
 	}
 	if p.EvalLoss != nil {
 		line += fmt.Sprintf("  eval %.4f", *p.EvalLoss)
