@@ -17,7 +17,7 @@ func sgemmKernelAVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 // avx512Gemm and avx2Gemm are the assembly micro-kernels.
 var (
 	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 512, mc: 14 * 16, aBlock: 14 * 8 * 512, nc: 2048, tile: tileAVX512,
-		packRowsA: packA14, packRowsB: packB32}
+		packRowsA: packA14, packRowsB: packB32, packDepthA: packDepthA14, packDepthB: packDepthB32}
 	avx2Gemm = &gemmKernel{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 6 * 16, aBlock: 6 * 16 * 256, nc: 2048, tile: tileAVX2}
 )
 
@@ -85,4 +85,28 @@ func packB32(kc int, src []float32, ld int, dst []float32) bool {
 	_, _ = src[31*ld+kc-1], dst[32*kc-1]
 	packRows32AVX512(kc, &src[0], ld, &dst[0])
 	return true
+}
+
+// packDepth14AVX512 sets dst[p*14+r] = src[p*ld+r] for r < 14, p < kc ≥ 1
+// (gemm_pack_amd64.s). Requires AVX-512F.
+//
+//go:noescape
+func packDepth14AVX512(kc int, src *float32, ld int, dst *float32)
+
+// packDepth32AVX512 sets dst[p*32+j] = src[p*ld+j] for j < 32, p < kc ≥ 1
+// (gemm_pack_amd64.s). Requires AVX-512F.
+//
+//go:noescape
+func packDepth32AVX512(kc int, src *float32, ld int, dst *float32)
+
+// packDepthA14 packs kc depths of one full 14-row panel of a transposed A.
+func packDepthA14(kc int, src []float32, ld int, dst []float32) {
+	_, _ = src[(kc-1)*ld+13], dst[14*kc-1]
+	packDepth14AVX512(kc, &src[0], ld, &dst[0])
+}
+
+// packDepthB32 packs kc depths of one full 32-column panel of a row-major B.
+func packDepthB32(kc int, src []float32, ld int, dst []float32) {
+	_, _ = src[(kc-1)*ld+31], dst[32*kc-1]
+	packDepth32AVX512(kc, &src[0], ld, &dst[0])
 }

@@ -18,6 +18,10 @@ type gemmKernel struct {
 	// dst[p*mr+r] = src[r*ld+p]; it returns false when it cannot (then the
 	// portable loop packs). packRowsB does the same for nr rows of Bᵀ.
 	packRowsA, packRowsB func(kc int, src []float32, ld int, dst []float32) bool
+	// packDepthA, when set, packs kc depths of one full panel of a transposed
+	// A: dst[p*mr+r] = src[p*ld+r]. packDepthB does the same for nr columns
+	// of a row-major B.
+	packDepthA, packDepthB func(kc int, src []float32, ld int, dst []float32)
 }
 
 // blocks returns the block sizes for g: the depth k split into equal blocks

@@ -117,3 +117,45 @@ tail32:
 done32:
 	VZEROUPPER
 	RET
+
+// func packDepth14AVX512(kc int, src *float32, ld int, dst *float32)
+//
+// dst[p*14+r] = src[p*ld+r] for r < 14, p < kc ≥ 1: masked 14-lane copies.
+TEXT ·packDepth14AVX512(SB), NOSPLIT, $0-32
+	MOVQ kc+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), AX
+	SHLQ $2, AX
+	MOVQ dst+24(FP), DI
+	MOVL $0x3fff, BX
+	KMOVW BX, K1
+depth14:
+	VMOVUPS (SI), K1, Z0
+	VMOVUPS Z0, K1, (DI)
+	ADDQ AX, SI
+	ADDQ $56, DI
+	DECQ CX
+	JNZ  depth14
+	VZEROUPPER
+	RET
+
+// func packDepth32AVX512(kc int, src *float32, ld int, dst *float32)
+//
+// dst[p*32+j] = src[p*ld+j] for j < 32, p < kc ≥ 1.
+TEXT ·packDepth32AVX512(SB), NOSPLIT, $0-32
+	MOVQ kc+0(FP), CX
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), AX
+	SHLQ $2, AX
+	MOVQ dst+24(FP), DI
+depth32:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ AX, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  depth32
+	VZEROUPPER
+	RET

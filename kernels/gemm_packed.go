@@ -243,7 +243,7 @@ func mergeTile(c []float32, ldc int, t []float32, ldt, rows, cols int, beta floa
 func packA(dst []float32, g *gemmArgs, kern *gemmKernel, ic, mc, pc, kc int) {
 	mr := kern.mr
 	if g.transA { // op(A)[i][p] = a[p*lda+i]: each depth is contiguous
-		packDepthMajor(dst, g.a[pc*g.lda+ic:], g.lda, kc, mc, mr)
+		packDepthMajor(dst, g.a[pc*g.lda+ic:], g.lda, kc, mc, mr, kern.packDepthA)
 		return
 	}
 	for q := 0; q < mc; q += mr {
@@ -271,7 +271,7 @@ func packA(dst []float32, g *gemmArgs, kern *gemmKernel, ic, mc, pc, kc int) {
 func packB(dst []float32, g *gemmArgs, kern *gemmKernel, pc, kc, jc, nc int) {
 	nr := kern.nr
 	if !g.transB { // op(B)[p][j] = b[p*ldb+j]: each depth is contiguous
-		packDepthMajor(dst, g.b[pc*g.ldb+jc:], g.ldb, kc, nc, nr)
+		packDepthMajor(dst, g.b[pc*g.ldb+jc:], g.ldb, kc, nc, nr, kern.packDepthB)
 		return
 	}
 	for q := 0; q < nc; q += nr {
@@ -296,14 +296,19 @@ func packB(dst []float32, g *gemmArgs, kern *gemmKernel, pc, kc, jc, nc int) {
 // packDepthMajor packs a matrix whose depths are contiguous (src[p*ld+x] for
 // depth p < kc and x < width) into panels of w values per depth, zero past
 // width. It walks a few depths across all panels at a time, so that the
-// source rows and the written panel stay in L1 and the TLB.
-func packDepthMajor(dst, src []float32, ld, kc, width, w int) {
+// source rows and the written panel stay in L1 and the TLB. fast, when not
+// nil, packs a run of depths of one full panel.
+func packDepthMajor(dst, src []float32, ld, kc, width, w int, fast func(kc int, src []float32, ld int, dst []float32)) {
 	const depthBlock = 16
 	for p0 := 0; p0 < kc; p0 += depthBlock {
 		p1 := min(kc, p0+depthBlock)
 		for q := 0; q < width; q += w {
 			cols := min(w, width-q)
 			panel := dst[q*kc : (q+w)*kc]
+			if cols == w && fast != nil {
+				fast(p1-p0, src[p0*ld+q:], ld, panel[p0*w:])
+				continue
+			}
 			for p := p0; p < p1; p++ {
 				d := panel[p*w : p*w+w]
 				copy(d, src[p*ld+q:][:cols])

@@ -30,6 +30,9 @@ type kernelSpec struct {
 	nvec   int    // vector registers per row of the tile (nr = nvec·width)
 	unroll int    // k steps per loop iteration
 	bcast  []int  // registers that hold broadcast A values, used in turn
+	// embedded uses the FMA's embedded broadcast of a memory operand
+	// instead of a separate VBROADCASTSS into a bcast register.
+	embedded bool
 }
 
 func main() {
@@ -150,6 +153,12 @@ func (s kernelSpec) step(p func(string, ...any), aOff, bOff, vecBytes int) {
 		p("\tVMOVUPS %d(DI), %s", bOff+v*vecBytes, s.breg(v))
 	}
 	for r := 0; r < s.mr; r++ {
+		if s.embedded {
+			for v := 0; v < s.nvec; v++ {
+				p("\tVFMADD231PS.BCST %d(SI), %s, %s", aOff+r*4, s.breg(v), s.acc(r, v))
+			}
+			continue
+		}
 		bc := fmt.Sprintf("%s%d", s.reg, s.bcast[r%len(s.bcast)])
 		p("\tVBROADCASTSS %d(SI), %s", aOff+r*4, bc)
 		for v := 0; v < s.nvec; v++ {
