@@ -334,8 +334,8 @@ func (e *Engine) adamw(lr float64, gscale float32) error {
 		if t.norm {
 			wd = 0
 		}
-		a.Reset().P(at(e.p, t.off)).P(e.pb+cu.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
-			L(int64(t.size)).F(float32(lr)).F(b1).F(1-b1).F(b2).F(1-b2).F(ib1).F(ib2).F(float32(o.Eps)).F(wd).F(gscale)
+		a.Reset().P(at(e.p, t.off)).P(e.pb + cu.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
+			L(int64(t.size)).F(float32(lr)).F(b1).F(1 - b1).F(b2).F(1 - b2).F(ib1).F(ib2).F(float32(o.Eps)).F(wd).F(gscale)
 		if err := e.dev.Launch("adamw", cuda.Dim3{X: cuda.Grid1D(int64(t.size), ewBlock, maxBlocks)}, cuda.Dim3{X: ewBlock}, 0, &a); err != nil {
 			return err
 		}

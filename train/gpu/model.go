@@ -115,7 +115,8 @@ func (e *Engine) forward(withGrad bool, scale float32) error {
 	}
 	k.run("xent", cuda.Dim3{X: N}, cuda.Dim3{X: xentBlock},
 		k.args.Reset().P(dl).P(a.losses).P(a.ce).P(a.logits).P(a.tgt).I(N).I(c.Vocab).F(float32(c.ZLoss)).F(scale))
-	k.ew("sum_f32", int64(N), k.args.Reset().P(a.scalars).P(a.ce).I(N))
+	// One block: a fixed summation order, so Eval is the same for the same parameters.
+	k.run("sum_f32", cuda.Dim3{X: 1}, cuda.Dim3{X: xentBlock}, k.args.Reset().P(a.scalars).P(a.ce).I(N))
 	return k.err
 }
 
