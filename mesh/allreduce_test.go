@@ -445,3 +445,30 @@ func TestAllReduceCancel(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 }
+
+// TestAllReduceErrorVsFP32 measures the int8 all-reduce against the fp32
+// one on the same inputs for several ring sizes (logged; the figures of
+// docs/allreduce.md) and bounds it.
+func TestAllReduceErrorVsFP32(t *testing.T) {
+	const n = 1 << 15
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, k := range []int{2, 4, 8} {
+		in := randVecs(rng, k, n)
+		w := make([]float32, k)
+		for i := range w {
+			w[i] = float32(50 + rng.IntN(50))
+		}
+		cfg := AllReduceConfig{Shards: 2, ChunkElems: 4096}
+		q := runRing(t, testCtx(t), in, nil, w, cfg, nil)
+		cfg.Codec = CodecFP32
+		f := runRing(t, testCtx(t), in, nil, w, cfg, nil)
+		if q.errs[0] != nil || f.errs[0] != nil {
+			t.Fatal(q.errs[0], f.errs[0])
+		}
+		e := relErr(q.out[0], toF64(f.out[0]))
+		t.Logf("k=%d: int8 vs fp32 all-reduce, relative L2 error %.4f; fp32 vs float64 %.2g", k, e, relErr(f.out[0], refMean(in, w)))
+		if e > 0.02 {
+			t.Fatalf("k=%d: error %.3g", k, e)
+		}
+	}
+}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package p2p
 
 import (
@@ -5,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,9 +20,17 @@ import (
 
 const arBenchProto = "/intellect/bench/stream/1.0.0"
 
+// procCPU is the CPU time of this process (all hosts of the benchmark).
+func procCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // arStreamRate measures one libp2p stream's one-way rate in bytes/s from a
-// to c: total bytes in frames of frame bytes, best of three.
-func arStreamRate(b *testing.B, a, c host.Host, total, frame int) float64 {
+// to c: total bytes in frames of frame bytes, best of three; and the CPU
+// seconds per byte both ends spent.
+func arStreamRate(b *testing.B, a, c host.Host, total, frame int) (rate, cpuPerByte float64) {
 	c.SetStreamHandler(arBenchProto, func(s network.Stream) {
 		buf := make([]byte, frame)
 		for {
@@ -33,6 +44,7 @@ func arStreamRate(b *testing.B, a, c host.Host, total, frame int) float64 {
 	defer c.RemoveStreamHandler(arBenchProto)
 	payload := make([]byte, frame)
 	best := 0.0
+	cpu0 := procCPU()
 	for range 3 {
 		s, err := a.NewStream(context.Background(), c.ID(), arBenchProto)
 		if err != nil {
@@ -51,7 +63,7 @@ func arStreamRate(b *testing.B, a, c host.Host, total, frame int) float64 {
 		best = max(best, float64(total)/time.Since(start).Seconds())
 		_ = s.Close()
 	}
-	return best
+	return best, (procCPU() - cpu0).Seconds() / float64(3*total)
 }
 
 // BenchmarkAllReduceLoopback runs the all-reduce between 4 real libp2p hosts
@@ -62,8 +74,8 @@ func arStreamRate(b *testing.B, a, c host.Host, total, frame int) float64 {
 func BenchmarkAllReduceLoopback(b *testing.B) {
 	const k, n = 4, 4 << 20 // 16 MiB of fp32 per member
 	hs, svcs, ids := arRing(b, k, AllReduceServiceConfig{IOTimeout: time.Minute})
-	stream := arStreamRate(b, hs[0], hs[1], 64<<20, 64<<10)
-	b.Logf("one libp2p stream: %.0f MiB/s", stream/(1<<20))
+	stream, streamCPU := arStreamRate(b, hs[0], hs[1], 64<<20, 64<<10)
+	b.Logf("one libp2p stream: %.0f MiB/s, %.2f CPU s/GiB (both ends)", stream/(1<<20), streamCPU*(1<<30))
 	in := arVecs(5, k, n)
 	for _, bc := range []struct {
 		shards int
@@ -74,14 +86,23 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 			w := []float32{1, 1, 1, 1}
 			b.SetBytes(4 * n)
 			round := 0
+			cpu0 := procCPU()
 			for b.Loop() {
 				round++
 				arBenchRound(b, svcs, ids, fmt.Sprintf("bench-%d-%v-%d", bc.shards, bc.codec, round), in, w, cfg)
 			}
 			per := b.Elapsed().Seconds() / float64(b.N)
+			cpu := (procCPU() - cpu0).Seconds() / float64(b.N)
 			algbw := 4 * n / per
 			b.ReportMetric(algbw/(1<<20), "algbw-MiB/s")
 			b.ReportMetric(algbw/stream, "x-stream")
+			b.ReportMetric(cpu, "cpu-s/op")
+			// CPU the wire bytes alone cost at the stream's CPU price.
+			var wire float64 = 2 * 3 * 4 * n / 4 // k=4: 4 members × 1.5 × int8 bytes
+			if bc.codec == mesh.CodecFP32 {
+				wire *= 4
+			}
+			b.ReportMetric(wire*streamCPU/cpu, "wire-cpu-share")
 		})
 	}
 }
