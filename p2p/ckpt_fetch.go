@@ -2,7 +2,6 @@ package p2p
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -91,8 +90,11 @@ type CkptProgress struct {
 	ChunksDone    int
 	ChunksTotal   int
 	Donors        int // donors agreeing with the wanted step and hash, still in use
-	ChunksRetried int // chunks requested again after a bad, failed or slow answer
-	BadDonors     int // donors caught serving bad data so far
+	ChunksRetried int // chunks requested again after their donor failed, stalled or lied
+	// ChunksDuplicated counts endgame requests: a chunk slow to arrive from
+	// one donor requested from another as well (the first good copy wins).
+	ChunksDuplicated int
+	BadDonors        int // donors caught serving bad data so far
 	// ByDonor counts verified chunks received from each donor (a copy).
 	ByDonor map[peer.ID]int
 }
@@ -362,40 +364,48 @@ func (f *ckptFetcher) maxManifest() int {
 // later attempts (and marked bad where it was caught lying).
 func (f *ckptFetcher) transfer(ctx context.Context, group []*ckptOffer) ([]byte, error) {
 	t := newCkptTransfer(group[0].man, f, len(group))
+	sums := make(chan ckptThetaSum, 1)
+	go t.hashTheta(sums)
+	wctx, cancel := context.WithCancel(ctx)
 	for _, o := range group {
-		f.excluded[o.peer] = true // until proven useful again; only this attempt uses it
-		go t.work(ctx, o)
+		f.excluded[o.peer] = true // only this attempt uses it
+		go t.work(wctx, o)
 	}
 	stop := context.AfterFunc(ctx, t.abort)
 	defer stop()
 	err := t.wait()
+	cancel() // resets the streams of donors still answering (endgame losers, stragglers)
+	t.waitWorkers()
+	theta := <-sums
 	for _, b := range t.badDonors() {
 		f.markBad(b.peer, b.why)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := f.verify(t.data); err != nil {
+	if err := f.verify(t.data, theta); err != nil {
 		for _, o := range group {
 			f.markBad(o.peer, err.Error())
 		}
 		return nil, err
 	}
-	f.log.Info("checkpoint fetched", "bytes", len(t.data), "donors", len(group), "retried", t.retried)
+	f.log.Info("checkpoint fetched", "bytes", len(t.data), "donors", len(group), "retried", t.retried, "duplicated", t.dups)
 	return t.data, nil
 }
 
 // verify checks the assembled container: its header, its step and θ₀'s
-// SHA-256 against the wanted model hash.
-func (f *ckptFetcher) verify(data []byte) error {
-	l, err := ckptParseHeader(data)
-	if err != nil {
+// SHA-256 (computed during the download) against the wanted model hash.
+func (f *ckptFetcher) verify(data []byte, theta ckptThetaSum) error {
+	if theta.err != nil {
+		return theta.err
+	}
+	if _, err := ckptParseHeader(data); err != nil {
 		return err
 	}
 	if st := binary.LittleEndian.Uint64(data[8:]); st != f.want.Step {
 		return fmt.Errorf("%w: container holds step %d, want %d", ErrCkptSnapshot, st, f.want.Step)
 	}
-	if sha256.Sum256(data[l.thetaOff:l.vOff]) != f.hash {
+	if theta.sum != f.hash {
 		return fmt.Errorf("%w: θ₀ does not hash to %.12s", ErrCkptSnapshot, f.want.Hash)
 	}
 	return nil

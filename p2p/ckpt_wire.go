@@ -151,7 +151,7 @@ func ckptDecodeManifest(p []byte) (*ckptManifest, error) {
 		return nil, fmt.Errorf("%w: manifest announces %d chunk hashes in %d bytes", ErrCkptProtocol, n, len(p))
 	}
 	if m.status != ckptStatusOK {
-		if m.status > ckptStatusNone || n != 0 {
+		if m.status > ckptStatusNone || n != 0 || cs != 0 || total != 0 || m.root != [32]byte{} {
 			return nil, fmt.Errorf("%w: manifest status %d with %d chunks", ErrCkptProtocol, m.status, n)
 		}
 		return m, nil
