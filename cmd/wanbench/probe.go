@@ -16,7 +16,7 @@ func cmdProbe(ctx context.Context, args []string) error {
 	var nf netFlags
 	nf.register(fs)
 	count := fs.Int("count", 5, "round trips per pair")
-	size := fs.Int64("bytes", 0, "also send this many bytes one way per pair and report the rate (0: RTT only)")
+	size := fs.Int64("bytes", 0, "also send this many bytes one way per pair and report the rate the link carried (0: RTT only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func cmdProbe(ctx context.Context, args []string) error {
 	defer n.Close()
 	printProfile(p, o.RateScale)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pair\tRTT set ms\tRTT median ms\tRTT min ms\trate set MiB/s\trate got MiB/s\tgot/set\t")
+	fmt.Fprintln(tw, "pair\tRTT set ms\tRTT median ms\tRTT min ms\tlink rate MiB/s\tcarried MiB/s\tcarried/rate\t")
 	for a := range n.Hosts {
 		for b := a + 1; b < len(n.Hosts); b++ {
 			if err := probePair(ctx, tw, n, a, b, *count, *size, o.RateScale); err != nil {
@@ -56,11 +56,11 @@ func probePair(ctx context.Context, tw *tabwriter.Writer, n *wan.Net, a, b, coun
 		return nil
 	}
 	set := q.RateMbit * scale * 1e6 / 8
-	tr, err := n.Bulk(ctx, a, b, size)
+	got, err := n.WireRate(ctx, a, b, size)
 	if err != nil {
 		return fmt.Errorf("%s→%s: %w", ha.Name, hb.Name, err)
 	}
-	fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t\n", set/(1<<20), tr.SteadyRate()/(1<<20), tr.SteadyRate()/set)
+	fmt.Fprintf(tw, "%.2f\t%.2f\t%.3f\t\n", set/(1<<20), got/(1<<20), got/set)
 	return nil
 }
 

@@ -180,6 +180,9 @@ func (n *Net) configure(ctx context.Context, h Host) error {
 	return writeSysctls(h.NetnsPath(), n.opts.Sysctls)
 }
 
+// MTU is the links' MTU in bytes.
+func (n *Net) MTU() int { return n.opts.MTU }
+
 // Forwarder is the emulator joining the hosts, for its statistics.
 func (n *Net) Forwarder() *emu.Forwarder { return n.fwd }
 

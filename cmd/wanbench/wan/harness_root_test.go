@@ -74,7 +74,9 @@ func TestRTT(t *testing.T) {
 }
 
 // TestRateCap sends through an 80 Mbit/s link and checks that the goodput
-// is the link's, less TCP/IP headers: not more, and not far less.
+// is the link's, less TCP/IP headers: not more, and not far less. The upper
+// bound uses the whole transfer, whose timing a busy machine can only make
+// look slower; the lower bound uses the second half, after start-up.
 func TestRateCap(t *testing.T) {
 	needRoot(t)
 	n := startNet(t, Pair(10, 80, 0), Options{})
@@ -83,13 +85,17 @@ func TestRateCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	ideal := 80e6 / 8 * 1448 / 1500
-	got := tr.SteadyRate()
-	t.Logf("goodput %.2f MB/s (whole transfer %.2f), ideal %.2f MB/s", got/1e6, tr.Rate()/1e6, ideal/1e6)
-	if got > 1.03*ideal {
-		t.Errorf("goodput %.2f MB/s exceeds the 80 Mbit/s link (%.2f MB/s of TCP payload)", got/1e6, ideal/1e6)
+	t.Logf("goodput %.2f MB/s over the whole transfer, %.2f in the second half; ideal %.2f MB/s",
+		tr.Rate()/1e6, tr.SteadyRate()/1e6, ideal/1e6)
+	if tr.Rate() > 1.01*ideal {
+		t.Errorf("goodput %.2f MB/s exceeds the 80 Mbit/s link (%.2f MB/s of TCP payload)", tr.Rate()/1e6, ideal/1e6)
 	}
-	if got < 0.7*ideal {
-		t.Errorf("goodput %.2f MB/s is below 70 %% of the link's %.2f MB/s", got/1e6, ideal/1e6)
+	if tr.SteadyRate() < 0.7*ideal {
+		t.Errorf("goodput %.2f MB/s is below 70 %% of the link's %.2f MB/s", tr.SteadyRate()/1e6, ideal/1e6)
+	}
+	l, _ := n.Forwarder().Stats().Link("a", "b")
+	if l.Bytes < 16<<20 {
+		t.Errorf("link a→b carried %d bytes, less than the %d sent", l.Bytes, 16<<20)
 	}
 }
 

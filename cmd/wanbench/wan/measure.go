@@ -160,3 +160,48 @@ func sink(l net.Listener, want int64) sinkResult {
 		}
 	}
 }
+
+// wireSample is how often WireRate reads the link's counters.
+const wireSample = 2 * time.Millisecond
+
+// WireRate sends size bytes over TCP from host a to host b and returns the
+// rate in bytes per second at which the emulated link a→b delivered packets
+// (headers included) between a quarter and three quarters of the transfer,
+// read from the forwarder's counters. Unlike goodput timed at the receiver,
+// it is not skewed by the bursts in which TCP releases data held back by a
+// retransmission, so it shows what the link itself carries.
+func (n *Net) WireRate(ctx context.Context, a, b int, size int64) (float64, error) {
+	from, to := n.Hosts[a].Name, n.Hosts[b].Name
+	linkBytes := func() uint64 {
+		l, _ := n.fwd.Stats().Link(from, to)
+		return l.Bytes
+	}
+	start := linkBytes()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Bulk(ctx, a, b, size)
+		done <- err
+	}()
+	tick := time.NewTicker(wireSample)
+	defer tick.Stop()
+	var t1 time.Time
+	var b1 uint64
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				err = fmt.Errorf("%w: transfer ended before three quarters were seen", ErrShortTransfer)
+			}
+			return 0, err
+		case now := <-tick.C:
+			got := linkBytes() - start
+			switch {
+			case t1.IsZero() && got >= uint64(size/4):
+				t1, b1 = now, got
+			case !t1.IsZero() && got >= uint64(3*size/4):
+				rate := float64(got-b1) / now.Sub(t1).Seconds()
+				return rate, <-done
+			}
+		}
+	}
+}
