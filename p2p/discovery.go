@@ -84,7 +84,9 @@ func (h *Host) advertiseLoop(ctx context.Context) {
 			if !waitOrKick(ctx, retry, h.kickAdvertise) {
 				return
 			}
-			if h.RoutingTableSize() > 0 { // an empty table is waited out at the first pace
+			// While connected peers are still being identified into the
+			// routing table, keep the first pace; otherwise back off.
+			if h.RoutingTableSize() > 0 || len(h.h.Network().Peers()) == 0 {
 				retry = min(2*retry, advertiseMaxRetry)
 			}
 			continue
@@ -114,9 +116,9 @@ func (h *Host) discoverLoop(ctx context.Context) {
 		case n > 0:
 			h.log.Info("connected to new run peers", "new", n, "connected", len(h.h.Network().Peers()))
 			interval = discoverFirstInterval
-		case h.RoutingTableSize() == 0:
-			// Connected but identify has not filled the routing table yet
-			// (or nobody is there): a lookup cannot run, so do not back off.
+		case h.RoutingTableSize() == 0 && len(h.h.Network().Peers()) > 0:
+			// Connected, but identify has not filled the routing table
+			// yet: a lookup cannot run, so do not back off.
 			interval = discoverFirstInterval
 		default:
 			interval = min(2*interval, h.cfg.DiscoveryInterval)
