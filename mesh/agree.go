@@ -135,14 +135,29 @@ func (m *Mesh) canVote() bool {
 		return true
 	}
 	for id, p := range m.peers {
-		if p.dead || p.step != m.step || p.hash != m.hash || !p.state.hasModel() {
-			continue
-		}
-		if _, ok := m.ag.known[id]; !ok && !m.ag.excluded[id] {
-			return false
+		if !p.dead && m.awaits(p) && !m.ag.excluded[id] {
+			if _, ok := m.ag.known[id]; !ok {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// awaits reports whether a Ready node should wait for p (up to
+// StragglerTicks): p trains the same model, or is finishing the previous
+// step of this line (its news of the new step may not have arrived yet), or
+// is fetching a model.
+func (m *Mesh) awaits(p *meshPeer) bool {
+	switch {
+	case p.state == StateSyncing:
+		return true
+	case p.step == m.step && p.hash == m.hash:
+		return p.state.hasModel()
+	case m.step > 0 && p.step == m.step-1 && p.hash == m.prevHash:
+		return p.state.hasModel() || p.state == StateExcluded
+	}
+	return false
 }
 
 // viewMembers returns sorted M − X − dead, at most MaxMembers (the first

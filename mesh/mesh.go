@@ -3,7 +3,6 @@ package mesh
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 )
@@ -67,10 +66,11 @@ type meshVote struct {
 // Mesh is the membership and epoch state machine of one node. It is not safe
 // for concurrent use: node drives it from one goroutine.
 type Mesh struct {
-	cfg   Config
-	rng   *rand.Rand
-	tick  uint64
-	hbDue uint64
+	cfg     Config
+	rng     *rand.Rand
+	tick    uint64
+	hbDue   uint64
+	lineDue uint64
 
 	state       State
 	step        uint64
@@ -141,7 +141,10 @@ func (m *Mesh) Tick() {
 	}
 	m.roundTimeout()
 	m.progress()
-	m.checkLineage()
+	if m.tick >= m.lineDue { // the view changes by heartbeats: look as often
+		m.lineDue = m.tick + uint64(m.cfg.HeartbeatTicks)
+		m.checkLineage()
+	}
 }
 
 // Step feeds one message received from the mesh topic. A message that fails
@@ -216,13 +219,19 @@ func (m *Mesh) peer(id PeerID) (*meshPeer, error) {
 
 // detectDead declares dead the peers not heard from for DeadTicks.
 func (m *Mesh) detectDead() {
-	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
-		p := m.peers[id]
+	var gone []PeerID
+	for id, p := range m.peers {
 		if !p.dead && m.tick-p.lastSeen > uint64(m.cfg.DeadTicks) {
-			m.markDead(id, p)
+			gone = append(gone, id)
 		}
 	}
-	m.forgetDead(uint64(meshForgetDeadAfter * m.cfg.DeadTicks))
+	slices.Sort(gone)
+	for _, id := range gone {
+		m.markDead(id, m.peers[id])
+	}
+	if m.tick%uint64(m.cfg.DeadTicks) == 0 {
+		m.forgetDead(uint64(meshForgetDeadAfter * m.cfg.DeadTicks))
+	}
 }
 
 func (m *Mesh) markDead(id PeerID, p *meshPeer) {

@@ -18,7 +18,10 @@ func TestSimRandomFaults(t *testing.T) {
 		seeds = 10
 	}
 	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { simRandomRun(t, seed) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			simRandomRun(t, seed)
+		})
 	}
 }
 
@@ -40,7 +43,9 @@ func simRandomRun(t *testing.T, seed uint64) {
 			s.restart(id)
 		}
 	}
+	healed := s.now
 	s.runUntil(3000, "converged", s.converged)
+	t.Logf("converged %d ticks after the heal; %d nodes; total %d ticks, %d packets queued", s.now-healed, len(s.ids), s.now, len(s.queue))
 	rings := map[PeerID]int{}
 	for _, id := range s.ids {
 		rings[id] = s.nodes[id].rings
@@ -90,4 +95,67 @@ func simRandomEvent(s *simNet, rng *rand.Rand, next *int) {
 	case 5:
 		s.heal()
 	}
+}
+
+// TestSimLossyCrashes: networks started with MinMembers = size, random
+// crashes, on a moderate network (10 % loss, ≤ 5 ticks delay: the failure
+// detector is then nearly always right, so the strict one-ring-per-step
+// check applies) and on a harsh one (40 % loss, delays beyond DeadTicks:
+// live peers get declared dead, so only the no-overlap check applies).
+// Every run must converge with no step lost.
+func TestSimLossyCrashes(t *testing.T) {
+	regimes := []struct {
+		name       string
+		drop       float64
+		maxDelay   int
+		wantStrict float64 // fraction of runs with no false death
+	}{
+		{"moderate", 0.1, 5, 0.9},
+		{"harsh", 0.4, 20, 0},
+	}
+	seeds := 30
+	if testing.Short() {
+		seeds = 8
+	}
+	for _, rg := range regimes {
+		t.Run(rg.name, func(t *testing.T) {
+			strict := 0
+			for seed := range uint64(seeds) {
+				t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+					s := simCrashRun(t, seed, rg.drop, rg.maxDelay)
+					if s.falseDead == 0 {
+						strict++
+					}
+				})
+			}
+			if float64(strict) < rg.wantStrict*float64(seeds) {
+				t.Fatalf("only %d of %d runs without false deaths: the strict check was barely exercised", strict, seeds)
+			}
+			t.Logf("%d of %d runs checked strictly", strict, seeds)
+		})
+	}
+}
+
+func simCrashRun(t *testing.T, seed uint64, drop float64, maxDelay int) *simNet {
+	s := newSimNet(t, 5000+seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	s.drop, s.dup = drop, 0.15
+	s.minDelay, s.maxDelay = 1, maxDelay
+	size := 3 + rng.IntN(10)
+	s.addN(size, func(c *Config) { c.MinMembers = size })
+	for range 6 {
+		s.run(20 + rng.IntN(50))
+		var up []PeerID
+		for _, id := range s.ids {
+			if s.nodes[id].up {
+				up = append(up, id)
+			}
+		}
+		if rng.IntN(2) == 0 && len(up) > 1 {
+			s.crash(up[rng.IntN(len(up))])
+		}
+	}
+	s.runUntil(3000, "converged", s.converged)
+	s.checkNoStepLost()
+	return s
 }

@@ -62,3 +62,10 @@ func (m *Mesh) Status() Status {
 	}
 	return s
 }
+
+// State returns the node's state; cheaper than Status for polling.
+func (m *Mesh) State() State { return m.state }
+
+// Model returns the outer step and θ₀ hash of the model this node holds
+// ("" while joining with none); cheaper than Status for polling.
+func (m *Mesh) Model() (step uint64, hash string) { return m.step, m.hash }
