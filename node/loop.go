@@ -138,7 +138,7 @@ func (n *Node) reduce(ctx context.Context, t uint64, ot *outerTimes) (res reduce
 			return res, false, ctx.Err()
 		}
 		bad := n.culprit(r, err)
-		n.log.Warn("all-reduce failed", "step", t, "ring", r.ID, "members", len(r.Members), "culprit", bad, "err", err)
+		n.log.Warn("all-reduce failed", "step", t+1, "ring", r.ID, "members", len(r.Members), "culprit", bad, "err", err)
 		n.mesh(func(m *mesh.Mesh) { m.ReportFailure(t, bad) })
 	}
 }
@@ -173,7 +173,7 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring) (p2p.RingStats, erro
 	for _, p := range members {
 		n.host.Protect(p)
 	}
-	n.log.Info("all-reduce start", "step", r.Step, "ring", r.ID, "members", len(r.Members), "rank", rank)
+	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", rank)
 	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
 	defer cancel()
 	copy(n.work, n.delta)

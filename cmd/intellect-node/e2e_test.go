@@ -58,7 +58,7 @@ func startNode(t *testing.T, name, home string, args ...string) *proc {
 	}
 	os.Remove(filepath.Join(home, "api.addr"))
 	all := append([]string{"start", "--home", home, "--listen", "/ip4/127.0.0.1/tcp/0",
-		"--status", "127.0.0.1:0", "--log-level", "debug"}, args...)
+		"--status", "127.0.0.1:0", "--log-level", "info"}, args...)
 	p := &proc{t: t, name: name, home: home, cmd: exec.Command(binPath, all...), done: make(chan struct{})}
 	stderr, _ := p.cmd.StderrPipe()
 	p.cmd.Stdout = io.Discard
@@ -309,7 +309,7 @@ func TestKilledNodeMidAllReduce(t *testing.T) {
 	c := startNode(t, "c", "", append(args, "--bootstrap", boot)...)
 	// Kill c once it is inside the all-reduce of outer step 2 (its log says so).
 	waitFor(t, 3*time.Minute, "c inside an all-reduce of step 2", func() bool {
-		return strings.Contains(c.logText(), `msg="all-reduce start" step=2`)
+		return strings.Contains(c.logText(), `msg="all-reduce start" system=node step=2 `)
 	}, a, b, c)
 	time.Sleep(300 * time.Millisecond) // the all-reduce takes over a second at 1 MB/s
 	c.cmd.Process.Signal(syscall.SIGKILL)
@@ -333,4 +333,79 @@ func TestKilledNodeMidAllReduce(t *testing.T) {
 	if ha[2].Members != 2 || ha[2].Attempts < 2 {
 		t.Errorf("step 2 should be redone by the 2 survivors: members %d attempts %d", ha[2].Members, ha[2].Attempts)
 	}
+}
+
+// TestJoinKillRestart is issue 4's end-to-end test: two nodes train; a third
+// joins by live checkpoint transfer and reaches the same model hash; one node
+// is SIGKILLed mid-step and restarted from its home directory; all live nodes
+// end with identical hashes and a falling eval loss.
+func TestJoinKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process e2e test")
+	}
+	const last = 9
+	args := append(append([]string{}, e2eArgs...), "--max-outer-steps", fmt.Sprint(last), "--checkpoint-every", "1")
+	a := startNode(t, "a", "", append(args, "--min-members", "2")...)
+	boot := bootstrapAddr(t, a)
+	b := startNode(t, "b", "", append(args, "--min-members", "2", "--bootstrap", boot)...)
+	atStep := func(p *proc, s uint64) func() bool {
+		return func() bool { st, err := p.status(); return err == nil && st.OuterStep >= s }
+	}
+	waitFor(t, 3*time.Minute, "a at outer step 2", atStep(a, 2), a, b)
+
+	c := startNode(t, "c", "", append(args, "--bootstrap", boot)...)
+	waitFor(t, 2*time.Minute, "c synced from its peers", func() bool {
+		return strings.Contains(c.logText(), `msg="model synced"`)
+	}, a, b, c)
+	waitFor(t, 2*time.Minute, "c completes an outer step in the ring", func() bool {
+		return strings.Contains(c.logText(), `msg="outer step"`)
+	}, a, b, c)
+
+	// Kill b in the middle of its inner steps, then restart it from its home.
+	waitFor(t, time.Minute, "b inside its inner steps", func() bool {
+		st, err := b.status()
+		return err == nil && st.State == "training"
+	}, a, b, c)
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	<-b.done
+	killedAt, _ := a.status()
+	waitFor(t, 2*time.Minute, "a and c go on without b", atStep(a, killedAt.OuterStep+1), a, c)
+	b2 := startNode(t, "b2", b.home, append(args, "--bootstrap", boot)...)
+	waitLog(t, b2, "resumed from checkpoint")
+
+	live := []*proc{a, c, b2}
+	for _, p := range live {
+		select {
+		case <-p.done:
+		case <-time.After(4 * time.Minute):
+			t.Fatalf("%s did not reach outer step %d\n%s", p.name, last, p.logText())
+		}
+		if p.err != nil {
+			t.Fatalf("%s exited with %v", p.name, p.err)
+		}
+	}
+	ha := byStep(readHistoryFile(t, a))
+	for _, p := range live[1:] {
+		hp := byStep(readHistoryFile(t, p))
+		if hp[last].ModelHash == "" || hp[last].ModelHash != ha[last].ModelHash || hp[last].EvalLoss != ha[last].EvalLoss {
+			t.Errorf("%s ends at %+v, a at %+v", p.name, hp[last], ha[last])
+		}
+		for s, r := range hp {
+			if ar, ok := ha[s]; ok && ar.ModelHash != r.ModelHash {
+				t.Errorf("step %d: %s hash %s, a %s", s, p.name, r.ModelHash, ar.ModelHash)
+			}
+		}
+	}
+	if !(ha[last].EvalLoss < ha[1].EvalLoss) {
+		t.Errorf("eval loss did not fall: %v → %v", ha[1].EvalLoss, ha[last].EvalLoss)
+	}
+	if !strings.Contains(b2.logText(), `msg="model synced"`) && !strings.Contains(b2.logText(), `msg="outer step"`) {
+		t.Errorf("restarted b never took part again")
+	}
+}
+
+// waitLog waits until p's log contains s.
+func waitLog(t *testing.T, p *proc, s string) {
+	t.Helper()
+	waitFor(t, time.Minute, p.name+" logs "+s, func() bool { return strings.Contains(p.logText(), s) }, p)
 }
