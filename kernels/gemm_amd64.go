@@ -12,12 +12,19 @@ func sgemmKernelAVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 //go:noescape
 func sgemmKernelAVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
+// sgemmKernelAVX512Edge is sgemmKernelAVX512 for a partial tile: it writes
+// only rows 0 < rows ≤ 14 and columns 0 < cols ≤ 32, with masked stores.
+//
+//go:noescape
+func sgemmKernelAVX512Edge(kc int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
+
 //go:generate go run ./internal/gemmgen -dir .
 
 // avx512Gemm and avx2Gemm are the assembly micro-kernels.
 var (
 	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 512, mc: 14 * 16, aBlock: 14 * 8 * 512, nc: 2048, tile: tileAVX512,
-		packRowsA: packA14, packRowsB: packB32, packDepthA: packDepthA14, packDepthB: packDepthB32}
+		packRowsA: packA14, packRowsB: packB32, packDepthA: packDepthA14, packDepthB: packDepthB32,
+		edgeTile: tileAVX512Edge}
 	avx2Gemm = &gemmKernel{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 6 * 16, aBlock: 6 * 16 * 256, nc: 2048, tile: tileAVX2}
 )
 
@@ -37,6 +44,16 @@ func archGemmKernels(f cpuFeatures) []*gemmKernel {
 func tileAVX512(kc int, ap, bp, c []float32, ldc int, alpha, beta float32) {
 	_, _, _ = ap[14*kc-1], bp[32*kc-1], c[13*ldc+31]
 	sgemmKernelAVX512(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta)
+}
+
+// tileAVX512Edge checks the bounds of a rows×cols corner and runs the
+// masked AVX-512 kernel.
+func tileAVX512Edge(kc int, ap, bp, c []float32, ldc int, alpha, beta float32, rows, cols int) {
+	if rows < 1 || rows > 14 || cols < 1 || cols > 32 {
+		panic("kernels: tileAVX512Edge: bad edge tile")
+	}
+	_, _, _ = ap[14*kc-1], bp[32*kc-1], c[(rows-1)*ldc+cols-1]
+	sgemmKernelAVX512Edge(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta, rows, cols)
 }
 
 // tileAVX2 checks the bounds of one 6×16 tile and runs the AVX2 kernel.

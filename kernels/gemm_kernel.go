@@ -22,6 +22,10 @@ type gemmKernel struct {
 	// A: dst[p*mr+r] = src[p*ld+r]. packDepthB does the same for nr columns
 	// of a row-major B.
 	packDepthA, packDepthB func(kc int, src []float32, ld int, dst []float32)
+	// edgeTile, when set, is tile for a partial tile: it writes only the
+	// first rows (≤ mr) rows and cols (≤ nr) columns of C. Without it, edge
+	// tiles go through a scratch tile.
+	edgeTile func(kc int, ap, bp, c []float32, ldc int, alpha, beta float32, rows, cols int)
 }
 
 // blocks returns the block sizes for g: the depth k split into equal blocks

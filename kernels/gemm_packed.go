@@ -216,6 +216,10 @@ func macroGemm(kern *gemmKernel, g *gemmArgs, ap, bp, t []float32, ic, mc, jc, n
 				kern.tile(kc, apanel, bpanel, g.c[off:], g.ldc, g.alpha, beta)
 				continue
 			}
+			if kern.edgeTile != nil {
+				kern.edgeTile(kc, apanel, bpanel, g.c[off:], g.ldc, g.alpha, beta, rows, cols)
+				continue
+			}
 			kern.tile(kc, apanel, bpanel, t, nr, g.alpha, 0)
 			mergeTile(g.c[off:], g.ldc, t, nr, rows, cols, beta)
 		}

@@ -67,14 +67,30 @@ func gemmRandSlice(rng *rand.Rand, n int) []float32 {
 func checkGemm(t *testing.T, kern *gemmKernel, tc gemmCase, rng *rand.Rand) {
 	t.Helper()
 	o := newGemmOperands(tc, rng)
-	got := append([]float32(nil), o.c...)
+	// got has a guard zone after its end: a kernel that stores a whole tile
+	// or vector past the last row or column of C would write there.
+	const guard = 64
+	cLen := len(o.c)
+	if tc.m > 0 {
+		cLen = (tc.m-1)*o.ldc + tc.n // the last row has no padding
+	}
+	got := make([]float32, len(o.c)+guard)
+	copy(got, o.c[:cLen])
+	for i := cLen; i < len(got); i++ {
+		got[i] = gemmPadSentinel
+	}
 	want := append([]float32(nil), o.c...)
-	g := gemmArgs{tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, got, o.ldc}
+	g := gemmArgs{tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, got[:cLen], o.ldc}
 	if err := g.check(); err != nil {
 		t.Fatalf("%v: %v", tc, err)
 	}
 	sgemm(kern, &g)
 	SgemmRef(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, want, o.ldc)
+	for i := cLen; i < len(got); i++ {
+		if got[i] != gemmPadSentinel {
+			t.Fatalf("%v: wrote C[%d], past its end %d", tc, i, cLen)
+		}
+	}
 	const eps = 1.0 / (1 << 23)
 	for i := 0; i < tc.m; i++ {
 		for j := 0; j < o.ldc; j++ {
