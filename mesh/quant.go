@@ -266,93 +266,100 @@ func (qz *quantizer) encodeInt8Scanned(payload []byte, t *[256]float32, src []fl
 	return nil
 }
 
+// scanAcc gathers min, max and sum of a chunk in 8 lanes (value i goes to
+// lane i mod 8), the layout of the AVX2 loops, so that both give the same
+// bits.
+type scanAcc struct {
+	mn, mx [8]float32
+	sum    [8]float64
+}
+
+func (a *scanAcc) init() {
+	for l := range 8 {
+		a.mn[l], a.mx[l] = float32(math.Inf(1)), float32(math.Inf(-1))
+	}
+}
+
+func (a *scanAcc) stats() chunkStats {
+	st := chunkStats{min: a.mn[0], max: a.mx[0]}
+	for l := 1; l < 8; l++ {
+		st.min, st.max = min32(st.min, a.mn[l]), max32(st.max, a.mx[l])
+	}
+	s := a.sum
+	st.sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+	return st
+}
+
 // prepScan turns x into this member's contribution, x·scale + res (res may
-// be nil), and returns its min, max and sum in one pass. Two lanes of plain
-// local accumulators (a struct or array would live in memory).
+// be nil), and returns its min, max and sum, in one pass.
 func prepScan(x, res []float32, scale float32) chunkStats {
-	mn0, mx0 := float32(math.Inf(1)), float32(math.Inf(-1))
-	mn1, mx1 := mn0, mx0
-	var s0, s1 float64
-	i := 0
-	if res == nil {
-		for ; i+2 <= len(x); i += 2 {
-			a, b := x[i]*scale, x[i+1]*scale
-			x[i], x[i+1] = a, b
-			mn0, mx0 = minmax(mn0, mx0, a)
-			mn1, mx1 = minmax(mn1, mx1, b)
-			s0 += float64(a)
-			s1 += float64(b)
-		}
+	var acc scanAcc
+	acc.init()
+	n8 := len(x) &^ 7
+	if useAVX2 && n8 > 0 {
+		prepScanAVX2(&x[0], first(res), n8, scale, &acc)
 	} else {
-		res = res[:len(x)]
-		for ; i+2 <= len(x); i += 2 {
-			a, b := x[i]*scale+res[i], x[i+1]*scale+res[i+1]
-			x[i], x[i+1] = a, b
-			mn0, mx0 = minmax(mn0, mx0, a)
-			mn1, mx1 = minmax(mn1, mx1, b)
-			s0 += float64(a)
-			s1 += float64(b)
-		}
+		prepScanGo(x[:n8], sub(res, 0, n8), scale, &acc)
 	}
-	for ; i < len(x); i++ {
-		v := x[i] * scale
-		if res != nil {
-			v += res[i]
-		}
-		x[i] = v
-		mn0, mx0 = minmax(mn0, mx0, v)
-		s0 += float64(v)
-	}
-	return chunkStats{min: min32(mn0, mn1), max: max32(mx0, mx1), sum: s0 + s1}
+	prepScanGo(x[n8:], sub(res, n8, len(x)), scale, &acc)
+	return acc.stats()
 }
 
 // prepAddScan is prepScan that also adds the decoded codes to x.
 func prepAddScan(x, res []float32, scale float32, t *[256]float32, codes []byte) chunkStats {
-	mn0, mx0 := float32(math.Inf(1)), float32(math.Inf(-1))
-	mn1, mx1 := mn0, mx0
-	var s0, s1 float64
+	var acc scanAcc
+	acc.init()
 	x = x[:len(codes)]
-	i := 0
-	if res == nil {
-		for ; i+2 <= len(codes); i += 2 {
-			a, b := x[i]*scale+t[codes[i]], x[i+1]*scale+t[codes[i+1]]
-			x[i], x[i+1] = a, b
-			mn0, mx0 = minmax(mn0, mx0, a)
-			mn1, mx1 = minmax(mn1, mx1, b)
-			s0 += float64(a)
-			s1 += float64(b)
-		}
+	n8 := len(x) &^ 7
+	if useAVX2 && n8 > 0 {
+		prepAddScanAVX2(&x[0], first(res), t, &codes[0], n8, scale, &acc)
 	} else {
-		res = res[:len(codes)]
-		for ; i+2 <= len(codes); i += 2 {
-			a, b := x[i]*scale+res[i]+t[codes[i]], x[i+1]*scale+res[i+1]+t[codes[i+1]]
-			x[i], x[i+1] = a, b
-			mn0, mx0 = minmax(mn0, mx0, a)
-			mn1, mx1 = minmax(mn1, mx1, b)
-			s0 += float64(a)
-			s1 += float64(b)
-		}
+		prepAddScanGo(x[:n8], sub(res, 0, n8), scale, t, codes[:n8], &acc)
 	}
-	for ; i < len(codes); i++ {
-		v := x[i]*scale + t[codes[i]]
+	prepAddScanGo(x[n8:], sub(res, n8, len(x)), scale, t, codes[n8:], &acc)
+	return acc.stats()
+}
+
+func first(s []float32) *float32 {
+	if s == nil {
+		return nil
+	}
+	return &s[0]
+}
+
+// prepScanGo is the reference of prepScanAVX2; x starts at a multiple of 8.
+// float32(·) keeps the compiler from fusing the multiply-add, as the AVX2
+// loop does not.
+func prepScanGo(x, res []float32, scale float32, acc *scanAcc) {
+	for i := range x {
+		v := float32(x[i] * scale)
 		if res != nil {
 			v += res[i]
 		}
 		x[i] = v
-		mn0, mx0 = minmax(mn0, mx0, v)
-		s0 += float64(v)
+		acc.add(i&7, v)
 	}
-	return chunkStats{min: min32(mn0, mn1), max: max32(mx0, mx1), sum: s0 + s1}
 }
 
-func minmax(mn, mx, v float32) (float32, float32) {
-	if v < mn {
-		mn = v
+// prepAddScanGo is the reference of prepAddScanAVX2.
+func prepAddScanGo(x, res []float32, scale float32, t *[256]float32, codes []byte, acc *scanAcc) {
+	x = x[:len(codes)]
+	for i, c := range codes {
+		v := float32(x[i] * scale)
+		if res != nil {
+			v += res[i]
+		}
+		v += t[c]
+		x[i] = v
+		acc.add(i&7, v)
 	}
-	if v > mx {
-		mx = v
-	}
-	return mn, mx
+}
+
+func (a *scanAcc) add(l int, v float32) {
+	l &= 7
+	a.mn[l] = min32(a.mn[l], v)
+	a.mx[l] = max32(a.mx[l], v)
+	a.sum[l] += float64(v)
 }
 
 // min32 and max32 are plain comparisons: a NaN shows up in the sum instead.
@@ -424,30 +431,23 @@ func quantizeUniform(codes []byte, src []float32, lo, inv float32, qz *quantizer
 
 func quantizeSqrt(codes []byte, src []float32, mu, invR float32, qz *quantizer) {
 	codes = codes[:len(src)]
-	if qz == nil {
-		for i, x := range src {
-			codes[i] = sqrtCode(x, mu, invR)
-		}
-		return
+	n8 := len(src) &^ 7
+	if useAVX2 && n8 > 0 {
+		sqrtCodesAVX2(&codes[0], &src[0], n8, mu, invR)
+	} else {
+		sqrtCodesGo(codes[:n8], src[:n8], mu, invR)
 	}
-	// Codes and bucket sums in one pass, two histograms interleaved.
-	s0, s1 := &qz.sum[0], &qz.sum[1]
-	c0, c1 := &qz.count[0], &qz.count[1]
-	i := 0
-	for ; i+2 <= len(src); i += 2 {
-		a, b := src[i], src[i+1]
-		qa, qb := sqrtCode(a, mu, invR), sqrtCode(b, mu, invR)
-		codes[i], codes[i+1] = qa, qb
-		s0[qa] += float64(a)
-		s1[qb] += float64(b)
-		c0[qa]++
-		c1[qb]++
+	sqrtCodesGo(codes[n8:], src[n8:], mu, invR)
+	if qz != nil {
+		qz.accumulate(codes, src)
 	}
-	for ; i < len(src); i++ {
-		q := sqrtCode(src[i], mu, invR)
-		codes[i] = q
-		s0[q] += float64(src[i])
-		c0[q]++
+}
+
+// sqrtCodesGo is the reference of sqrtCodesAVX2.
+func sqrtCodesGo(codes []byte, src []float32, mu, invR float32) {
+	codes = codes[:len(src)]
+	for i, x := range src {
+		codes[i] = sqrtCode(x, mu, invR)
 	}
 }
 
@@ -497,6 +497,16 @@ func decodeInt8Add(dst []float32, t *[256]float32, codes []byte) {
 
 // decodeInt8Set overwrites dst with the decoded values of codes.
 func decodeInt8Set(dst []float32, t *[256]float32, codes []byte) {
+	n8 := len(codes) &^ 7
+	if useAVX2 && n8 > 0 {
+		decodeSetAVX2(&dst[0], t, &codes[0], n8)
+		dst, codes = dst[n8:], codes[n8:]
+	}
+	decodeInt8SetGo(dst, t, codes)
+}
+
+// decodeInt8SetGo is the reference of decodeSetAVX2.
+func decodeInt8SetGo(dst []float32, t *[256]float32, codes []byte) {
 	dst = dst[:len(codes)]
 	for i, c := range codes {
 		dst[i] = t[c]

@@ -197,3 +197,87 @@ func FuzzChunkDecode(f *testing.F) {
 		}
 	})
 }
+
+// withGo runs f with the Go loops instead of the AVX2 ones.
+func withGo(f func()) {
+	saved := useAVX2
+	useAVX2 = false
+	defer func() { useAVX2 = saved }()
+	f()
+}
+
+// TestAVX2MatchesGo checks each AVX2 loop against its Go reference, bit for
+// bit, on awkward lengths and extreme values, and the whole encoder too.
+func TestAVX2MatchesGo(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no AVX2 here")
+	}
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, n := range []int{1, 7, 8, 9, 63, 1000, 4099} {
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(7)-3)))
+		}
+		res := gaussian(rng, n, false)
+		var tab [256]float32
+		for b := range tab {
+			tab[b] = float32(rng.NormFloat64())
+		}
+		codes := make([]byte, n)
+		for i := range codes {
+			codes[i] = byte(rng.IntN(256))
+		}
+		for _, r := range [][]float32{nil, res} {
+			var fast, slow chunkStats
+			xf, xs := append([]float32(nil), src...), append([]float32(nil), src...)
+			fast = prepScan(xf, r, 0.37)
+			withGo(func() { slow = prepScan(xs, r, 0.37) })
+			if fast != slow || !sameBits(xf, xs) {
+				t.Fatalf("n=%d prepScan: %+v vs %+v", n, fast, slow)
+			}
+			xf, xs = append([]float32(nil), src...), append([]float32(nil), src...)
+			fast = prepAddScan(xf, r, 0.37, &tab, codes)
+			withGo(func() { slow = prepAddScan(xs, r, 0.37, &tab, codes) })
+			if fast != slow || !sameBits(xf, xs) {
+				t.Fatalf("n=%d prepAddScan: %+v vs %+v", n, fast, slow)
+			}
+		}
+		cf, cs := make([]byte, n), make([]byte, n)
+		quantizeSqrt(cf, src, 0.01, 3, nil)
+		withGo(func() { quantizeSqrt(cs, src, 0.01, 3, nil) })
+		if string(cf) != string(cs) {
+			t.Fatalf("n=%d: sqrt codes differ", n)
+		}
+		df, ds := make([]float32, n), make([]float32, n)
+		decodeInt8Set(df, &tab, codes)
+		withGo(func() { decodeInt8Set(ds, &tab, codes) })
+		if !sameBits(df, ds) {
+			t.Fatalf("n=%d: decode differs", n)
+		}
+		pf, ps := make([]byte, int8TableSize+n), make([]byte, int8TableSize+n)
+		var qz quantizer
+		var tt [256]float32
+		if err := qz.encodeInt8Scanned(pf, &tt, src, prepScan(append([]float32(nil), src...), nil, 1)); err != nil {
+			t.Fatal(err)
+		}
+		withGo(func() {
+			if err := qz.encodeInt8Scanned(ps, &tt, src, prepScan(append([]float32(nil), src...), nil, 1)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if string(pf) != string(ps) {
+			t.Fatalf("n=%d: encoded chunks differ", n)
+		}
+	}
+}
+
+// TestAllReduceGoLoops runs a ring on the Go loops (what a machine without
+// AVX2 runs).
+func TestAllReduceGoLoops(t *testing.T) {
+	withGo(func() {
+		in := randVecs(rand.New(rand.NewPCG(33, 34)), 3, 5001)
+		w := []float32{1, 2, 3}
+		rr := runRing(t, testCtx(t), in, nil, w, AllReduceConfig{Shards: 2, ChunkElems: 300}, nil)
+		checkRing(t, "go loops", rr, in, w, CodecInt8)
+	})
+}
