@@ -18,6 +18,9 @@ import (
 // other key types, the public key.
 const gossipEnvelope = 4 << 10
 
+// gossipSubBuffer is the least capacity of pubsub's subscription queue.
+const gossipSubBuffer = 256
+
 // ErrMessageTooLarge is returned by Publish for payloads over
 // Config.GossipMaxSize; receivers drop such messages as invalid.
 var ErrMessageTooLarge = errors.New("p2p: gossip message too large")
@@ -90,7 +93,9 @@ func (h *Host) joinTopic(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("p2p: join %s: %w", name, err)
 	}
-	sub, err := topic.Subscribe(pubsub.WithBufferSize(h.cfg.MessageBuffer))
+	// pubsub's own buffer only absorbs bursts until deliverLoop runs; it
+	// drops silently when full, so keep it large enough never to be the one.
+	sub, err := topic.Subscribe(pubsub.WithBufferSize(max(h.cfg.MessageBuffer, gossipSubBuffer)))
 	if err != nil {
 		topic.Close()
 		return fmt.Errorf("p2p: subscribe %s: %w", name, err)
@@ -165,7 +170,9 @@ func (h *Host) Publish(ctx context.Context, data []byte) error {
 }
 
 // Messages returns the channel on which gossip messages from other peers
-// arrive (this host's own publications are not echoed). It is closed after
+// arrive (this host's own publications are not echoed). Order is not
+// guaranteed, not even between two messages of one author: pubsub validates
+// on several workers. It is closed after
 // Close. If the reader falls MessageBuffer messages behind, newer messages
 // are dropped and counted in GossipStats.Dropped.
 func (h *Host) Messages() <-chan Message { return h.msgs }
