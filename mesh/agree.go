@@ -56,9 +56,11 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	if old := p.vote; old != nil && (old.step > v.step || (old.step == v.step && old.hash == v.hash && old.round > v.round)) {
 		return // a late copy of an older vote
 	}
-	p.state, p.step, p.hash = StateAgreeing, msg.Step, msg.Hash
-	if msg.State == StateReducing {
-		p.state = StateReducing
+	if msg.Step >= p.step { // else a late copy: the peer moved on
+		p.state, p.step, p.hash = StateAgreeing, msg.Step, msg.Hash
+		if msg.State == StateReducing {
+			p.state = StateReducing
+		}
 	}
 	p.vote = v
 	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok {

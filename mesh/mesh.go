@@ -175,7 +175,9 @@ func (m *Mesh) Step(msg Message) error {
 		m.markDead(msg.From, p)
 		p.state = StateLeft
 	case MsgReady:
-		p.state, p.step, p.hash, p.inner = StateReady, msg.Step, msg.Hash, msg.InnerSteps
+		if msg.Step >= p.step { // else a late copy: the peer moved on
+			p.state, p.step, p.hash, p.inner = StateReady, msg.Step, msg.Hash, msg.InnerSteps
+		}
 		m.noteReady(msg.From, msg.Step, msg.Hash, msg.InnerSteps)
 	case MsgPropose:
 		m.onPropose(msg.From, p, msg)
@@ -361,11 +363,11 @@ func (m *Mesh) Ready() Ready {
 	return rd
 }
 
-// Advance marks rd, returned by the last Ready, as carried out.
+// Advance marks rd, returned by the last Ready, as carried out. It never
+// modifies rd: node may keep using its slices.
 func (m *Mesh) Advance(rd Ready) {
-	if n := len(rd.Messages); n <= len(m.out.Messages) {
-		m.out.Messages = slices.Delete(m.out.Messages, 0, n)
-	}
+	m.out.Messages = meshDropFirst(m.out.Messages, len(rd.Messages))
+	m.out.Dead = meshDropFirst(m.out.Dead, len(rd.Dead))
 	if rd.Ring == m.out.Ring {
 		m.out.Ring = nil
 	}
@@ -375,15 +377,15 @@ func (m *Mesh) Advance(rd Ready) {
 	if rd.Adopt == m.out.Adopt {
 		m.out.Adopt = nil
 	}
-	if n := len(rd.Dead); n <= len(m.out.Dead) {
-		m.out.Dead = slices.Delete(m.out.Dead, 0, n)
-	}
 	m.out.StateChanged = false
 	m.prevState = rd.State
-	if len(m.out.Messages) == 0 {
-		m.out.Messages = nil
+}
+
+// meshDropFirst returns s without its first n elements, in a new array so
+// that a Ready handed out keeps its contents.
+func meshDropFirst[T any](s []T, n int) []T {
+	if n >= len(s) {
+		return nil
 	}
-	if len(m.out.Dead) == 0 {
-		m.out.Dead = nil
-	}
+	return slices.Clone(s[n:])
 }

@@ -60,8 +60,11 @@ func meshRingID(step uint64, round uint32, members []Member) string {
 }
 
 // Fetch asks node to obtain the model (θ₀ and outer momentum) of Step,
-// whose θ₀ hash is Hash, from the peers From (best donors first), then to
-// call Mesh.Synced(Step, Hash).
+// whose θ₀ hash is Hash, from the peers From (in the order to try them),
+// and to verify it against the hash the donors gossip. A donor holds only
+// its current θ₀: if it moved on meanwhile, a newer model from it is as
+// good. node then calls Mesh.Synced with the step and hash it obtained. If
+// no Synced comes within SyncTimeoutTicks, the mesh chooses again.
 type Fetch struct {
 	Step     uint64
 	Hash     string

@@ -1,0 +1,233 @@
+package mesh
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	c := Config{ID: "a"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.HeartbeatTicks != DefaultHeartbeatTicks || c.DeadTicks != DefaultDeadTicks || c.MinMembers != 1 ||
+		c.StragglerTicks != DefaultStragglerTicks || c.ProposeTimeoutTicks != DefaultProposeTimeoutTicks || c.SyncTimeoutTicks != DefaultSyncTimeoutTicks {
+		t.Fatalf("defaults not filled: %+v", c)
+	}
+	bad := []Config{
+		{},
+		{ID: PeerID(strings.Repeat("x", MaxPeerIDLen+1))},
+		{ID: "a", HeartbeatTicks: -1},
+		{ID: "a", HeartbeatTicks: 10, DeadTicks: 20},
+		{ID: "a", MinMembers: MaxMembers + 1},
+		{ID: "a", Addrs: make([]string, MaxAddrs+1)},
+		{ID: "a", Addrs: []string{strings.Repeat("x", MaxAddrLen+1)}},
+	}
+	for i, c := range bad {
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("config %d: err %v, want ErrConfig", i, err)
+		}
+	}
+	if _, err := New(Config{ID: "a"}, 0, strings.Repeat("h", MaxHashLen+1)); !errors.Is(err, ErrConfig) {
+		t.Errorf("over-long model hash accepted: %v", err)
+	}
+}
+
+func TestRingRankAndID(t *testing.T) {
+	ms := []Member{{"a", 10}, {"c", 5}, {"d", 7}}
+	r := meshNewRing(3, 1, ms)
+	for i, id := range []PeerID{"a", "c", "d"} {
+		if r.Rank(id) != i {
+			t.Errorf("Rank(%s) = %d, want %d", id, r.Rank(id), i)
+		}
+	}
+	if r.Rank("b") != -1 || r.Rank("z") != -1 {
+		t.Error("non-member has a rank")
+	}
+	if !slices.Equal(r.Weights, []float32{10, 5, 7}) {
+		t.Errorf("weights %v", r.Weights)
+	}
+	// The id binds step, round, members and weights.
+	variants := []Ring{
+		meshNewRing(4, 1, ms),
+		meshNewRing(3, 2, ms),
+		meshNewRing(3, 1, ms[:2]),
+		meshNewRing(3, 1, []Member{{"a", 10}, {"c", 5}, {"d", 8}}),
+	}
+	for i, v := range variants {
+		if v.ID == r.ID {
+			t.Errorf("variant %d has the same ring id", i)
+		}
+	}
+	if again := meshNewRing(3, 1, ms); again.ID != r.ID || len(r.ID) != 32 {
+		t.Errorf("ring id not deterministic or not 32 hex digits: %q %q", r.ID, again.ID)
+	}
+}
+
+// drain returns all Ready output until none is left.
+func drain(m *Mesh) []Ready {
+	var out []Ready
+	for m.HasReady() {
+		rd := m.Ready()
+		out = append(out, rd)
+		m.Advance(rd)
+	}
+	return out
+}
+
+func TestReadyAdvance(t *testing.T) {
+	m, err := New(Config{ID: "a", HeartbeatTicks: 2, DeadTicks: 5}, 0, "h0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rds := drain(m)
+	if len(rds) != 1 || !rds[0].StateChanged || rds[0].State != StateTraining || len(rds[0].Messages) != 1 || rds[0].Messages[0].Type != MsgHeartbeat {
+		t.Fatalf("first Ready: %+v", rds)
+	}
+	if m.HasReady() {
+		t.Fatal("HasReady after Advance")
+	}
+	// Output produced between Ready and Advance is kept.
+	m.SetReady(0, 5)
+	rd := m.Ready()
+	m.Tick()
+	m.Tick()
+	m.Advance(rd)
+	if !m.HasReady() {
+		t.Fatal("output produced after Ready was dropped by Advance")
+	}
+	// Alone, with MinMembers 1, it decides a ring of itself at once.
+	ring := rd.Ring
+	for _, rd := range drain(m) {
+		if rd.Ring != nil {
+			ring = rd.Ring
+		}
+	}
+	if ring == nil || !slices.Equal(ring.Members, []PeerID{"a"}) || ring.Weights[0] != 5 || m.State() != StateReducing {
+		t.Fatalf("lone node ring %+v state %v", ring, m.State())
+	}
+	m.Completed(0, "h1")
+	if step, hash := m.Model(); step != 1 || hash != "h1" || m.State() != StateTraining {
+		t.Fatalf("after Completed: %d %q %v", step, hash, m.State())
+	}
+}
+
+// TestStaleCallsIgnored: calls about another step or in the wrong state do
+// nothing.
+func TestStaleCallsIgnored(t *testing.T) {
+	m, _ := New(Config{ID: "a"}, 4, "h4")
+	drain(m)
+	m.SetReady(3, 10)
+	m.Completed(4, "h5")
+	m.ReportFailure(4, "b")
+	if m.HasReady() || m.State() != StateTraining {
+		t.Fatalf("stale calls changed state: %v %+v", m.State(), m.Ready())
+	}
+	if st := m.Status(); st.Step != 4 || st.Hash != "h4" || st.Failures != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	m.Leave()
+	rds := drain(m)
+	if len(rds) != 1 || rds[0].State != StateLeft || rds[0].Messages[0].Type != MsgLeave {
+		t.Fatalf("leave: %+v", rds)
+	}
+	m.Tick()
+	_ = m.Step(Message{Type: MsgHeartbeat, From: "b", State: StateTraining})
+	if m.HasReady() {
+		t.Fatal("a node that left still produces output")
+	}
+}
+
+// TestMinMembersWaits: a fresh node does not vote before MinMembers are
+// Ready, even after the straggler timeout.
+func TestMinMembersWaits(t *testing.T) {
+	m, _ := New(Config{ID: "a", MinMembers: 2, StragglerTicks: 3}, 0, "h0")
+	m.SetReady(0, 1)
+	for range 20 {
+		m.Tick()
+	}
+	for _, rd := range drain(m) {
+		for _, msg := range rd.Messages {
+			if msg.Type == MsgPropose {
+				t.Fatal("voted alone below MinMembers")
+			}
+		}
+	}
+	if err := m.Step(Message{Type: MsgReady, From: "b", Step: 0, Hash: "h0", InnerSteps: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var vote *Message
+	for _, rd := range drain(m) {
+		for i, msg := range rd.Messages {
+			if msg.Type == MsgPropose {
+				vote = &rd.Messages[i]
+			}
+		}
+	}
+	if vote == nil || !slices.Equal(vote.Members, []Member{{"a", 1}, {"b", 3}}) {
+		t.Fatalf("vote %+v", vote)
+	}
+}
+
+// TestJoinerFetchesLargestSide: a node without a model asks for the newest
+// model of the largest side it hears of.
+func TestJoinerFetchesLargestSide(t *testing.T) {
+	m, _ := New(Config{ID: "j", HeartbeatTicks: 2, DeadTicks: 5}, 0, "")
+	if m.State() != StateJoining {
+		t.Fatalf("state %v", m.State())
+	}
+	hb := func(from PeerID, st State, step uint64, hash, prev string) {
+		if err := m.Step(Message{Type: MsgHeartbeat, From: from, State: st, Step: step, Hash: hash, PrevHash: prev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb("a", StateTraining, 7, "x7", "x6") // a lone side ahead
+	hb("b", StateReducing, 5, "y5", "y4") // the big side, mid step 5 …
+	hb("c", StateReducing, 5, "y5", "y4") //
+	hb("d", StateTraining, 6, "y6", "y5") // … one member already at 6
+	hb("e", StateJoining, 0, "", "")      // another joiner: not a side
+	m.Tick()
+	m.Tick()
+	var f *Fetch
+	for _, rd := range drain(m) {
+		if rd.Adopt != nil {
+			t.Fatal("a joiner adopts")
+		}
+		if rd.Fetch != nil {
+			f = rd.Fetch
+		}
+	}
+	if f == nil || f.Step != 6 || f.Hash != "y6" || f.PrevHash != "y5" || !slices.Equal(f.From, []PeerID{"d"}) {
+		t.Fatalf("fetch %+v", f)
+	}
+	m.Synced(6, "y6")
+	if st := m.Status(); st.State != StateTraining || st.Step != 6 || st.PrevHash != "y5" {
+		t.Fatalf("after Synced: %+v", st)
+	}
+}
+
+// TestAdoptTieBreak: two sides of one member each at the same step: the one
+// with the smaller hash adopts, the other does not.
+func TestAdoptTieBreak(t *testing.T) {
+	for _, c := range []struct {
+		mine, theirs string
+		adopt        bool
+	}{{"a1", "b1", true}, {"b1", "a1", false}} {
+		m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 5}, 3, c.mine)
+		drain(m)
+		if err := m.Step(Message{Type: MsgHeartbeat, From: "other", State: StateTraining, Step: 3, Hash: c.theirs}); err != nil {
+			t.Fatal(err)
+		}
+		m.Tick()
+		m.Tick()
+		adopted := false
+		for _, rd := range drain(m) {
+			adopted = adopted || rd.Adopt != nil
+		}
+		if adopted != c.adopt {
+			t.Errorf("mine %s theirs %s: adopted %v", c.mine, c.theirs, adopted)
+		}
+	}
+}
