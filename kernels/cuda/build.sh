@@ -5,7 +5,12 @@
 #   kernels/cuda/build.sh ptx       regenerate kernels/cuda/ptx/*.ptx from src/*.cu with nvcc
 #   kernels/cuda/build.sh build     go build -tags cuda ./cmd/intellect-node → bin/intellect-node-cuda
 #   kernels/cuda/build.sh vet       go vet -tags cuda on the cuda packages (CI: keeps them from rotting)
-#   kernels/cuda/build.sh test-build  compile (not run) the cuda-tagged tests: go test -tags cuda -run XXX -c
+#   kernels/cuda/build.sh test-build  compile the cuda binary and the cuda-tagged test binaries into
+#                                   bin/ (bin/intellect-node-cuda, bin/cuda-tests/*.test); no GPU needed
+#   kernels/cuda/build.sh gpu-test  on a GPU machine, from the repository root, after test-build:
+#                                   run the kernel and engine tests, the PyTorch comparison (when
+#                                   python3 has torch + transformers) and the step benchmark
+#   kernels/cuda/build.sh ptxas     compile the PTX to sm_90 SASS and print registers/spills per kernel
 #   kernels/cuda/build.sh env       print the CGO_* exports the other modes use
 #
 # Building needs no nvcc and no GPU: only cuda.h and a libcuda.so stub, taken from Debian's
@@ -64,6 +69,24 @@ gen_ptx() {
 	echo "build.sh: wrote $out/kernels_sm80.ptx and kernels_sm90.ptx" >&2
 }
 
+# gpu_test runs the prebuilt test binaries (they need only libcuda.so.1 and a
+# libcublas.so.13/.12/.11, or $INTELLECT_CUBLAS). Exit status: the first failure.
+gpu_test() {
+	local t="$ROOT/bin/cuda-tests" out="${INTELLECT_TORCH_DIR:-$ROOT/out/torchcheck}" rc=0
+	[[ -x "$t/kernels_cuda.test" && -x "$t/train_gpu.test" ]] || { echo "build.sh: run test-build first" >&2; exit 1; }
+	(cd "$ROOT/kernels/cuda" && "$t/kernels_cuda.test" -test.v -test.count=1) || rc=1
+	(cd "$ROOT/train/gpu" && "$t/train_gpu.test" -test.v -test.count=1) || rc=1
+	if python3 -c 'import torch, transformers, safetensors' 2>/dev/null; then
+		mkdir -p "$out"
+		(cd "$ROOT/train/gpu" && INTELLECT_TORCH_DIR="$out" "$t/train_gpu.test" -test.v -test.run TestExportForTorch) &&
+			python3 "$ROOT/kernels/cuda/check_torch.py" "$out" || rc=1
+	else
+		echo "build.sh: python3 lacks torch/transformers/safetensors: PyTorch comparison skipped" >&2
+	fi
+	(cd "$ROOT/train/gpu" && "$t/train_gpu.test" -test.run '^$' -test.bench BenchmarkStep -test.benchtime "${BENCHTIME:-10x}") || rc=1
+	return $rc
+}
+
 cd "$ROOT"
 case "${1:-build}" in
 headers) fetch_headers ;;
@@ -72,8 +95,13 @@ env) fetch_headers; cgo_env; echo "export CGO_ENABLED=1 CGO_CFLAGS='$CGO_CFLAGS'
 build) fetch_headers; cgo_env; mkdir -p bin; go build -tags cuda -o bin/intellect-node-cuda ./cmd/intellect-node ;;
 vet) fetch_headers; cgo_env; go vet -tags cuda "${PKG_CUDA[@]}" ;;
 test-build)
-	fetch_headers; cgo_env
-	go test -tags cuda -c -o /dev/null ./kernels/cuda
-	go test -tags cuda -c -o /dev/null ./train/gpu ;;
-*) echo "usage: $0 headers|ptx|build|vet|test-build|env" >&2; exit 2 ;;
+	fetch_headers; cgo_env; mkdir -p bin/cuda-tests
+	go build -tags cuda -o bin/intellect-node-cuda ./cmd/intellect-node
+	go test -tags cuda -c -o bin/cuda-tests/kernels_cuda.test ./kernels/cuda
+	go test -tags cuda -c -o bin/cuda-tests/train_gpu.test ./train/gpu ;;
+gpu-test) gpu_test ;;
+ptxas)
+	nvcc -cubin -std=c++17 -O3 -arch=sm_90 -I"$ROOT/kernels/cuda/src" -Xptxas -v -o /dev/null \
+		"$ROOT/kernels/cuda/src/kernels.cu" 2>&1 | grep -E "Compiling entry|registers|spill" ;;
+*) echo "usage: $0 headers|ptx|build|vet|test-build|gpu-test|ptxas|env" >&2; exit 2 ;;
 esac
