@@ -68,62 +68,78 @@ func tileAVX2(kc int, ap, bp, c []float32, ldc int, alpha, beta float32) {
 //go:noescape
 func fmaPeakAVX512(iters int)
 
-// packRows14AVX512 sets dst[p*14+r] = a[r*lda+p] for r < 14, p < kc ≥ 1 with
-// gathers (gemm_pack_amd64.s). Requires AVX-512F and 15·lda < 2³¹.
+// packRows14AVX512 sets dst[p*14+r] = a[r*lda+p] for r < rows and 0 for
+// rows ≤ r < 14, p < kc ≥ 1, with gathers (gemm_pack_amd64.s). Requires
+// AVX-512F, 1 ≤ rows ≤ 14 and 15·lda < 2³¹.
 //
 //go:noescape
-func packRows14AVX512(kc int, a *float32, lda int, dst *float32)
+func packRows14AVX512(kc int, a *float32, lda, rows int, dst *float32)
 
-// packRows32AVX512 sets dst[p*32+j] = b[j*ldb+p] for j < 32, p < kc ≥ 1 with
-// gathers (gemm_pack_amd64.s). Requires AVX-512F and 16·ldb < 2³¹.
+// packRows32AVX512 sets dst[p*32+j] = b[j*ldb+p] for j < cols and 0 for
+// cols ≤ j < 32, p < kc ≥ 1, with gathers (gemm_pack_amd64.s). Requires
+// AVX-512F, 1 ≤ cols ≤ 32 and 16·ldb < 2³¹.
 //
 //go:noescape
-func packRows32AVX512(kc int, b *float32, ldb int, dst *float32)
+func packRows32AVX512(kc int, b *float32, ldb, cols int, dst *float32)
+
+// packDepth14AVX512 sets dst[p*14+r] = src[p*ld+r] for r < rows and 0 for
+// rows ≤ r < 14, p < kc ≥ 1 (gemm_pack_amd64.s). Requires AVX-512F and
+// 1 ≤ rows ≤ 14.
+//
+//go:noescape
+func packDepth14AVX512(kc int, src *float32, ld, rows int, dst *float32)
+
+// packDepth32AVX512 sets dst[p*32+j] = src[p*ld+j] for j < cols and 0 for
+// cols ≤ j < 32, p < kc ≥ 1 (gemm_pack_amd64.s). Requires AVX-512F and
+// 1 ≤ cols ≤ 32.
+//
+//go:noescape
+func packDepth32AVX512(kc int, src *float32, ld, cols int, dst *float32)
 
 // maxGatherLd bounds the leading dimension the gather packers accept: their
 // int32 lane offsets reach 16·ld.
 const maxGatherLd = (1<<31 - 1) / 16
 
-// packA14 packs one full 14-row panel of a row-major A with gathers.
-func packA14(kc int, src []float32, ld int, dst []float32) bool {
+// checkPanel panics unless 1 ≤ width ≤ max: a broken invariant of the
+// packing loops, which would make the assembly touch memory outside src.
+func checkPanel(width, max int) {
+	if width < 1 || width > max {
+		panic("kernels: pack: bad panel width")
+	}
+}
+
+// packA14 packs one 14-row panel of a row-major A (rows ≤ 14 valid) with gathers.
+func packA14(kc int, src []float32, ld, rows int, dst []float32) bool {
 	if ld > maxGatherLd {
 		return false
 	}
-	_, _ = src[13*ld+kc-1], dst[14*kc-1]
-	packRows14AVX512(kc, &src[0], ld, &dst[0])
+	checkPanel(rows, 14)
+	_, _ = src[(rows-1)*ld+kc-1], dst[14*kc-1]
+	packRows14AVX512(kc, &src[0], ld, rows, &dst[0])
 	return true
 }
 
-// packB32 packs one full 32-column panel of a transposed B with gathers.
-func packB32(kc int, src []float32, ld int, dst []float32) bool {
+// packB32 packs one 32-column panel of a transposed B (cols ≤ 32 valid) with gathers.
+func packB32(kc int, src []float32, ld, cols int, dst []float32) bool {
 	if ld > maxGatherLd {
 		return false
 	}
-	_, _ = src[31*ld+kc-1], dst[32*kc-1]
-	packRows32AVX512(kc, &src[0], ld, &dst[0])
+	checkPanel(cols, 32)
+	_, _ = src[(cols-1)*ld+kc-1], dst[32*kc-1]
+	packRows32AVX512(kc, &src[0], ld, cols, &dst[0])
 	return true
 }
 
-// packDepth14AVX512 sets dst[p*14+r] = src[p*ld+r] for r < 14, p < kc ≥ 1
-// (gemm_pack_amd64.s). Requires AVX-512F.
-//
-//go:noescape
-func packDepth14AVX512(kc int, src *float32, ld int, dst *float32)
-
-// packDepth32AVX512 sets dst[p*32+j] = src[p*ld+j] for j < 32, p < kc ≥ 1
-// (gemm_pack_amd64.s). Requires AVX-512F.
-//
-//go:noescape
-func packDepth32AVX512(kc int, src *float32, ld int, dst *float32)
-
-// packDepthA14 packs kc depths of one full 14-row panel of a transposed A.
-func packDepthA14(kc int, src []float32, ld int, dst []float32) {
-	_, _ = src[(kc-1)*ld+13], dst[14*kc-1]
-	packDepth14AVX512(kc, &src[0], ld, &dst[0])
+// packDepthA14 packs kc depths of one 14-row panel of a transposed A.
+func packDepthA14(kc int, src []float32, ld, rows int, dst []float32) {
+	checkPanel(rows, 14)
+	_, _ = src[(kc-1)*ld+rows-1], dst[14*kc-1]
+	packDepth14AVX512(kc, &src[0], ld, rows, &dst[0])
 }
 
-// packDepthB32 packs kc depths of one full 32-column panel of a row-major B.
-func packDepthB32(kc int, src []float32, ld int, dst []float32) {
-	_, _ = src[(kc-1)*ld+31], dst[32*kc-1]
-	packDepth32AVX512(kc, &src[0], ld, &dst[0])
+// packDepthB32 packs kc depths of one 32-column panel of a row-major B.
+func packDepthB32(kc int, src []float32, ld, cols int, dst []float32) {
+	checkPanel(cols, 32)
+	_, _ = src[(kc-1)*ld+cols-1], dst[32*kc-1]
+	packDepth32AVX512(kc, &src[0], ld, cols, &dst[0])
 }

@@ -14,14 +14,15 @@ type gemmKernel struct {
 	// steps, where Ap holds mr floats per step and Bp nr floats per step.
 	// C rows are ldc floats apart; when beta == 0, C is not read.
 	tile func(kc int, ap, bp, c []float32, ldc int, alpha, beta float32)
-	// packRowsA, when set, packs one full panel of a row-major A:
-	// dst[p*mr+r] = src[r*ld+p]; it returns false when it cannot (then the
-	// portable loop packs). packRowsB does the same for nr rows of Bᵀ.
-	packRowsA, packRowsB func(kc int, src []float32, ld int, dst []float32) bool
-	// packDepthA, when set, packs kc depths of one full panel of a transposed
-	// A: dst[p*mr+r] = src[p*ld+r]. packDepthB does the same for nr columns
-	// of a row-major B.
-	packDepthA, packDepthB func(kc int, src []float32, ld int, dst []float32)
+	// packRowsA, when set, packs one panel of a row-major A whose first
+	// width ≤ mr rows are valid: dst[p*mr+r] = src[r*ld+p], zero for
+	// r ≥ width. It returns false when it cannot (then the portable loop
+	// packs). packRowsB does the same for nr rows of Bᵀ.
+	packRowsA, packRowsB func(kc int, src []float32, ld, width int, dst []float32) bool
+	// packDepthA, when set, packs kc depths of one panel of a transposed A:
+	// dst[p*mr+r] = src[p*ld+r] for r < width ≤ mr, zero beyond. packDepthB
+	// does the same for nr columns of a row-major B.
+	packDepthA, packDepthB func(kc int, src []float32, ld, width int, dst []float32)
 	// edgeTile, when set, is tile for a partial tile: it writes only the
 	// first rows (≤ mr) rows and cols (≤ nr) columns of C. Without it, edge
 	// tiles go through a scratch tile.

@@ -1,5 +1,7 @@
-// Packing routines for the AVX-512 SGEMM path: gathers that transpose rows
-// of A (or of Bᵀ) into the micro-kernel's panels. Written by hand.
+// Packing routines for the AVX-512 SGEMM path (written by hand): copy a
+// panel of A or B into the micro-kernel's layout, zero past its last row or
+// column. The "rows" packers transpose with gathers; the "depth" packers copy
+// with masked loads.
 
 #include "textflag.h"
 
@@ -22,18 +24,26 @@ DATA gemmIota<>+56(SB)/4, $14
 DATA gemmIota<>+60(SB)/4, $15
 GLOBL gemmIota<>(SB), RODATA|NOPTR, $64
 
-// func packRows14AVX512(kc int, a *float32, lda int, dst *float32)
+// func packRows14AVX512(kc int, a *float32, lda, rows int, dst *float32)
 //
-// dst[p*14+r] = a[r*lda+p] for r < 14, p < kc ≥ 1. Requires 15·lda < 2³¹.
-TEXT ·packRows14AVX512(SB), NOSPLIT, $0-32
+// dst[p*14+r] = a[r*lda+p] for r < rows, 0 for rows ≤ r < 14; p < kc ≥ 1.
+// Requires 1 ≤ rows ≤ 14 and 15·lda < 2³¹.
+TEXT ·packRows14AVX512(SB), NOSPLIT, $0-40
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), AX
-	MOVQ dst+24(FP), DI
+	MOVQ rows+24(FP), BX
+	MOVQ dst+32(FP), DI
 	VPBROADCASTD AX, Z30
 	VPMULLD gemmIota<>(SB), Z30, Z31 // Z31 = r·lda
-	MOVL $0x3fff, BX
-	KMOVW BX, K7                     // 14 lanes
+	MOVQ BX, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K7                     // rows to gather
+	MOVL $0x3fff, AX
+	KMOVW AX, K6                     // 14 lanes to store
+	MOVQ kc+0(FP), CX
 	MOVQ CX, R9
 	SHRQ $2, R9
 	JZ   tail14
@@ -42,14 +52,18 @@ loop14:
 	KMOVW K7, K2
 	KMOVW K7, K3
 	KMOVW K7, K4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
 	VGATHERDPS 0(SI)(Z31*4), K1, Z0
 	VGATHERDPS 4(SI)(Z31*4), K2, Z1
 	VGATHERDPS 8(SI)(Z31*4), K3, Z2
 	VGATHERDPS 12(SI)(Z31*4), K4, Z3
-	VMOVUPS Z0, K7, 0(DI)
-	VMOVUPS Z1, K7, 56(DI)
-	VMOVUPS Z2, K7, 112(DI)
-	VMOVUPS Z3, K7, 168(DI)
+	VMOVUPS Z0, K6, 0(DI)
+	VMOVUPS Z1, K6, 56(DI)
+	VMOVUPS Z2, K6, 112(DI)
+	VMOVUPS Z3, K6, 168(DI)
 	ADDQ $16, SI
 	ADDQ $224, DI
 	DECQ R9
@@ -59,8 +73,9 @@ tail14:
 	JZ   done14
 tailloop14:
 	KMOVW K7, K1
+	VPXORD Z0, Z0, Z0
 	VGATHERDPS (SI)(Z31*4), K1, Z0
-	VMOVUPS Z0, K7, (DI)
+	VMOVUPS Z0, K6, (DI)
 	ADDQ $4, SI
 	ADDQ $56, DI
 	DECQ CX
@@ -69,29 +84,39 @@ done14:
 	VZEROUPPER
 	RET
 
-// func packRows32AVX512(kc int, b *float32, ldb int, dst *float32)
+// func packRows32AVX512(kc int, b *float32, ldb, cols int, dst *float32)
 //
-// dst[p*32+j] = b[j*ldb+p] for j < 32, p < kc ≥ 1. Requires 16·ldb < 2³¹.
-TEXT ·packRows32AVX512(SB), NOSPLIT, $0-32
-	MOVQ kc+0(FP), CX
+// dst[p*32+j] = b[j*ldb+p] for j < cols, 0 for cols ≤ j < 32; p < kc ≥ 1.
+// Requires 1 ≤ cols ≤ 32 and 16·ldb < 2³¹.
+TEXT ·packRows32AVX512(SB), NOSPLIT, $0-40
 	MOVQ b+8(FP), SI
 	MOVQ ldb+16(FP), AX
-	MOVQ dst+24(FP), DI
+	MOVQ dst+32(FP), DI
 	VPBROADCASTD AX, Z30
 	VPMULLD gemmIota<>(SB), Z30, Z31 // Z31 = j·ldb
 	MOVQ AX, R10
 	SHLQ $6, R10
 	ADDQ SI, R10                     // R10 = b + 16·ldb floats
-	MOVL $0xffff, BX
-	KMOVW BX, K7
+	MOVQ cols+24(FP), CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K6                     // columns 0..15 to gather
+	SHRQ $16, AX
+	KMOVW AX, K7                     // columns 16..31 to gather
+	MOVQ kc+0(FP), CX
 	MOVQ CX, R9
 	SHRQ $1, R9
 	JZ   tail32
 loop32:
-	KMOVW K7, K1
+	KMOVW K6, K1
 	KMOVW K7, K2
-	KMOVW K7, K3
+	KMOVW K6, K3
 	KMOVW K7, K4
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
 	VGATHERDPS 0(SI)(Z31*4), K1, Z0
 	VGATHERDPS 0(R10)(Z31*4), K2, Z1
 	VGATHERDPS 4(SI)(Z31*4), K3, Z2
@@ -108,8 +133,10 @@ loop32:
 tail32:
 	ANDQ $1, CX
 	JZ   done32
-	KMOVW K7, K1
+	KMOVW K6, K1
 	KMOVW K7, K2
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
 	VGATHERDPS (SI)(Z31*4), K1, Z0
 	VGATHERDPS (R10)(Z31*4), K2, Z1
 	VMOVUPS Z0, 0(DI)
@@ -118,20 +145,26 @@ done32:
 	VZEROUPPER
 	RET
 
-// func packDepth14AVX512(kc int, src *float32, ld int, dst *float32)
+// func packDepth14AVX512(kc int, src *float32, ld, rows int, dst *float32)
 //
-// dst[p*14+r] = src[p*ld+r] for r < 14, p < kc ≥ 1: masked 14-lane copies.
-TEXT ·packDepth14AVX512(SB), NOSPLIT, $0-32
+// dst[p*14+r] = src[p*ld+r] for r < rows, 0 for rows ≤ r < 14; p < kc ≥ 1.
+// Requires 1 ≤ rows ≤ 14.
+TEXT ·packDepth14AVX512(SB), NOSPLIT, $0-40
+	MOVQ rows+24(FP), CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1                     // lanes to load
+	MOVL $0x3fff, AX
+	KMOVW AX, K2                     // 14 lanes to store
 	MOVQ kc+0(FP), CX
 	MOVQ src+8(FP), SI
 	MOVQ ld+16(FP), AX
 	SHLQ $2, AX
-	MOVQ dst+24(FP), DI
-	MOVL $0x3fff, BX
-	KMOVW BX, K1
+	MOVQ dst+32(FP), DI
 depth14:
-	VMOVUPS (SI), K1, Z0
-	VMOVUPS Z0, K1, (DI)
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS Z0, K2, (DI)
 	ADDQ AX, SI
 	ADDQ $56, DI
 	DECQ CX
@@ -139,18 +172,26 @@ depth14:
 	VZEROUPPER
 	RET
 
-// func packDepth32AVX512(kc int, src *float32, ld int, dst *float32)
+// func packDepth32AVX512(kc int, src *float32, ld, cols int, dst *float32)
 //
-// dst[p*32+j] = src[p*ld+j] for j < 32, p < kc ≥ 1.
-TEXT ·packDepth32AVX512(SB), NOSPLIT, $0-32
+// dst[p*32+j] = src[p*ld+j] for j < cols, 0 for cols ≤ j < 32; p < kc ≥ 1.
+// Requires 1 ≤ cols ≤ 32.
+TEXT ·packDepth32AVX512(SB), NOSPLIT, $0-40
+	MOVQ cols+24(FP), CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1                     // columns 0..15 to load
+	SHRQ $16, AX
+	KMOVW AX, K2                     // columns 16..31 to load
 	MOVQ kc+0(FP), CX
 	MOVQ src+8(FP), SI
 	MOVQ ld+16(FP), AX
 	SHLQ $2, AX
-	MOVQ dst+24(FP), DI
+	MOVQ dst+32(FP), DI
 depth32:
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z 64(SI), K2, Z1
 	VMOVUPS Z0, (DI)
 	VMOVUPS Z1, 64(DI)
 	ADDQ AX, SI

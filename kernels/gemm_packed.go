@@ -254,7 +254,7 @@ func packA(dst []float32, g *gemmArgs, kern *gemmKernel, ic, mc, pc, kc int) {
 		rows := min(mr, mc-q)
 		panel := dst[q*kc : (q+mr)*kc]
 		first := (ic+q)*g.lda + pc
-		if rows == mr && kern.packRowsA != nil && kern.packRowsA(kc, g.a[first:], g.lda, panel) {
+		if kern.packRowsA != nil && kern.packRowsA(kc, g.a[first:], g.lda, rows, panel) {
 			continue
 		}
 		for r := 0; r < rows; r++ { // op(A)[i][p] = a[i*lda+p]: each row is contiguous
@@ -282,7 +282,7 @@ func packB(dst []float32, g *gemmArgs, kern *gemmKernel, pc, kc, jc, nc int) {
 		cols := min(nr, nc-q)
 		panel := dst[q*kc : (q+nr)*kc]
 		first := (jc+q)*g.ldb + pc
-		if cols == nr && kern.packRowsB != nil && kern.packRowsB(kc, g.b[first:], g.ldb, panel) {
+		if kern.packRowsB != nil && kern.packRowsB(kc, g.b[first:], g.ldb, cols, panel) {
 			continue
 		}
 		for j := 0; j < cols; j++ { // op(B)[p][j] = b[j*ldb+p]: each column is contiguous
@@ -301,16 +301,16 @@ func packB(dst []float32, g *gemmArgs, kern *gemmKernel, pc, kc, jc, nc int) {
 // depth p < kc and x < width) into panels of w values per depth, zero past
 // width. It walks a few depths across all panels at a time, so that the
 // source rows and the written panel stay in L1 and the TLB. fast, when not
-// nil, packs a run of depths of one full panel.
-func packDepthMajor(dst, src []float32, ld, kc, width, w int, fast func(kc int, src []float32, ld int, dst []float32)) {
+// nil, packs a run of depths of one panel.
+func packDepthMajor(dst, src []float32, ld, kc, width, w int, fast func(kc int, src []float32, ld, width int, dst []float32)) {
 	const depthBlock = 16
 	for p0 := 0; p0 < kc; p0 += depthBlock {
 		p1 := min(kc, p0+depthBlock)
 		for q := 0; q < width; q += w {
 			cols := min(w, width-q)
 			panel := dst[q*kc : (q+w)*kc]
-			if cols == w && fast != nil {
-				fast(p1-p0, src[p0*ld+q:], ld, panel[p0*w:])
+			if fast != nil {
+				fast(p1-p0, src[p0*ld+q:], ld, cols, panel[p0*w:])
 				continue
 			}
 			for p := p0; p < p1; p++ {
