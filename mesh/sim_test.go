@@ -28,8 +28,9 @@ type simNode struct {
 	trainAt   uint64
 	trainSlow int // extra training ticks
 
-	ring   *Ring
-	ringAt uint64
+	ring    *Ring
+	ringAt  uint64
+	readyAt uint64 // tick of the last SetReady
 
 	fetch     *Fetch
 	fetchDone uint64
@@ -54,6 +55,7 @@ type simDone struct {
 	ring    Ring
 	newHash string
 	syncs   map[PeerID]int // each member's sync count when it completed
+	agree   uint64         // ticks from the last member's Ready to the last decision
 }
 
 type simNet struct {
@@ -75,8 +77,10 @@ type simNet struct {
 	trainTicks, reduceTicks, fetchTicks, failTicks int
 	inner                                          int
 
-	done  []simDone
-	trace func(string)
+	done      []simDone
+	trace     func(string)
+	sentMsgs  [msgTypeEnd]int // messages published, by type
+	sentBytes [msgTypeEnd]int // their encoded bytes
 }
 
 func newSimNet(t testing.TB, seed uint64) *simNet {
@@ -247,6 +251,7 @@ func (s *simNet) train(n *simNode) {
 	}
 	if s.now >= n.trainAt {
 		n.m.SetReady(step, s.inner)
+		n.readyAt = s.now
 	}
 }
 
@@ -312,6 +317,8 @@ func (s *simNet) broadcast(from PeerID, msg Message) {
 	if err != nil {
 		s.t.Fatalf("%s Encode(%v): %v", from, msg.Type, err)
 	}
+	s.sentMsgs[msg.Type]++
+	s.sentBytes[msg.Type] += len(b)
 	if msg.Type != MsgHeartbeat {
 		s.logf("%s sends %s", from, simFormat(msg))
 	}
@@ -397,9 +404,11 @@ func (s *simNet) complete(r Ring) {
 	sum := sha256.Sum256([]byte(hash + "|" + r.ID))
 	newHash := hex.EncodeToString(sum[:8])
 	syncs := map[PeerID]int{}
+	var lastReady, lastDecide uint64
 	for _, id := range r.Members {
 		n := s.nodes[id]
 		syncs[id] = n.syncs
+		lastReady, lastDecide = max(lastReady, n.readyAt), max(lastDecide, n.ringAt)
 		if _, h := n.m.Model(); h != hash {
 			s.t.Fatalf("ring %s members hold different models: %s %q vs %q", r.ID, id, h, hash)
 		}
@@ -409,7 +418,7 @@ func (s *simNet) complete(r Ring) {
 		n.rings++
 		s.flush(n)
 	}
-	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash, syncs: syncs})
+	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash, syncs: syncs, agree: lastDecide - min(lastDecide, lastReady)})
 	s.logf("ring %s completes step %d", r.ID[:8], r.Step)
 }
 
