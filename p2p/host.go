@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
@@ -416,7 +417,7 @@ func (h *Host) Start(ctx context.Context) error {
 
 // join does the part of Start that can fail, undoing it on failure.
 func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
-	peers, err := h.h.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted))
+	peers, err := h.h.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted), eventbus.BufSize(64))
 	if err != nil {
 		return nil, fmt.Errorf("p2p: subscribe to identify events: %w", err)
 	}

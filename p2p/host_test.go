@@ -446,3 +446,17 @@ func TestNoiseOnlyPeerConnects(t *testing.T) {
 		t.Fatalf("connection state %+v, want Noise", conns)
 	}
 }
+
+func TestAnnounceReplacesAdvertisedAddrs(t *testing.T) {
+	cfg := testConfig(t, "announce")
+	cfg.Announce = []string{"/ip4/203.0.113.7/tcp/4021"}
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	want := "/ip4/203.0.113.7/tcp/4021/p2p/" + h.ID().String()
+	if got := h.Addrs(); len(got) != 1 || got[0] != want {
+		t.Fatalf("Addrs() = %v, want [%s]", got, want)
+	}
+}
