@@ -37,8 +37,8 @@ func (m *Mesh) resetAgreement() {
 		if p.state == StateReady || p.state == StateAgreeing || p.state == StateReducing {
 			m.noteReady(id, p.step, p.hash, p.inner)
 		}
-		if p.vote != nil {
-			m.mergeVote(p.vote)
+		if v := p.votes[m.step]; v != nil {
+			m.mergeVote(v)
 		}
 	}
 }
@@ -52,8 +52,9 @@ func (m *Mesh) noteReady(id PeerID, step uint64, hash string, inner uint32) {
 }
 
 func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
-	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round, members: msg.Members, excluded: msg.Excluded}
-	if old := p.vote; old != nil && (old.step > v.step || (old.step == v.step && old.hash == v.hash && old.round > v.round)) {
+	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round,
+		members: slices.Clone(msg.Members), excluded: slices.Clone(msg.Excluded)}
+	if old := p.votes[v.step]; old != nil && old.hash == v.hash && old.round > v.round {
 		return // a late copy of an older vote
 	}
 	if msg.Step >= p.step { // else a late copy: the peer moved on
@@ -62,11 +63,26 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 			p.state = StateReducing
 		}
 	}
-	p.vote = v
-	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok {
+	meshKeepVote(p, v)
+	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok && msg.Step == p.step {
 		p.inner = msg.Members[i].InnerSteps
 	}
 	m.mergeVote(v)
+}
+
+// meshKeepVotes is how many steps of one peer's votes are kept: a peer that
+// adopted an older line votes for lower steps again, and a late copy of a
+// vote of the previous step must not hide the current one.
+const meshKeepVotes = 4
+
+func meshKeepVote(p *meshPeer, v *meshVote) {
+	if p.votes == nil {
+		p.votes = make(map[uint64]*meshVote, meshKeepVotes)
+	}
+	p.votes[v.step] = v
+	if len(p.votes) > meshKeepVotes {
+		delete(p.votes, slices.Min(slices.Collect(maps.Keys(p.votes))))
+	}
 }
 
 // mergeVote folds a vote of the current step into M and X.
@@ -212,10 +228,13 @@ func (m *Mesh) proposeMsg() Message {
 // latestVote returns id's latest vote if it is about the current step.
 func (m *Mesh) latestVote(id PeerID) *meshVote {
 	p := m.peers[id]
-	if p == nil || p.vote == nil || p.vote.step != m.ag.step || p.vote.hash != m.ag.hash {
+	if p == nil {
 		return nil
 	}
-	return p.vote
+	if v := p.votes[m.ag.step]; v != nil && v.hash == m.ag.hash {
+		return v
+	}
+	return nil
 }
 
 // decidable: every other member's latest vote is this node's vote, same round.

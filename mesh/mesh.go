@@ -51,7 +51,7 @@ type meshPeer struct {
 	lastSeen uint64 // tick of the last message
 	addrs    []string
 	dead     bool
-	vote     *meshVote // latest vote heard from it
+	votes    map[uint64]*meshVote // its latest vote per step, a few steps kept
 }
 
 // meshVote is one peer's vote of an agreement round.

@@ -194,3 +194,35 @@ func TestSimStraggler(t *testing.T) {
 		}
 	}
 }
+
+// TestSimPartitionSmallSideAhead: the small side trains faster and is
+// several steps ahead when the partition heals; it still adopts the larger
+// side's (older) model, and votes for the lower steps count again.
+func TestSimPartitionSmallSideAhead(t *testing.T) {
+	s := newSimNet(t, 18)
+	s.addN(6, nil)
+	s.runUntil(300, "step 2", func() bool { return s.minStep() >= 2 })
+	big := []PeerID{"n00", "n01", "n02", "n03"}
+	small := []PeerID{"n04", "n05"}
+	for _, id := range big {
+		s.nodes[id].trainSlow = 15
+	}
+	s.partition(big, small)
+	s.runUntil(800, "small side 4 steps ahead", func() bool {
+		sb, _ := s.nodes["n00"].m.Model()
+		ss, _ := s.nodes["n04"].m.Model()
+		return ss >= sb+4
+	})
+	s.heal()
+	s.runUntil(600, "converged", s.converged)
+	for _, id := range big {
+		if s.nodes[id].m.Status().Adoptions != 0 {
+			t.Errorf("%s (big side) adopted", id)
+		}
+	}
+	before := len(s.done)
+	s.runUntil(600, "2 more steps", func() bool { return len(s.done) >= before+2 })
+	if last := s.done[len(s.done)-1]; len(last.ring.Members) != 6 || last.ring.Round != 0 {
+		t.Fatalf("after the heal: ring %v round %d", last.ring.Members, last.ring.Round)
+	}
+}
