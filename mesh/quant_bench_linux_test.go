@@ -18,15 +18,17 @@ func threadCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpuPer returns f's CPU time per call over reps calls, on one locked thread.
+// cpuPer returns f's CPU time per call, on one locked thread, over at least
+// reps calls and 100 ms of CPU (the clock's granularity is coarse).
 func cpuPer(reps int, f func()) time.Duration {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	start := threadCPU()
-	for range reps {
+	n := 0
+	for ; n < reps || threadCPU()-start < 100*time.Millisecond; n++ {
 		f()
 	}
-	return (threadCPU() - start) / time.Duration(reps)
+	return (threadCPU() - start) / time.Duration(n)
 }
 
 // BenchmarkInt8Codec reports the int8 codec's steps on one core in GB/s of
