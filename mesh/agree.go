@@ -200,13 +200,17 @@ func (m *Mesh) viewMembers() []Member {
 
 // vote casts this node's vote for round: M − X.
 func (m *Mesh) vote(round uint32) {
+	round = min(round, MaxRound)
+	if m.ag.voted && round <= m.ag.round {
+		return // one vote per round, even at MaxRound
+	}
 	members := m.viewMembers()
 	if _, in := slices.BinarySearchFunc(members, m.cfg.ID, meshCmpMember); !in {
 		m.setState(StateExcluded) // excluded by a peer, or truncated away
 		return
 	}
 	m.ag.voted = true
-	m.ag.round = min(round, MaxRound)
+	m.ag.round = round
 	m.ag.maxRound = max(m.ag.maxRound, m.ag.round)
 	m.ag.vote = members
 	m.ag.roundAt = m.tick

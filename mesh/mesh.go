@@ -197,7 +197,9 @@ func (m *Mesh) onHeartbeat(id PeerID, p *meshPeer, msg Message) {
 	case StateReady, StateAgreeing, StateReducing:
 		m.noteReady(id, msg.Step, msg.Hash, msg.InnerSteps)
 	case StateJoining, StateSyncing, StateExcluded:
-		if _, in := m.ag.known[id]; in { // it gave up this step
+		// It gave up this step (a stale heartbeat from before it synced
+		// into the step names another model, and is ignored).
+		if _, in := m.ag.known[id]; in && msg.Step == m.ag.step && msg.Hash == m.ag.hash {
 			m.ag.excluded[id] = true
 		}
 	}
