@@ -32,8 +32,8 @@ func TestBandwidthPerProtocol(t *testing.T) {
 			s.Reset()
 			return
 		}
-		received <- n
 		s.Write([]byte{1}) // ack: everything was read, so counted
+		received <- n      // after the ack's Write returned, so it is counted too
 	})
 	beforeA, beforeB := a.TotalBandwidth(), b.TotalBandwidth()
 

@@ -145,10 +145,13 @@ func publishAndReceive(t *testing.T, from *Host, to []*Host, payload string) {
 // mesh; a message reaches all; the first host dies and the rest stay
 // connected; a newcomer that bootstraps from another host finds everyone.
 func TestDiscoveryGossipAndBootstrapLoss(t *testing.T) {
-	const n = 6
+	n := 6
+	if testing.Short() {
+		n = 4
+	}
 	start := time.Now()
 	hosts := startNetwork(t, "discovery", n)
-	eventually(t, meshTimeout, "full mesh of 6 hosts", func() bool { return fullMesh(hosts) })
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 	t.Logf("%d hosts connected and on the topic after %v", n, time.Since(start))
 
 	publishAndReceive(t, hosts[n-1], hosts, "hello from the last")
