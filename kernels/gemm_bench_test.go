@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -116,7 +117,7 @@ func BenchmarkGemm(b *testing.B) {
 // are measured side by side), and their ratio; then the same per CPU-second
 // of the process, which other load on the machine disturbs less (but which
 // charges a library for threads that spin while they wait).
-// Rounds: GEMM_ROUNDS (7).
+// Rounds: GEMM_ROUNDS (7); shapes: GEMM_SHAPES (comma-separated names, all).
 // Run it once: -run XXX -bench GemmTable -benchtime 1x.
 func BenchmarkGemmTable(b *testing.B) {
 	rounds := 7
@@ -127,8 +128,17 @@ func BenchmarkGemmTable(b *testing.B) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "shape\tm×n×k\tSgemm (%s) GFLOP/s\t%s GFLOP/s\tratio\tSgemm GFLOP/cpu-s\t%s GFLOP/cpu-s\tcpu ratio\t\n",
 		activeGemm.name, gemmBaseline.name, gemmBaseline.name)
+	only := map[string]bool{}
+	for _, name := range strings.Split(os.Getenv("GEMM_SHAPES"), ",") {
+		if name != "" {
+			only[name] = true
+		}
+	}
 	for range b.N {
 		for _, s := range gemmShapes {
+			if len(only) > 0 && !only[s.name] {
+				continue
+			}
 			d := newGemmBenchData(s)
 			o, base := interleavedMedians(d, s, ours, gemmBaseline, rounds)
 			fmt.Fprintf(tw, "%s\t%d×%d×%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.1f\t%.3f\t\n",

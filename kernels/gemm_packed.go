@@ -118,8 +118,11 @@ func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 	p := &bufs.pass
 	p.kern, p.g, p.bufs, p.workers = kern, g, bufs, workers
 	kcStep, mcStep, ncStep := kern.blocks(g)
-	p.mc = mcStep
-	p.rowBlocks = (g.m + mcStep - 1) / mcStep
+	// Cut the rows into a multiple of workers blocks of whole panels, as
+	// equal as panels allow, so that the workers finish each pass together.
+	p.rowPanels = (g.m + kern.mr - 1) / kern.mr
+	p.rowBlocks = roundUp((g.m+mcStep-1)/mcStep, workers)
+	p.rowBlocks = min(p.rowBlocks, p.rowPanels)
 	defer func() { p.kern, p.g, p.bufs = nil, nil, nil }()
 	for p.jc = 0; p.jc < g.n; p.jc += ncStep {
 		p.nc = min(ncStep, g.n-p.jc)
@@ -151,7 +154,8 @@ type gemmPass struct {
 	workers        int
 	jc, nc, panels int // current block of columns and its panel count
 	pc, kc         int // current block of depths
-	mc, rowBlocks  int // rows per block of A, and the number of blocks
+	rowPanels      int // mr-row panels of C
+	rowBlocks      int // blocks of consecutive panels handed out per pass
 	beta           float32
 	next           atomic.Int64 // next row block to take
 }
@@ -174,8 +178,9 @@ func (p *gemmPass) multiply(w int) {
 		if blk >= p.rowBlocks {
 			return
 		}
-		ic := blk * p.mc
-		mc := min(p.mc, p.g.m-ic)
+		mr := p.kern.mr
+		ic := blk * p.rowPanels / p.rowBlocks * mr
+		mc := min((blk+1)*p.rowPanels/p.rowBlocks*mr, p.g.m) - ic
 		packA(p.bufs.ap[w], p.g, p.kern, ic, mc, p.pc, p.kc)
 		macroGemm(p.kern, p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.kc, p.beta)
 	}
