@@ -22,15 +22,28 @@
 //			if err == nil {
 //				err = m.Step(msg)
 //			}
-//		case res := <-allReduceDone:
-//			m.Completed(step, hash) // or m.ReportFailure(step, peer)
+//		case res := <-allReduceDone: // of ring r
+//			if res.err == nil {
+//				m.Completed(r.Step, newHash) // hash of the new θ₀
+//			} else { // e.g. a *PeerError naming rank i
+//				m.ReportFailure(r.Step, r.Members[i])
+//			}
 //		}
 //		if m.HasReady() {
 //			rd := m.Ready()
-//			// publish rd.Messages, start rd.Ring, fetch rd.Fetch / rd.Adopt
+//			// publish rd.Messages; start the all-reduce of rd.Ring with
+//			// rank rd.Ring.Rank(self), weights rd.Ring.Weights, and
+//			// rd.Ring.ID in the handshake; fetch rd.Fetch / rd.Adopt
+//			// then call Synced; abort a running all-reduce when one of
+//			// its members is in rd.Dead
 //			m.Advance(rd)
 //		}
 //	}
+//
+// The trainer runs the inner steps of the model Model() while State() is
+// StateTraining, calls SetReady(step, innerSteps) when done, and stops
+// when the state leaves Training/Ready/Agreeing/Reducing (a Fetch or Adopt
+// replaces its model).
 //
 // # Agreement of one outer step t
 //

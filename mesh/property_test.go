@@ -13,9 +13,9 @@ import (
 // At the end, faults stop: all live nodes must converge on one model and go
 // on completing steps together, with no step skipped.
 func TestSimRandomFaults(t *testing.T) {
-	seeds := 40
+	seeds := 30
 	if testing.Short() {
-		seeds = 10
+		seeds = 8
 	}
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -113,9 +113,9 @@ func TestSimLossyCrashes(t *testing.T) {
 		{"moderate", 0.1, 5, 0.9},
 		{"harsh", 0.4, 20, 0},
 	}
-	seeds := 30
+	seeds := 20
 	if testing.Short() {
-		seeds = 8
+		seeds = 6
 	}
 	for _, rg := range regimes {
 		t.Run(rg.name, func(t *testing.T) {
