@@ -15,52 +15,80 @@ import (
 // pass recomputes the probabilities in O(T) per query instead of storing the
 // (T, T) matrix, FlashAttention style.
 
+// attTile is the number of queries processed together: the score block of a
+// tile is attTile × (keys up to the tile's end), so memory per job is O(T) and
+// the work per query is O(T·hd), done as matrix products by Sgemm.
+const attTile = 64
+
+// attView locates the q, k, v of one (batch, query head) inside qkv and out.
+type attView struct {
+	T, H, KVH, hd, W int
+	qkv, out         []float32
+	b, h, kh         int
+}
+
+func (v *attView) q(t int) []float32 { return v.qkv[(v.b*v.T+t)*v.W+v.h*v.hd:] }
+func (v *attView) k() []float32      { return v.qkv[v.b*v.T*v.W+(v.H+v.kh)*v.hd:] }
+func (v *attView) v() []float32      { return v.qkv[v.b*v.T*v.W+(v.H+v.KVH+v.kh)*v.hd:] }
+func (v *attView) o(t int) []float32 { return v.out[(v.b*v.T+t)*v.H*v.hd+v.h*v.hd:] }
+
 // AttentionForward computes out = softmax(q·kᵀ/√hd + causal mask)·v for every
-// (batch, head), in parallel over (batch, head), O(T·hd) per query.
+// (batch, head), in parallel over (batch, head). Queries go in tiles of
+// attTile: S = scale·Q·Kᵀ and O = P·V are Sgemm calls over the keys up to the
+// tile's end, the row softmax is vectorised; O(T·hd) work per query.
 //
 //	out (B, T, H·hd)           written
 //	lse (B, H, T)              written: log Σ_s exp(score_s) per query
 //	qkv (B, T, (H+2·KVH)·hd)
 func AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int) {
 	W := (H + 2*KVH) * hd
-	grp := H / KVH
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	layerJobs(B*H, func(job int) {
-		b, h := job/H, job%H
-		kh := h / grp
-		scores := make([]float32, T)
-		for t := 0; t < T; t++ {
-			q := qkv[(b*T+t)*W+h*hd : (b*T+t)*W+(h+1)*hd]
-			sc := scores[:t+1]
-			maxv := float32(math.Inf(-1))
-			for s := range sc {
-				k := qkv[(b*T+s)*W+(H+kh)*hd : (b*T+s)*W+(H+kh+1)*hd]
-				sc[s] = dot32(q, k)
-				maxv = max(maxv, sc[s])
+		v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: job / H, h: job % H}
+		v.kh = v.h / (H / KVH)
+		S := make([]float32, min(attTile, T)*T)
+		for t0 := 0; t0 < T; t0 += attTile {
+			t1 := min(t0+attTile, T)
+			tq := t1 - t0
+			Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, S, t1)
+			for i := 0; i < tq; i++ {
+				row := S[i*t1 : (i+1)*t1]
+				lse[(v.b*H+v.h)*T+t0+i] = softmaxCausal(row, t0+i)
 			}
-			expAffine(sc, sc, scale, -maxv*scale) // exp(scale·(score − max))
-			var sum float32
-			for _, e := range sc {
-				sum += e
-			}
-			o := out[(b*T+t)*H*hd+h*hd : (b*T+t)*H*hd+(h+1)*hd]
-			clear(o)
-			inv := 1 / sum
-			for s, e := range sc {
-				v := qkv[(b*T+s)*W+(H+KVH+kh)*hd : (b*T+s)*W+(H+KVH+kh+1)*hd]
-				axpy32(e*inv, v, o)
-			}
-			lse[(b*H+h)*T+t] = maxv*scale + float32(math.Log(float64(sum)))
+			Sgemm(false, false, tq, hd, t1, 1, S, t1, v.v(), W, 0, v.o(t0), H*hd)
 		}
 	})
+}
+
+// softmaxCausal replaces row[:t+1] by its softmax and zeroes row[t+1:];
+// it returns the log-sum-exp of row[:t+1].
+func softmaxCausal(row []float32, t int) float32 {
+	vis := row[:t+1]
+	maxv := vis[0]
+	for _, x := range vis {
+		maxv = max(maxv, x)
+	}
+	expAffine(vis, vis, 1, -maxv)
+	var sum float32
+	for _, e := range vis {
+		sum += e
+	}
+	inv := 1 / sum
+	for i := range vis {
+		vis[i] *= inv
+	}
+	clear(row[t+1:])
+	return maxv + float32(math.Log(float64(sum)))
 }
 
 // AttentionBackward writes dqkv, the gradient with respect to qkv, given dout.
 // It runs in parallel over (batch, key/value head): each job owns the dk and dv
 // of its key/value head and the dq of the H/KVH query heads that share it, so no
 // two goroutines write the same memory and the result does not depend on
-// scheduling. Per query it recomputes p_s = exp(score_s − lse) and uses
-// D = dout·out (so Σ_s p_s·dp_s costs one dot product): O(T·hd) per query.
+// scheduling. Per query tile it recomputes P = exp(S − lse) from the saved
+// log-sum-exp (FlashAttention style, no (T, T) matrix kept) and uses
+// D = rowsum(dout∘out): dS = P∘(dout·vᵀ − D), dq = scale·dS·k, dk += scale·dSᵀ·q,
+// dv += Pᵀ·dout — Sgemm calls, O(T·hd) work per query.
 //
 //	dqkv (B, T, (H+2·KVH)·hd)  written (overwritten)
 //	dout (B, T, H·hd)
@@ -73,36 +101,34 @@ func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	layerJobs(B*KVH, func(job int) {
 		b, kh := job/KVH, job%KVH
-		koff, voff := (H+kh)*hd, (H+KVH+kh)*hd
-		for t := 0; t < T; t++ { // zero this job's dk, dv and dq regions
+		for t := 0; t < T; t++ { // this job's dk and dv accumulate: zero them
 			row := dqkv[(b*T+t)*W:]
-			clear(row[koff : koff+hd])
-			clear(row[voff : voff+hd])
-			clear(row[kh*grp*hd : (kh+1)*grp*hd])
+			clear(row[(H+kh)*hd : (H+kh+1)*hd])
+			clear(row[(H+KVH+kh)*hd : (H+KVH+kh+1)*hd])
 		}
-		p := make([]float32, T)
+		n := min(attTile, T) * T
+		P, dP := make([]float32, n), make([]float32, n)
 		for h := kh * grp; h < (kh+1)*grp; h++ {
-			for t := 0; t < T; t++ {
-				r := (b*T + t) * W
-				q := qkv[r+h*hd : r+(h+1)*hd]
-				dq := dqkv[r+h*hd : r+(h+1)*hd]
-				do := dout[(b*T+t)*H*hd+h*hd : (b*T+t)*H*hd+(h+1)*hd]
-				o := out[(b*T+t)*H*hd+h*hd : (b*T+t)*H*hd+(h+1)*hd]
-				D := dot32(do, o)
-				pt := p[:t+1]
-				for s := range pt {
-					rs := (b*T + s) * W
-					pt[s] = dot32(q, qkv[rs+koff:rs+koff+hd])
+			v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: b, h: h, kh: kh}
+			d := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: dqkv, out: dout, b: b, h: h, kh: kh}
+			for t0 := 0; t0 < T; t0 += attTile {
+				t1 := min(t0+attTile, T)
+				tq := t1 - t0
+				Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, P, t1)
+				Sgemm(false, true, tq, t1, hd, 1, d.o(t0), H*hd, v.v(), W, 0, dP, t1)
+				for i := 0; i < tq; i++ {
+					t := t0 + i
+					p, dp := P[i*t1:(i+1)*t1], dP[i*t1:(i+1)*t1]
+					expAffine(p[:t+1], p[:t+1], 1, -lse[(b*H+h)*T+t])
+					clear(p[t+1:])
+					D := dot32(d.o(t)[:hd], v.o(t)[:hd])
+					for s := range dp {
+						dp[s] = p[s] * (dp[s] - D) * scale // dS (0 where masked)
+					}
 				}
-				expAffine(pt, pt, scale, -lse[(b*H+h)*T+t]) // probabilities
-				for s, ps := range pt {
-					rs := (b*T + s) * W
-					dp := dot32(do, qkv[rs+voff:rs+voff+hd])
-					ds := ps * (dp - D) * scale
-					axpy32(ds, qkv[rs+koff:rs+koff+hd], dq)
-					axpy32(ds, q, dqkv[rs+koff:rs+koff+hd])
-					axpy32(ps, do, dqkv[rs+voff:rs+voff+hd])
-				}
+				Sgemm(false, false, tq, hd, t1, 1, dP, t1, v.k(), W, 0, d.q(t0), W)
+				Sgemm(true, false, t1, hd, tq, 1, dP, t1, v.q(t0), W, 1, d.k(), W)
+				Sgemm(true, false, t1, hd, tq, 1, P, t1, d.o(t0), H*hd, 1, d.v(), W)
 			}
 		}
 	})

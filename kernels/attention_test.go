@@ -7,7 +7,7 @@ import (
 
 func TestAttentionForwardBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
-	for _, c := range []struct{ B, T, H, KVH, hd int }{{1, 1, 1, 1, 1}, {2, 7, 4, 2, 6}, {1, 13, 3, 3, 5}, {3, 5, 6, 1, 4}} {
+	for _, c := range []struct{ B, T, H, KVH, hd int }{{1, 1, 1, 1, 1}, {2, 7, 4, 2, 6}, {1, 13, 3, 3, 5}, {3, 5, 6, 1, 4}, {1, 70, 2, 1, 4}} {
 		W := (c.H + 2*c.KVH) * c.hd
 		qkv, dout := randSlice(r, c.B*c.T*W, 1), randSlice(r, c.B*c.T*c.H*c.hd, 1)
 		out, lse := make([]float32, c.B*c.T*c.H*c.hd), make([]float32, c.B*c.H*c.T)
