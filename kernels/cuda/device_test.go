@@ -8,6 +8,7 @@ package cuda
 // without one): run with kernels/cuda/build.sh test (docs/cuda.md).
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -355,18 +356,57 @@ func TestEmbedding(t *testing.T) {
 	})
 }
 
-// TestAttention checks forward and backward against the CPU kernels for
-// every instantiated head size, with grouped-query heads and a length that is
-// not a multiple of the tile.
+// TestAttention checks forward and backward of both implementations (CUDA
+// cores, tensor cores) against the CPU kernels for every instantiated head
+// size, with grouped-query heads and lengths that are not a multiple of the tile.
 func TestAttention(t *testing.T) {
-	for _, hd := range AttnHeadDims {
-		for _, c := range []struct{ B, T, H, KV int }{{2, 77, 4, 2}, {1, 130, 2, 2}, {1, 1, 2, 1}} {
-			attentionCase(t, hd, c.B, c.T, c.H, c.KV)
+	for _, tc := range []bool{false, true} {
+		for _, hd := range AttnHeadDims {
+			for _, c := range []struct{ B, T, H, KV int }{{2, 77, 4, 2}, {1, 130, 2, 2}, {1, 1, 2, 1}, {1, 200, 4, 1}} {
+				attentionCase(t, tc, hd, c.B, c.T, c.H, c.KV)
+			}
 		}
 	}
 }
 
-func attentionCase(t *testing.T, hd, B, T, H, KV int) {
+// TestAttnTCSmem checks AttnTCSmem against the sizes the kernels were compiled with.
+func TestAttnTCSmem(t *testing.T) {
+	for _, hd := range AttnHeadDims {
+		on(t, func(d *Device) error {
+			p := buf(t, d, make([]int32, 3))
+			var a Args
+			if err := d.Launch(fmt.Sprintf("attn_tc_smem_hd%d", hd), Dim3{X: 1}, Dim3{X: 1}, 0, a.P(p)); err != nil {
+				return err
+			}
+			got := get[int32](t, d, p, 3)
+			for i, part := range []string{"fwd", "bwd_dq", "bwd_dkdv"} {
+				if int(got[i]) != AttnTCSmem(part, hd) {
+					t.Errorf("hd %d %s: kernel needs %d bytes, AttnTCSmem says %d", hd, part, got[i], AttnTCSmem(part, hd))
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// attnLaunch launches one attention kernel with the geometry and shared
+// memory of its implementation.
+func attnLaunch(d *Device, part string, tc bool, hd, T, heads, B int, a *Args) error {
+	name, err := AttnKernel(part, hd, tc)
+	if err != nil {
+		return err
+	}
+	if !tc {
+		return d.Launch(name, Dim3{CeilDiv(T, AttnTile), heads, B}, Dim3{X: AttnTile}, 0, a)
+	}
+	smem := AttnTCSmem(part, hd)
+	if err := d.SetMaxDynamicShared(name, smem); err != nil {
+		return err
+	}
+	return d.Launch(name, Dim3{CeilDiv(T, AttnTile), heads, B}, Dim3{X: AttnTCThreads}, smem, a)
+}
+
+func attentionCase(t *testing.T, tc bool, hd, B, T, H, KV int) {
 	r := rand.New(rand.NewPCG(uint64(hd), uint64(T)))
 	W, Q := (H+2*KV)*hd, H*hd
 	qkv, dout := roundBF16(randn(r, B*T*W, 1)), roundBF16(randn(r, B*T*Q, 1))
@@ -375,29 +415,27 @@ func attentionCase(t *testing.T, hd, B, T, H, KV int) {
 	outB := roundBF16(out) // the backward pass reads the stored bf16 output
 	dqkv := make([]float32, B*T*W)
 	kernels.AttentionBackward(dqkv, dout, outB, lse, qkv, B, T, H, KV, hd)
-	fwd, _ := AttnKernel("fwd", hd)
-	dq, _ := AttnKernel("bwd_dq", hd)
-	dkdv, _ := AttnKernel("bwd_dkdv", hd)
+	what := fmt.Sprintf("attention tc=%v hd=%d B=%d T=%d H=%d KV=%d", tc, hd, B, T, H, KV)
 	on(t, func(d *Device) error {
 		pq, po, pl := buf(t, d, toBF16(qkv)), buf(t, d, make([]BF16, B*T*Q)), buf(t, d, make([]float32, B*H*T))
 		var a Args
-		if err := d.Launch(fwd, Dim3{CeilDiv(T, AttnTile), H, B}, Dim3{X: AttnTile}, 0, a.P(po).P(pl).P(pq).I(T).I(H).I(KV)); err != nil {
+		if err := attnLaunch(d, "fwd", tc, hd, T, H, B, a.P(po).P(pl).P(pq).I(T).I(H).I(KV)); err != nil {
 			return err
 		}
-		check(t, fwd+" out", fromBF16(get[BF16](t, d, po, B*T*Q)), out, 1e-2)
-		check(t, fwd+" lse", get[float32](t, d, pl, B*H*T), lse, 1e-5)
+		check(t, what+" out", fromBF16(get[BF16](t, d, po, B*T*Q)), out, 1e-2)
+		check(t, what+" lse", get[float32](t, d, pl, B*H*T), lse, 1e-5)
 		pdo, pD, pdq := buf(t, d, toBF16(dout)), buf(t, d, make([]float32, B*H*T)), buf(t, d, make([]BF16, B*T*W))
 		pob := buf(t, d, toBF16(outB))
 		if err := d.Launch("attn_bwd_d", Dim3{X: Grid1D(int64(B*T*H), 256, 64)}, Dim3{X: 256}, 0, a.Reset().P(pD).P(pdo).P(pob).I(B).I(T).I(H).I(hd)); err != nil {
 			return err
 		}
-		if err := d.Launch(dq, Dim3{CeilDiv(T, AttnTile), H, B}, Dim3{X: AttnTile}, 0, a.Reset().P(pdq).P(pq).P(pdo).P(pl).P(pD).I(T).I(H).I(KV)); err != nil {
+		if err := attnLaunch(d, "bwd_dq", tc, hd, T, H, B, a.Reset().P(pdq).P(pq).P(pdo).P(pl).P(pD).I(T).I(H).I(KV)); err != nil {
 			return err
 		}
-		if err := d.Launch(dkdv, Dim3{CeilDiv(T, AttnTile), KV, B}, Dim3{X: AttnTile}, 0, a.Reset().P(pdq).P(pq).P(pdo).P(pl).P(pD).I(T).I(H).I(KV)); err != nil {
+		if err := attnLaunch(d, "bwd_dkdv", tc, hd, T, KV, B, a.Reset().P(pdq).P(pq).P(pdo).P(pl).P(pD).I(T).I(H).I(KV)); err != nil {
 			return err
 		}
-		check(t, "attention dqkv", fromBF16(get[BF16](t, d, pdq, B*T*W)), dqkv, 2e-2)
+		check(t, what+" dqkv", fromBF16(get[BF16](t, d, pdq, B*T*W)), dqkv, 2e-2)
 		return nil
 	})
 }

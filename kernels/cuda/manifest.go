@@ -32,6 +32,9 @@ var Kernels = []string{
 	"attn_fwd_hd64", "attn_bwd_dq_hd64", "attn_bwd_dkdv_hd64",
 	"attn_fwd_hd128", "attn_bwd_dq_hd128", "attn_bwd_dkdv_hd128",
 	"quant_int8", "dequant_int8",
+	"attn_fwd_tc_hd32", "attn_bwd_dq_tc_hd32", "attn_bwd_dkdv_tc_hd32", "attn_tc_smem_hd32",
+	"attn_fwd_tc_hd64", "attn_bwd_dq_tc_hd64", "attn_bwd_dkdv_tc_hd64", "attn_tc_smem_hd64",
+	"attn_fwd_tc_hd128", "attn_bwd_dq_tc_hd128", "attn_bwd_dkdv_tc_hd128", "attn_tc_smem_hd128",
 }
 
 // AttnHeadDims are the head sizes the attention kernels are instantiated for.
@@ -71,12 +74,41 @@ func PTXEntries(ptx string) []string {
 }
 
 // AttnKernel returns the name of the attention kernel of the given part
-// ("fwd", "bwd_dq" or "bwd_dkdv") for head size hd.
-func AttnKernel(part string, hd int) (string, error) {
+// ("fwd", "bwd_dq" or "bwd_dkdv") for head size hd: the CUDA-core reference
+// kernels of src/attention.cu, or with tc the tensor-core kernels of
+// src/attention_tc.cu.
+func AttnKernel(part string, hd int, tc bool) (string, error) {
 	for _, d := range AttnHeadDims {
 		if d == hd {
+			if tc {
+				return fmt.Sprintf("attn_%s_tc_hd%d", part, hd), nil
+			}
 			return fmt.Sprintf("attn_%s_hd%d", part, hd), nil
 		}
 	}
 	return "", fmt.Errorf("%w: attention head size %d (have %v)", ErrUnsupported, hd, AttnHeadDims)
+}
+
+// AttnTCThreads is the block size of the tensor-core attention kernels (4 warps).
+const AttnTCThreads = 128
+
+// AttnTCSmem returns the dynamic shared memory, in bytes, that the
+// tensor-core attention kernel of part ("fwd", "bwd_dq", "bwd_dkdv") needs for
+// head size hd: the TC<HD> sizes of src/attention_tc.cu (the GPU test checks
+// them against the attn_tc_smem_hd* kernels; the kernels trap if given less).
+func AttnTCSmem(part string, hd int) int {
+	const rows = 64
+	tile := rows * (hd + 8) * 2
+	s := rows * (rows + 4) * 4
+	p := rows * (rows + 8) * 2
+	o := rows * (hd + 4) * 4
+	switch part {
+	case "fwd":
+		return 3*tile + s + p + o
+	case "bwd_dq":
+		return 4*tile + s + p + o
+	case "bwd_dkdv":
+		return 4*tile + s + 2*p + 2*o + 2*rows*4
+	}
+	return 0
 }

@@ -85,13 +85,34 @@ func TestPTXIsFresh(t *testing.T) {
 func TestAttnKernel(t *testing.T) {
 	for _, hd := range AttnHeadDims {
 		for _, part := range []string{"fwd", "bwd_dq", "bwd_dkdv"} {
-			name, err := AttnKernel(part, hd)
-			if err != nil || !slices.Contains(Kernels, name) {
-				t.Errorf("AttnKernel(%s, %d) = %q, %v", part, hd, name, err)
+			for _, tc := range []bool{false, true} {
+				name, err := AttnKernel(part, hd, tc)
+				if err != nil || !slices.Contains(Kernels, name) {
+					t.Errorf("AttnKernel(%s, %d, %v) = %q, %v", part, hd, tc, name, err)
+				}
+			}
+			// H100/H200 allow 227 KB of shared memory per block (A100: 163 KB,
+			// enough for all but hd 128's dk/dv).
+			if n := AttnTCSmem(part, hd); n <= 48<<10 || n > 227<<10 {
+				t.Errorf("AttnTCSmem(%s, %d) = %d bytes, want in (48 KB, 227 KB]", part, hd, n)
 			}
 		}
 	}
-	if _, err := AttnKernel("fwd", 96); err == nil {
+	if _, err := AttnKernel("fwd", 96, false); err == nil {
 		t.Error("AttnKernel(fwd, 96) succeeded; no such instantiation")
+	}
+}
+
+// TestAttnTCSmemMatchesC pins AttnTCSmem to the TC<HD>::FWD/DQ/DKDV values of
+// src/attention_tc.cu, printed by a host program compiled with nvcc 11.8
+// (`#include "attention_tc.cu"` + printf). Change both together.
+func TestAttnTCSmemMatchesC(t *testing.T) {
+	want := map[int][3]int{32: {51200, 56320, 75264}, 64: {71680, 80896, 108032}, 128: {112640, 130048, 173568}}
+	for hd, w := range want {
+		for i, part := range []string{"fwd", "bwd_dq", "bwd_dkdv"} {
+			if got := AttnTCSmem(part, hd); got != w[i] {
+				t.Errorf("AttnTCSmem(%s, %d) = %d, C says %d", part, hd, got, w[i])
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"time"
 
 	"gorgonia.org/cu"
@@ -30,7 +31,13 @@ type Config struct {
 	Device int          // CUDA device ordinal; default 0
 	Cublas string       // path of libcublas.so.N; default $INTELLECT_CUBLAS, then .13/.12/.11
 	Log    *slog.Logger // default slog.Default()
+	// Attention picks the attention kernels: "tc" (tensor cores, the default)
+	// or "simple" (the CUDA-core reference kernels). Default: $INTELLECT_CUDA_ATTN, then "tc".
+	Attention string
 }
+
+// EnvAttention names the environment variable that sets Config.Attention.
+const EnvAttention = "INTELLECT_CUDA_ATTN"
 
 // Engine is the CUDA training engine; it implements train.Engine with the
 // same math as train.Trainer. Parameters, gradients and AdamW moments are fp32
@@ -63,6 +70,7 @@ type Engine struct {
 	attnFwd  string
 	attnDQ   string
 	attnDKDV string
+	attnTC   bool
 	log      *slog.Logger
 	closed   bool
 }
@@ -89,11 +97,22 @@ func New(opts train.Options, data train.Source, dc Config) (*Engine, error) {
 	}
 	e.log = e.log.With("system", "gpu")
 	var err error
-	if e.attnFwd, err = cuda.AttnKernel("fwd", c.HeadDim()); err != nil {
+	attn := dc.Attention
+	if attn == "" {
+		attn = os.Getenv(EnvAttention)
+	}
+	switch attn {
+	case "", "tc":
+		e.attnTC = true
+	case "simple":
+	default:
+		return nil, fmt.Errorf("%w: attention %q (want tc or simple)", cuda.ErrUnsupported, attn)
+	}
+	if e.attnFwd, err = cuda.AttnKernel("fwd", c.HeadDim(), e.attnTC); err != nil {
 		return nil, err
 	}
-	e.attnDQ, _ = cuda.AttnKernel("bwd_dq", c.HeadDim())
-	e.attnDKDV, _ = cuda.AttnKernel("bwd_dkdv", c.HeadDim())
+	e.attnDQ, _ = cuda.AttnKernel("bwd_dq", c.HeadDim(), e.attnTC)
+	e.attnDKDV, _ = cuda.AttnKernel("bwd_dkdv", c.HeadDim(), e.attnTC)
 	e.rows = make([]int32, e.B*(e.T+1))
 	e.inputs, e.targets = make([]int32, e.B*e.T), make([]int32, e.B*e.T)
 	if e.dev, err = cuda.Open(dc.Device, dc.Cublas, e.log); err != nil {
@@ -133,6 +152,14 @@ func (e *Engine) alloc() error {
 		return err
 	}
 	hd := e.cfg.HeadDim()
+	if e.attnTC {
+		for _, part := range []string{"fwd", "bwd_dq", "bwd_dkdv"} {
+			name, _ := cuda.AttnKernel(part, hd, true)
+			if err := e.dev.SetMaxDynamicShared(name, cuda.AttnTCSmem(part, hd)); err != nil {
+				return err
+			}
+		}
+	}
 	cos, sin := make([]float32, e.T*hd/2), make([]float32, e.T*hd/2)
 	kernels.RoPETables(cos, sin, e.T, hd, e.cfg.RopeTheta)
 	if err = cuda.Upload(e.dev, e.a.cos, cos); err != nil {

@@ -28,13 +28,13 @@ func smallOpts(t testing.TB, preset string, batch, seq int) train.Options {
 	return o
 }
 
-func newPair(t *testing.T, o train.Options) (*train.Trainer, *Engine) {
+func newPair(t *testing.T, o train.Options, attn string) (*train.Trainer, *Engine) {
 	t.Helper()
 	cpu, err := train.NewTrainer(o, train.DefaultSource())
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpu, err := New(o, train.DefaultSource(), Config{})
+	gpu, err := New(o, train.DefaultSource(), Config{Attention: attn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +57,17 @@ func l2dist(a, b []float32) float64 {
 // TestMatchesCPU runs the GPU engine and the CPU trainer from the same
 // initial bits on the same data and compares eval loss, step losses,
 // gradient norms and the parameters after a few steps, within bf16
-// tolerance. tiny has head size 32, small 64 (grouped-query in both).
+// tolerance. tiny has head size 32, small 64 (grouped-query in both); both
+// attention implementations are run.
 func TestMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
 		preset     string
 		batch, seq int
-	}{{"tiny", 4, 64}, {"small", 2, 96}} {
-		t.Run(c.preset, func(t *testing.T) {
+		attn       string
+	}{{"tiny", 4, 64, "tc"}, {"tiny", 4, 64, "simple"}, {"small", 2, 96, "tc"}, {"small", 2, 96, "simple"}} {
+		t.Run(c.preset+"/"+c.attn, func(t *testing.T) {
 			o := smallOpts(t, c.preset, c.batch, c.seq)
-			cpu, gpu := newPair(t, o)
+			cpu, gpu := newPair(t, o, c.attn)
 			theta0 := append([]float32(nil), cpu.Params()...)
 			if h, w := train.Hash(gpu.Params()), train.Hash(theta0); h != w {
 				t.Fatalf("initial parameters differ: gpu %s cpu %s", h, w)
@@ -188,7 +190,7 @@ func TestExportForTorch(t *testing.T) {
 	}
 	for _, preset := range []string{"tiny", "small"} {
 		o := smallOpts(t, preset, 2, 64)
-		cpu, g := newPair(t, o)
+		cpu, g := newPair(t, o, "")
 		for i := 0; i < 3; i++ { // move away from the init so the check is not trivial
 			if _, err := g.Step(); err != nil {
 				t.Fatal(err)

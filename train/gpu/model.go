@@ -79,8 +79,18 @@ func (k *launcher) rope(x cu.DevicePtr, sign float32) {
 		k.args.Reset().P(x).P(e.a.cos).P(e.a.sin).I(N).I(e.T).I(c.Heads+c.KVHeads).I(hd).I(W).F(sign))
 }
 
-func (k *launcher) attnGrid(heads int) (cuda.Dim3, cuda.Dim3) {
-	return cuda.Dim3{X: cuda.CeilDiv(k.e.T, cuda.AttnTile), Y: heads, Z: k.e.B}, cuda.Dim3{X: cuda.AttnTile}
+// attn launches attention kernel part ("fwd", "bwd_dq", "bwd_dkdv") named
+// name over heads heads, with the geometry of the selected implementation.
+func (k *launcher) attn(name, part string, heads int, a *cuda.Args) {
+	if k.err != nil {
+		return
+	}
+	grid := cuda.Dim3{X: cuda.CeilDiv(k.e.T, cuda.AttnTile), Y: heads, Z: k.e.B}
+	if k.e.attnTC {
+		k.err = k.e.dev.Launch(name, grid, cuda.Dim3{X: cuda.AttnTCThreads}, cuda.AttnTCSmem(part, k.e.cfg.HeadDim()), a)
+		return
+	}
+	k.err = k.e.dev.Launch(name, grid, cuda.Dim3{X: cuda.AttnTile}, 0, a)
 }
 
 // forward runs the model on the uploaded tokens; with withGrad it leaves
@@ -97,8 +107,7 @@ func (e *Engine) forward(withGrad bool, scale float32) error {
 		k.rmsnorm(a.ln1[l], a.rstd1[l], a.resid[l], w.ln1, N, C)
 		k.matmul(bf16(a.qkv[l], 0, W), a.ln1[l], w.qkv, N, C, W, 0)
 		k.rope(a.qkv[l], 1)
-		grid, block := k.attnGrid(H)
-		k.run(e.attnFwd, grid, block, k.args.Reset().P(a.att[l]).P(a.lse[l]).P(a.qkv[l]).I(e.T).I(H).I(KV))
+		k.attn(e.attnFwd, "fwd", H, k.args.Reset().P(a.att[l]).P(a.lse[l]).P(a.qkv[l]).I(e.T).I(H).I(KV))
 		k.copy(a.mid[l], a.resid[l], 4*int64(N*C))
 		k.matmul(f32(a.mid[l], 0, C), a.att[l], w.o, N, Q, C, 1)
 		k.rmsnorm(a.ln2[l], a.rstd2[l], a.mid[l], w.ln2, N, C)
@@ -141,10 +150,8 @@ func (e *Engine) backward() error {
 		k.ew("cast_f32_bf16", int64(N*C), k.args.Reset().P(a.dresb).P(a.dresid).L(int64(N*C)))
 		k.matmulBackward(a.datt, a.dresb, a.att[l], w.o, N, Q, C)
 		k.ew("attn_bwd_d", int64(N*H), k.args.Reset().P(a.D).P(a.datt).P(a.att[l]).I(e.B).I(e.T).I(H).I(hd))
-		grid, block := k.attnGrid(H)
-		k.run(e.attnDQ, grid, block, k.args.Reset().P(a.dqkv).P(a.qkv[l]).P(a.datt).P(a.lse[l]).P(a.D).I(e.T).I(H).I(KV))
-		grid, block = k.attnGrid(KV)
-		k.run(e.attnDKDV, grid, block, k.args.Reset().P(a.dqkv).P(a.qkv[l]).P(a.datt).P(a.lse[l]).P(a.D).I(e.T).I(H).I(KV))
+		k.attn(e.attnDQ, "bwd_dq", H, k.args.Reset().P(a.dqkv).P(a.qkv[l]).P(a.datt).P(a.lse[l]).P(a.D).I(e.T).I(H).I(KV))
+		k.attn(e.attnDKDV, "bwd_dkdv", KV, k.args.Reset().P(a.dqkv).P(a.qkv[l]).P(a.datt).P(a.lse[l]).P(a.D).I(e.T).I(H).I(KV))
 		k.rope(a.dqkv, -1)
 		k.matmulBackward(a.dln, a.dqkv, a.ln1[l], w.qkv, N, C, W)
 		k.rmsnormBackward(a.dresid, a.dln, a.resid[l], a.rstd1[l], w.ln1, N, C)

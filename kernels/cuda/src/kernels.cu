@@ -7,3 +7,4 @@
 #include "xent.cu"
 #include "attention.cu"
 #include "quant.cu"
+#include "attention_tc.cu"
