@@ -244,8 +244,10 @@ func (h *Host) rejoinCandidates() []peer.AddrInfo {
 	h.knownMu.Lock()
 	defer h.knownMu.Unlock()
 	out := slices.Clone(h.bootstrap)
-	for _, ai := range h.known {
-		out = append(out, ai)
+	for id, ai := range h.known {
+		if !slices.ContainsFunc(h.bootstrap, func(b peer.AddrInfo) bool { return b.ID == id }) {
+			out = append(out, ai)
+		}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -417,8 +418,15 @@ func TestRejoinAfterLosingAllConnections(t *testing.T) {
 	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 	hosts[0].Close()
 	b, c := hosts[1], hosts[2]
-	if got := c.rejoinCandidates(); len(got) < 2 {
-		t.Fatalf("rejoin candidates %v: want the bootstrap and the other peer", got)
+	eventually(t, meshTimeout, "the other peer among c's rejoin candidates", func() bool {
+		return slices.ContainsFunc(c.rejoinCandidates(), func(ai peer.AddrInfo) bool { return ai.ID == b.ID() })
+	})
+	seen := map[peer.ID]bool{}
+	for _, ai := range c.rejoinCandidates() {
+		if seen[ai.ID] || len(ai.Addrs) == 0 {
+			t.Fatalf("rejoin candidate %v duplicated or without addresses", ai)
+		}
+		seen[ai.ID] = true
 	}
 	for _, p := range c.Libp2p().Network().Peers() {
 		c.Libp2p().Network().ClosePeer(p)
