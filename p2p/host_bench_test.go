@@ -241,11 +241,13 @@ func BenchmarkJoin(b *testing.B) {
 }
 
 func waitMesh(b *testing.B, hosts []*Host) {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(meshTimeout)
+	tick := time.NewTicker(2 * time.Millisecond) // granularity of the measurement
+	defer tick.Stop()
 	for !fullMesh(hosts) {
 		if time.Now().After(deadline) {
-			b.Fatal("no full mesh within 30s")
+			b.Fatalf("no full mesh within %v", meshTimeout)
 		}
-		time.Sleep(2 * time.Millisecond) // polling granularity of the measurement
+		<-tick.C
 	}
 }
