@@ -149,7 +149,7 @@ func BenchmarkCkptDonorCompute(b *testing.B) {
 }
 
 func ckptBenchDonorCompute(b *testing.B, rate int64) {
-	const window = 300 * time.Millisecond
+	const window = 150 * time.Millisecond
 	snap := ckptTestSnapshot(5, 16<<20, CkptDefaultChunkSize, 22)
 	var serving atomic.Bool
 	h := ckptHost(b)
@@ -158,7 +158,7 @@ func ckptBenchDonorCompute(b *testing.B, rate int64) {
 			return snap
 		}
 		return nil
-	}, CkptServeConfig{Rate: rate})
+	}, CkptServeConfig{Rate: rate, Burst: 256 << 10})
 	if err != nil {
 		b.Fatal(err)
 	}

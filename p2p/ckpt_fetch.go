@@ -39,7 +39,8 @@ type CkptFetchConfig struct {
 	// write). A donor that exceeds it is dropped and its chunks are fetched
 	// from other donors. 0 means 30 s.
 	ChunkTimeout time.Duration
-	// Pipeline is the number of chunk requests in flight per donor. 0 means 4.
+	// Pipeline is the number of chunk requests in flight per donor: with
+	// 1 MiB chunks, 8 fill a 100 ms round trip at 80 MiB/s. 0 means 8.
 	Pipeline int
 	// MaxBytes is the largest snapshot accepted, checked before allocating.
 	// 0 means 64 GiB.
@@ -61,7 +62,7 @@ func (c *CkptFetchConfig) Validate() error {
 	}
 	c.ManifestTimeout = cmpOr(c.ManifestTimeout, 10*time.Second)
 	c.ChunkTimeout = cmpOr(c.ChunkTimeout, 30*time.Second)
-	c.Pipeline = cmpOr(c.Pipeline, 4)
+	c.Pipeline = cmpOr(c.Pipeline, 8)
 	c.MaxBytes = cmpOr(c.MaxBytes, 64<<30)
 	c.BusyBackoff = cmpOr(c.BusyBackoff, 250*time.Millisecond)
 	if c.BusyRetries == 0 {
