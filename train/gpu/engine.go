@@ -145,7 +145,10 @@ func (e *Engine) alloc() error {
 	e.a = carveActs(ar, e.cfg, e.B, e.T)
 	e.p, e.g, e.m, e.v = ar.f32(e.n), ar.f32(e.n), ar.f32(e.n), ar.f32(e.n)
 	e.pb = ar.bf16(e.n)
-	if err = e.dev.Zero(e.m, 8*n); err != nil { // m and v are adjacent
+	if err = e.dev.Zero(e.m, 4*n); err != nil {
+		return err
+	}
+	if err = e.dev.Zero(e.v, 4*n); err != nil {
 		return err
 	}
 	if e.host, err = e.dev.HostF32(e.n); err != nil {
