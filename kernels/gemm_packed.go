@@ -116,14 +116,15 @@ func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 	bufs := getGemmBuffers(kern, g, workers)
 	defer gemmBufferPool.Put(bufs)
 	p := &bufs.pass
-	p.kern, p.g, p.bufs, p.workers = kern, g, bufs, workers
+	p.kern, p.g, p.bufs, p.workers = kern, *g, bufs, workers
+	g = &p.g // a copy in the pooled pass, so the caller's arguments stay on its stack
 	kcStep, mcStep, ncStep := kern.blocks(g)
 	// Cut the rows into a multiple of workers blocks of whole panels, as
 	// equal as panels allow, so that the workers finish each pass together.
 	p.rowPanels = (g.m + kern.mr - 1) / kern.mr
 	p.rowBlocks = roundUp((g.m+mcStep-1)/mcStep, workers)
 	p.rowBlocks = min(p.rowBlocks, p.rowPanels)
-	defer func() { p.kern, p.g, p.bufs = nil, nil, nil }()
+	defer func() { p.kern, p.g, p.bufs = nil, gemmArgs{}, nil }()
 	for p.jc = 0; p.jc < g.n; p.jc += ncStep {
 		p.nc = min(ncStep, g.n-p.jc)
 		p.panels = (p.nc + kern.nr - 1) / kern.nr
@@ -149,7 +150,7 @@ func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 // current kc×nc block of B and the counter of row blocks handed out.
 type gemmPass struct {
 	kern           *gemmKernel
-	g              *gemmArgs
+	g              gemmArgs
 	bufs           *gemmBuffers
 	workers        int
 	jc, nc, panels int // current block of columns and its panel count
@@ -167,7 +168,7 @@ func (p *gemmPass) packB(w int) {
 	if lo == hi {
 		return
 	}
-	packB(p.bufs.bp[lo*p.kc*nr:], p.g, p.kern, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr)
+	packB(p.bufs.bp[lo*p.kc*nr:], &p.g, p.kern, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr)
 }
 
 // multiply takes row blocks until none is left, packs each into worker w's
@@ -181,8 +182,8 @@ func (p *gemmPass) multiply(w int) {
 		mr := p.kern.mr
 		ic := blk * p.rowPanels / p.rowBlocks * mr
 		mc := min((blk+1)*p.rowPanels/p.rowBlocks*mr, p.g.m) - ic
-		packA(p.bufs.ap[w], p.g, p.kern, ic, mc, p.pc, p.kc)
-		macroGemm(p.kern, p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.kc, p.beta)
+		packA(p.bufs.ap[w], &p.g, p.kern, ic, mc, p.pc, p.kc)
+		macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.kc, p.beta)
 	}
 }
 
