@@ -67,12 +67,38 @@ type arithmetic struct{}
 // DefaultSource returns the embedded generated corpus (arithmetic, bytes).
 func DefaultSource() Source { return arithmetic{} }
 
-func (arithmetic) Vocab() int     { return 256 }
+// Vocab returns 256 (bytes).
+func (arithmetic) Vocab() int { return 256 }
+
+// String names the corpus.
 func (arithmetic) String() string { return "default:arithmetic" }
+
+// AnswerMask marks the targets that are digits of a sum or its newline: with
+// inputs (row[:n]) and targets (row[1:]), target i is an answer token when
+// the inputs since the last newline contain '='.
+func (arithmetic) AnswerMask(inputs []int32, mask []bool) {
+	in := false
+	for i, tok := range inputs {
+		switch tok {
+		case '=':
+			in = true
+		case '\n':
+			in = false
+		}
+		mask[i] = in
+	}
+}
+
+// answerMasker is implemented by sources whose held-out text has answers
+// (the arithmetic corpus), so Eval can report answer accuracy.
+type answerMasker interface {
+	AnswerMask(inputs []int32, mask []bool)
+}
 
 // evalSeed keys the held-out batches; it is part of the corpus definition.
 const evalSeed = 0xE7A15EED
 
+// Train fills dst with problems drawn from the key's hash, held-out pairs excluded.
 func (a arithmetic) Train(dst []int32, rows, width int, k Key) error {
 	if err := checkDst(dst, rows, width); err != nil {
 		return err
@@ -84,6 +110,7 @@ func (a arithmetic) Train(dst []int32, rows, width int, k Key) error {
 	return nil
 }
 
+// Eval fills dst with held-out problems of batch i.
 func (a arithmetic) Eval(dst []int32, rows, width, i int) error {
 	if err := checkDst(dst, rows, width); err != nil {
 		return err

@@ -246,3 +246,17 @@ func InitParams(c Config, seed uint64, dst []float32) {
 }
 
 func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(suf):] == suf }
+
+// argmax returns the most likely next token at row n of the last forward pass
+// (valid after a forward with lossScale 0, which leaves the logits in place).
+func (m *model) argmax(n int) int32 {
+	V := m.cfg.Vocab
+	row := m.a.logits[n*V : (n+1)*V]
+	best := 0
+	for i, v := range row {
+		if v > row[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}

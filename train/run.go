@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"time"
 )
@@ -29,6 +30,7 @@ type Progress struct {
 	Step         int      `json:"step"`
 	Loss         *float64 `json:"loss"` // null on the step-0 line (no training step yet)
 	EvalLoss     *float64 `json:"eval_loss,omitempty"`
+	EvalAcc      *float64 `json:"eval_answer_acc,omitempty"` // greedy accuracy on held-out answer tokens (default corpus)
 	TokensPerSec float64  `json:"tokens_per_sec"`
 	LR           float64  `json:"lr"`
 	GradNorm     float64  `json:"grad_norm"`
@@ -117,11 +119,9 @@ func (r *runner) step() error {
 	n := st.Step
 	p := r.progress()
 	if n%r.rc.EvalEvery == 0 || n == r.rc.Steps {
-		ev, err := r.t.Eval()
-		if err != nil {
+		if err := r.evalInto(&p); err != nil {
 			return err
 		}
-		p.EvalLoss = &ev
 	}
 	if n%r.rc.SaveEvery == 0 && n != r.rc.Steps {
 		if p.Checkpoint, err = r.save(); err != nil {
@@ -151,11 +151,23 @@ func (r *runner) progress() Progress {
 }
 
 func (r *runner) eval() error {
-	ev, err := r.t.Eval()
+	p := Progress{Step: 0}
+	if err := r.evalInto(&p); err != nil {
+		return err
+	}
+	r.print(p)
+	return nil
+}
+
+func (r *runner) evalInto(p *Progress) error {
+	ev, err := r.t.EvalDetail()
 	if err != nil {
 		return err
 	}
-	r.print(Progress{Step: 0, EvalLoss: &ev})
+	p.EvalLoss = &ev.Loss
+	if !math.IsNaN(ev.AnswerAcc) {
+		p.EvalAcc = &ev.AnswerAcc
+	}
 	return nil
 }
 
@@ -189,6 +201,9 @@ func (r *runner) print(p Progress) {
 	}
 	if p.EvalLoss != nil {
 		line += fmt.Sprintf("  eval %.4f", *p.EvalLoss)
+	}
+	if p.EvalAcc != nil {
+		line += fmt.Sprintf("  answer-acc %.1f%%", 100**p.EvalAcc)
 	}
 	line += fmt.Sprintf("  elapsed %s  eta %s", fmtDur(p.ElapsedSec), fmtDur(p.ETASec))
 	if p.Checkpoint != "" {

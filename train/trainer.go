@@ -154,17 +154,57 @@ func (t *Trainer) split() error {
 
 // Eval returns the mean cross-entropy over EvalBatches fixed held-out batches.
 func (t *Trainer) Eval() (float64, error) {
+	r, err := t.EvalDetail()
+	return r.Loss, err
+}
+
+// EvalResult is the outcome of an evaluation on the held-out batches.
+type EvalResult struct {
+	Loss      float64 // mean cross-entropy, nats/token
+	TokenAcc  float64 // fraction of targets that are the arg-max prediction
+	AnswerAcc float64 // the same over answer tokens (sums of the arithmetic corpus); NaN for other sources
+}
+
+// EvalDetail evaluates the held-out batches: loss and greedy accuracies.
+func (t *Trainer) EvalDetail() (EvalResult, error) {
 	o := t.opts
-	var sum float64
+	var loss float64
+	var hit, n, ansHit, ansN int
+	am, _ := t.data.(answerMasker)
+	mask := make([]bool, o.Seq)
 	for i := 0; i < o.EvalBatches; i++ {
 		if err := t.data.Eval(t.rows, o.Batch, o.Seq+1, i); err != nil {
-			return 0, fmt.Errorf("train: eval batch %d: %w", i, err)
+			return EvalResult{}, fmt.Errorf("train: eval batch %d: %w", i, err)
 		}
 		if err := t.split(); err != nil {
-			return 0, fmt.Errorf("train: eval batch %d: %w", i, err)
+			return EvalResult{}, fmt.Errorf("train: eval batch %d: %w", i, err)
 		}
 		ce, _ := t.m.forward(t.inputs, t.targets, 0)
-		sum += ce
+		loss += ce
+		for b := 0; b < o.Batch; b++ {
+			if am != nil {
+				am.AnswerMask(t.inputs[b*o.Seq:(b+1)*o.Seq], mask)
+			}
+			for j := 0; j < o.Seq; j++ {
+				k := b*o.Seq + j
+				ok := t.m.argmax(k) == t.targets[k]
+				hit, n = hit+b2i(ok), n+1
+				if am != nil && mask[j] {
+					ansHit, ansN = ansHit+b2i(ok), ansN+1
+				}
+			}
+		}
 	}
-	return sum / float64(o.EvalBatches), nil
+	r := EvalResult{Loss: loss / float64(o.EvalBatches), TokenAcc: float64(hit) / float64(n), AnswerAcc: math.NaN()}
+	if ansN > 0 {
+		r.AnswerAcc = float64(ansHit) / float64(ansN)
+	}
+	return r, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
