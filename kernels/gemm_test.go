@@ -363,3 +363,39 @@ func TestGemmPackersMatchPortable(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmConcurrentCalls runs products of several sizes from several
+// goroutines at once: each call must use its own packing buffers.
+func TestSgemmConcurrentCalls(t *testing.T) {
+	cases := []gemmCase{
+		{false, true, 130, 97, 80, 1, 0, 0},
+		{true, false, 45, 200, 130, 1, 1, 1},
+		{false, false, 7, 1100, 140, 2, 0, 0},
+		{true, true, 29, 33, 65, 1, 0.5, 0},
+	}
+	errs := make(chan error, len(cases))
+	for i, tc := range cases {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 99))
+			o := newGemmOperands(tc, rng)
+			got, want := append([]float32(nil), o.c...), append([]float32(nil), o.c...)
+			for range 3 {
+				copy(got, o.c)
+				Sgemm(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, got, o.ldc)
+			}
+			SgemmRef(tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, want, o.ldc)
+			for j := range got {
+				if d := math.Abs(float64(got[j] - want[j])); d > 1e-3*(1+math.Abs(float64(want[j]))) {
+					errs <- fmt.Errorf("%v: C[%d] = %g, want %g", tc, j, got[j], want[j])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range cases {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
