@@ -21,13 +21,18 @@ type gemmShape struct {
 	beta           float32
 }
 
-// gemmShapes are the training shapes of a 4096×512 · 512×2048 layer (issue 2)
-// plus a square product and small ones that must not lose to plain loops.
+// gemmShapes are the training shapes of a 4096×512 · 512×2048 layer (issue 2),
+// a square product, attention-sized tiles (kernels/attention.go calls Sgemm
+// per tile of queries) and small squares.
 var gemmShapes = []gemmShape{
 	{"fwd", false, true, 4096, 2048, 512, 0}, // Y = X·Wᵀ
 	{"dX", false, false, 4096, 512, 2048, 0}, // dX = dY·W
 	{"dW", true, false, 2048, 512, 4096, 1},  // dW += dYᵀ·X
 	{"sq1024", false, false, 1024, 1024, 1024, 0},
+	// Attention tiles of the small preset (64 queries, 256 keys, head dim 64).
+	{"att-S", false, true, 64, 256, 64, 0},  // S = Q·Kᵀ
+	{"att-O", false, false, 64, 64, 256, 0}, // O = P·V
+	{"att-dK", true, false, 256, 64, 64, 1}, // dK += dSᵀ·Q
 	{"sq256", false, true, 256, 256, 256, 0},
 	{"sq64", false, false, 64, 64, 64, 0},
 	{"sq16", true, false, 16, 16, 16, 1},
