@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -21,7 +22,7 @@ type trainFlags struct {
 	steps, batch, seq, accum   int
 	lr                         float64
 	seed, worker               uint64
-	resume, json               bool
+	resume, json, info         bool
 	logEvery, evalEvery        int
 	saveEvery, keep            int
 }
@@ -42,6 +43,7 @@ func runTrain(args []string) error {
 	fs.Uint64Var(&f.worker, "worker", 0, "worker id (selects this worker's data stream)")
 	fs.BoolVar(&f.resume, "resume", false, "continue from the newest checkpoint under --home")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object per progress line")
+	fs.BoolVar(&f.info, "info", false, "validate the model config, print it with its parameter count and exit")
 	fs.IntVar(&f.logEvery, "log-every", 10, "progress line every N steps")
 	fs.IntVar(&f.evalEvery, "eval-every", 50, "held-out loss every N steps")
 	fs.IntVar(&f.saveEvery, "save-every", 200, "checkpoint every N steps")
@@ -52,6 +54,9 @@ func runTrain(args []string) error {
 	rc, err := f.runConfig()
 	if err != nil {
 		return err
+	}
+	if f.info {
+		return printModelInfo(rc.Options)
 	}
 	data, err := train.OpenSource(f.data)
 	if err != nil {
@@ -91,4 +96,20 @@ func setIf(dst *int, v int) {
 	if v > 0 {
 		*dst = v
 	}
+}
+
+// printModelInfo prints the validated model config, its parameter count and
+// its training FLOPs per token (at the configured sequence length).
+func printModelInfo(o train.Options) error {
+	c := o.Model
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s\nparameters: %d (%.3g)\ntraining GFLOP per token at seq %d: %.3g\n",
+		b, c.NumParams(), float64(c.NumParams()), c.SeqLen, c.StepFLOPs(1, c.SeqLen)/float64(c.SeqLen)/1e9)
+	return nil
 }
