@@ -168,10 +168,16 @@ func (f *ckptFetcher) run(ctx context.Context, donors []peer.ID) ([]byte, []peer
 		}
 		group, busy := f.askManifests(ctx, cands)
 		if err := ctx.Err(); err != nil {
+			for _, o := range group {
+				o.s.Reset()
+			}
 			return nil, f.bad, err
 		}
 		if len(group) == 0 {
 			if busy == 0 || busyLeft == 0 {
+				if busy > 0 {
+					f.reasons = append(f.reasons, fmt.Sprintf("%d donors busy", busy))
+				}
 				return nil, f.bad, f.noDonors()
 			}
 			busyLeft--

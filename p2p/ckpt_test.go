@@ -489,3 +489,33 @@ func TestCkptBadSpec(t *testing.T) {
 		t.Fatalf("want ErrCkptBadSpec, got %v", err)
 	}
 }
+
+func TestCkptFetchSizes(t *testing.T) {
+	j := ckptHost(t)
+	const cs = CkptMinChunkSize
+	for _, tc := range []struct {
+		name       string
+		nTheta, nV int
+		state      string
+	}{
+		{"empty θ₀", 0, 10, ""},
+		{"one chunk", 3, 3, "{}"},
+		{"exact multiple", (2*cs - ckptHeaderSize - 4*10) / 4, 10, ""},
+		{"one byte into the next chunk", (2*cs - ckptHeaderSize) / 4, 0, "x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := EncodeSnapshot(3, ckptFloats(tc.nTheta, 30), ckptFloats(tc.nV, 31), []byte(tc.state))
+			snap.ChunkSize = cs
+			h1, _ := ckptServe(t, snap, CkptServeConfig{})
+			h2, _ := ckptServe(t, snap, CkptServeConfig{})
+			data, bad, err := ckptFetch(t, j, ckptConnect(t, j, h1, h2), snap, CkptFetchConfig{}, nil)
+			if err != nil || len(bad) != 0 || !bytes.Equal(data, snap.Data) {
+				t.Fatalf("%d bytes: err %v bad %v", len(snap.Data), err, bad)
+			}
+			theta, v, state, err := DecodeSnapshot(data)
+			if err != nil || len(theta) != tc.nTheta || len(v) != tc.nV || string(state) != tc.state {
+				t.Fatalf("decode: %v", err)
+			}
+		})
+	}
+}
