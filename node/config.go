@@ -36,8 +36,15 @@ type Config struct {
 	// Data is a token shard file, directory or mixture spec; empty uses the
 	// embedded generated corpus.
 	Data string
-	// Device is "cpu" (default) or "cuda" (only in binaries built with -tags cuda).
+	// Device is "cpu" (default), "cuda" (only in binaries built with -tags
+	// cuda), or "sim": inner steps replaced by a sleep of SimStep over a
+	// parameter vector of the preset's size (for WAN benchmarks of many nodes).
 	Device string
+	// SimStep is the duration of one inner step of the sim device.
+	SimStep time.Duration
+	// Overlap runs the all-reduce of outer step t in the background during
+	// the inner steps of t+1 and applies the averaged update one step late.
+	Overlap bool
 	// StatusAddr is where the REST API listens. Default 127.0.0.1:8642;
 	// "off" disables it.
 	StatusAddr string
@@ -141,6 +148,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: outer lr %v momentum %v", ErrBadConfig, c.OuterLR, c.OuterMomentum)
 	case c.Tick < time.Millisecond:
 		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
+	case c.Device == "sim" && c.SimStep <= 0:
+		return fmt.Errorf("%w: --device sim needs --sim-step > 0", ErrBadConfig)
 	case c.MaxSendRate < 0:
 		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
 	case c.CheckpointEvery < 0 || c.KeepCheckpoints < 1:

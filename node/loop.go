@@ -27,6 +27,9 @@ type outerTimes struct {
 
 // trainLoop runs outer steps until ctx ends or MaxOuterSteps is reached.
 func (n *Node) trainLoop(ctx context.Context) error {
+	if n.cfg.Overlap {
+		return n.overlapLoop(ctx)
+	}
 	for {
 		if n.cfg.MaxOuterSteps > 0 && n.step >= n.cfg.MaxOuterSteps {
 			n.log.Info("reached --max-outer-steps", "outer_step", n.step)
@@ -45,16 +48,66 @@ func (n *Node) trainLoop(ctx context.Context) error {
 func (n *Node) outerStep(ctx context.Context) error {
 	ot := outerTimes{start: time.Now()}
 	t := n.step
+	if ev, ok := n.pollEvent(); ok && ev.fetch != nil {
+		return n.fetch(ctx, ev.fetch, ev.adopt)
+	}
+	inner, err := n.innerSteps(ctx, &ot)
+	if err != nil {
+		return err
+	}
+	params := n.engine.Params()
+	for i := range n.delta {
+		n.delta[i] = n.theta0[i] - params[i]
+	}
+	n.mesh(func(m *mesh.Mesh) { m.SetReady(t, inner) })
+	arStart := time.Now()
+	res, fetch, err := n.reduce(ctx, t, n.delta, &ot.attempts)
+	if err != nil {
+		return err
+	}
+	if fetch != nil {
+		return n.fetch(ctx, fetch.fetch, fetch.adopt)
+	}
+	arTime := time.Since(arStart)
+	n.outer.Apply(params, n.theta0, n.work)
+	if err := n.engine.SetParams(params); err != nil {
+		return err
+	}
+	copy(n.theta0, params)
+	evalStart := time.Now()
+	eval, err := n.engine.Eval()
+	if err != nil {
+		return fmt.Errorf("node: eval: %w", err)
+	}
+	ot.compute += time.Since(evalStart)
+	n.commitOuter(t, ot, res, arTime, eval)
+	return nil
+}
+
+// commitOuter makes n.theta0, already updated, the global model of outer step
+// t+1: hash, donor snapshot, mesh, record, log, checkpoint.
+func (n *Node) commitOuter(t uint64, ot outerTimes, res reduceResult, arTime time.Duration, eval float64) {
+	n.hash = train.Hash(n.theta0)
+	n.step = t + 1
+	n.publishSnapshot()
+	hash := n.hash
+	n.mesh(func(m *mesh.Mesh) { m.Completed(t, hash) })
+	n.finishOuter(ot, res, arTime, eval)
+	if n.cfg.CheckpointEvery > 0 && n.step%uint64(n.cfg.CheckpointEvery) == 0 {
+		if err := n.saveCheckpoint(); err != nil {
+			n.log.Error("checkpoint", "err", err)
+		}
+	}
+}
+
+// innerSteps runs the H inner steps of one phase, accumulating timing and
+// losses into ot, and returns how many it ran.
+func (n *Node) innerSteps(ctx context.Context, ot *outerTimes) (int, error) {
 	inner := 0
 	for inner < n.cfg.InnerSteps {
-		if ev, ok := n.pollEvent(); ok {
-			if done, err := n.handleEarly(ctx, ev); err != nil || done {
-				return err
-			}
-		}
 		st, err := n.engine.Step()
 		if err != nil {
-			return fmt.Errorf("node: inner step: %w", err)
+			return inner, fmt.Errorf("node: inner step: %w", err)
 		}
 		inner++
 		ot.compute += st.Compute
@@ -66,43 +119,10 @@ func (n *Node) outerStep(ctx context.Context) error {
 			s.TokensPerSec = float64(st.Tokens) / st.Compute.Seconds()
 		})
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return inner, ctx.Err()
 		}
 	}
-	params := n.engine.Params()
-	for i := range n.delta {
-		n.delta[i] = n.theta0[i] - params[i]
-	}
-	n.mesh(func(m *mesh.Mesh) { m.SetReady(t, inner) })
-	arStart := time.Now()
-	res, fetched, err := n.reduce(ctx, t, &ot)
-	if err != nil || fetched {
-		return err
-	}
-	arTime := time.Since(arStart)
-	n.outer.Apply(params, n.theta0, n.work)
-	if err := n.engine.SetParams(params); err != nil {
-		return err
-	}
-	copy(n.theta0, params)
-	n.hash = train.Hash(n.theta0)
-	n.step = t + 1
-	evalStart := time.Now()
-	eval, err := n.engine.Eval()
-	if err != nil {
-		return fmt.Errorf("node: eval: %w", err)
-	}
-	ot.compute += time.Since(evalStart)
-	n.publishSnapshot()
-	hash := n.hash
-	n.mesh(func(m *mesh.Mesh) { m.Completed(t, hash) })
-	n.finishOuter(ot, res, arTime, eval)
-	if n.cfg.CheckpointEvery > 0 && n.step%uint64(n.cfg.CheckpointEvery) == 0 {
-		if err := n.saveCheckpoint(); err != nil {
-			n.log.Error("checkpoint", "err", err)
-		}
-	}
-	return nil
+	return inner, nil
 }
 
 // reduceResult describes the all-reduce attempt that succeeded.
@@ -111,31 +131,32 @@ type reduceResult struct {
 	stats p2p.RingStats
 }
 
-// reduce waits for the ring of step t and runs the all-reduce into n.work,
-// retrying with each new ring the mesh decides after a failure. fetched
-// reports that a fetched model replaced this step instead.
-func (n *Node) reduce(ctx context.Context, t uint64, ot *outerTimes) (res reduceResult, fetched bool, err error) {
+// reduce waits for the ring of step t and runs the all-reduce of src into
+// n.work, retrying with each new ring the mesh decides after a failure. If
+// the mesh asks for a model fetch instead (this node was left out, or its
+// side lost), reduce returns that event for the caller to carry out.
+func (n *Node) reduce(ctx context.Context, t uint64, src []float32, attempts *int) (reduceResult, *meshEvent, error) {
 	for {
 		var ev meshEvent
 		select {
 		case <-ctx.Done():
-			return res, false, ctx.Err()
+			return reduceResult{}, nil, ctx.Err()
 		case ev = <-n.events:
 		}
 		if ev.fetch != nil {
-			return res, true, n.fetch(ctx, ev.fetch, ev.adopt)
+			return reduceResult{}, &ev, nil
 		}
 		r := ev.ring
 		if r == nil || r.Step != t {
 			continue
 		}
-		ot.attempts++
-		stats, err := n.allReduce(ctx, r)
+		*attempts++
+		stats, err := n.allReduce(ctx, r, src)
 		if err == nil {
-			return reduceResult{ring: r, stats: stats}, false, nil
+			return reduceResult{ring: r, stats: stats}, nil, nil
 		}
 		if ctx.Err() != nil {
-			return res, false, ctx.Err()
+			return reduceResult{}, nil, ctx.Err()
 		}
 		bad := n.culprit(r, err)
 		n.log.Warn("all-reduce failed", "step", t+1, "ring", r.ID, "members", len(r.Members), "culprit", bad, "err", err)
@@ -144,8 +165,8 @@ func (n *Node) reduce(ctx context.Context, t uint64, ot *outerTimes) (res reduce
 }
 
 // allReduce runs one attempt over ring r: n.work ← weighted mean of the
-// members' pseudo-gradients.
-func (n *Node) allReduce(ctx context.Context, r *mesh.Ring) (p2p.RingStats, error) {
+// members' pseudo-gradients, this member's being src.
+func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.RingStats, error) {
 	rank := r.Rank(n.self)
 	if rank < 0 {
 		return p2p.RingStats{}, fmt.Errorf("node: not a member of ring %s", r.ID)
@@ -176,7 +197,7 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring) (p2p.RingStats, erro
 	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", rank)
 	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
 	defer cancel()
-	copy(n.work, n.delta)
+	copy(n.work, src)
 	var t mesh.Transport = tr
 	if n.sendRate != nil {
 		t = limitedTransport{RingTransport: tr, b: n.sendRate}
@@ -236,15 +257,6 @@ func (n *Node) pollEvent() (meshEvent, bool) {
 	default:
 		return meshEvent{}, false
 	}
-}
-
-// handleEarly handles an event that arrives during the inner steps: a fetch
-// replaces the step (done = true); a ring for another step is stale.
-func (n *Node) handleEarly(ctx context.Context, ev meshEvent) (done bool, err error) {
-	if ev.fetch == nil {
-		return false, nil
-	}
-	return true, n.fetch(ctx, ev.fetch, ev.adopt)
 }
 
 // finishOuter records, logs and publishes a completed outer step.

@@ -104,6 +104,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// newEngine builds a fresh engine for the configured device.
+func (n *Node) newEngine(opts train.Options) (train.Engine, error) {
+	if n.cfg.Device == "sim" {
+		return newSimEngine(opts, n.cfg.SimStep)
+	}
+	return train.NewEngine(n.cfg.Device, opts, n.data)
+}
+
 // runSeed derives the model-initialisation seed every member of run shares.
 func runSeed(run string) uint64 {
 	s := sha256.Sum256([]byte("intellect-node/init/" + run))
@@ -162,7 +170,7 @@ func (n *Node) initModel() error {
 		return err
 	}
 	if !resumed {
-		if n.engine, err = train.NewEngine(n.cfg.Device, opts, n.data); err != nil {
+		if n.engine, err = n.newEngine(opts); err != nil {
 			return err
 		}
 		n.theta0 = append([]float32(nil), n.engine.Params()...)

@@ -186,5 +186,5 @@ func (n *Node) resumeEngine(dir string, opts train.Options) (train.Engine, error
 		}
 		return t, nil
 	}
-	return train.NewEngine(n.cfg.Device, opts, n.data)
+	return n.newEngine(opts)
 }
