@@ -43,6 +43,7 @@ type PeerError struct {
 	Err     error // what went wrong
 }
 
+// Error says which member failed and how it was learnt.
 func (e *PeerError) Error() string {
 	how := "observed"
 	if e.Relayed {
@@ -51,6 +52,7 @@ func (e *PeerError) Error() string {
 	return fmt.Sprintf("mesh: all-reduce failed at ring member %d (%s): %v", e.Rank, how, e.Err)
 }
 
+// Unwrap returns the underlying error.
 func (e *PeerError) Unwrap() error { return e.Err }
 
 // ErrInvalidArgument reports a bad AllReduce argument or configuration.

@@ -57,6 +57,7 @@ var (
 	ErrNonFinite = errors.New("mesh: non-finite value")
 )
 
+// String names the codec ("int8", "fp32").
 func (c Codec) String() string {
 	switch c {
 	case CodecInt8:

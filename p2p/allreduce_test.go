@@ -438,6 +438,42 @@ func TestRingRejects(t *testing.T) {
 	}
 }
 
+// TestRingPendingBound: streams waiting for an attempt are bounded.
+func TestRingPendingBound(t *testing.T) {
+	victim := arHost(t)
+	svc, err := NewAllReduceService(victim, AllReduceServiceConfig{MaxPending: 2, Logger: arQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan int, 4)
+	svc.mu.Lock()
+	svc.pendingHook = func(n int) { queued <- n }
+	svc.mu.Unlock()
+	fake := arFake(t, victim)
+	open := func(ring string) network.Stream {
+		s, err := fake.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFrame(s, arMsgHello, arHello{step: 1, shards: 1, sender: 1, size: 2, ringID: ring}.encode()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	open("a")
+	open("b")
+	if n := <-queued; n != 1 {
+		t.Fatalf("first queued as %d", n)
+	}
+	if n := <-queued; n != 2 {
+		t.Fatalf("second queued as %d", n)
+	}
+	if code := arResetCode(t, open("c")); code != arCodeRejected {
+		t.Fatalf("third stream reset with %#x, want %#x", code, arCodeRejected)
+	}
+	svc.Close()
+}
+
 // TestRingSpecInvalid: Open refuses specs it cannot run.
 func TestRingSpecInvalid(t *testing.T) {
 	h := arHost(t)

@@ -72,6 +72,7 @@ type RingTransport struct {
 
 	gone     chan struct{} // closed when the left neighbour disconnects
 	goneOnce sync.Once
+	ended    chan struct{} // closed when the attempt ends
 
 	mu       sync.Mutex
 	streams  []network.Stream // every stream of the attempt
@@ -102,7 +103,7 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 	}
 	k := len(spec.Members)
 	t := &RingTransport{svc: svc, spec: spec, out: make([]network.Stream, spec.Shards), in: make([]*arIn, spec.Shards),
-		gone: make(chan struct{})}
+		gone: make(chan struct{}), ended: make(chan struct{})}
 	for s := range t.in {
 		t.in[s] = &arIn{ch: make(chan network.Stream, 1)}
 	}
@@ -121,7 +122,30 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 	for _, ap := range early {
 		t.accept(ap.s, ap.hello)
 	}
+	if k > 1 && svc.h.Network().Connectedness(t.left) != network.Connected {
+		// The left neighbour may have gone before this attempt could hear
+		// of its disconnection; find out now rather than at the I/O timeout.
+		go t.reachLeft()
+	}
 	return t, nil
+}
+
+// reachLeft connects to the left neighbour and reports it gone if that
+// fails. It gives up when the attempt ends.
+func (t *RingTransport) reachLeft() {
+	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.IOTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-t.ended:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := t.svc.h.Connect(ctx, peer.AddrInfo{ID: t.left}); err != nil && ctx.Err() == nil {
+		t.svc.log.Debug("left neighbour unreachable", "peer", t.left, "ring", t.spec.ID, "err", err)
+		t.leftGone()
+	}
 }
 
 func (t *RingTransport) leftGone() { t.goneOnce.Do(func() { close(t.gone) }) }
@@ -320,6 +344,7 @@ func (t *RingTransport) finish(code network.StreamErrorCode, end func(network.St
 	t.finished = true
 	streams := t.streams
 	t.streams = nil
+	close(t.ended)
 	t.mu.Unlock()
 	for _, s := range streams {
 		end(s)
@@ -338,10 +363,12 @@ type RingPeerError struct {
 	Err     error // the *mesh.PeerError
 }
 
+// Error names the peer and the mesh error.
 func (e *RingPeerError) Error() string {
 	return fmt.Sprintf("p2p: all-reduce failed at %s: %v", e.Peer, e.Err)
 }
 
+// Unwrap returns the *mesh.PeerError.
 func (e *RingPeerError) Unwrap() error { return e.Err }
 
 // AllReduce runs one attempt of mesh.AllReduce over libp2p: it opens the
