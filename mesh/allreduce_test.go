@@ -303,7 +303,9 @@ func (d *dyingTransport) Send(ctx context.Context, shard int, msg []byte) error 
 func (d *dyingTransport) Abort(error) {}
 
 // TestAllReduceHungMember: a member that never takes part makes everybody
-// return by the deadline; its right neighbour names it.
+// return by the deadline with a PeerError, and somebody names it. (Who names
+// whom is a race of the deadlines: a neighbour that times out first blames
+// its own neighbour and its abort may reach the others first.)
 func TestAllReduceHungMember(t *testing.T) {
 	const k, hung = 4, 1
 	in := randVecs(rand.New(rand.NewPCG(11, 12)), k, 5000)
@@ -322,6 +324,7 @@ func TestAllReduceHungMember(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	named := false
 	for i, err := range errs {
 		if i == hung {
 			continue
@@ -330,10 +333,10 @@ func TestAllReduceHungMember(t *testing.T) {
 		if !errors.As(err, &pe) {
 			t.Fatalf("member %d: got %v, want a PeerError", i, err)
 		}
+		named = named || pe.Rank == hung
 	}
-	var pe *PeerError
-	if errors.As(errs[hung+1], &pe); pe.Rank != hung {
-		t.Fatalf("right neighbour of the hung member named %d: %v", pe.Rank, errs[hung+1])
+	if !named {
+		t.Fatalf("nobody named the hung member: %v", errs)
 	}
 }
 
