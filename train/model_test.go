@@ -94,13 +94,35 @@ func randParams(r *rand.Rand, c Config, p []float32) {
 // reference model, on a sample of entries of every tensor.
 func TestModelGradientCheck(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	c, B, T := gradCfg, 2, 7
-	m, err := newModel(c, B, T)
+	m, err := newModel(gradCfg, 2, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	randParams(r, c, m.params)
+	randParams(r, gradCfg, m.params)
+	gradCheck(t, r, m, 6, 2e-3)
+}
+
+// TestTinyPresetGradientCheck runs the same check on the real `tiny` preset
+// with its real initialisation (2 entries per tensor to stay fast).
+func TestTinyPresetGradientCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("float64 reference of a 1 M-parameter model: a few seconds")
+	}
+	c, _ := Preset("tiny")
+	c.ZLoss = 0.01 // make the z-loss term visible in the gradient
+	m, err := newModel(c, 1, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	InitParams(c, 3, m.params)
+	gradCheck(t, rand.New(rand.NewPCG(23, 24)), m, 2, 5e-3)
+}
+
+func gradCheck(t *testing.T, r *rand.Rand, m *model, perTensor int, tol float64) {
+	t.Helper()
+	c, B, T := m.cfg, m.B, m.T
 	inputs, targets := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+	clear(m.grads)
 	_, obj := m.forward(inputs, targets, float32(1.0/float64(B*T)))
 	m.backward(inputs)
 
@@ -113,9 +135,8 @@ func TestModelGradientCheck(t *testing.T) {
 		t.Fatalf("forward: float32 objective %.8f, float64 reference %.8f", obj, want)
 	}
 	for _, ti := range c.Layout() {
-		idx := sampleIndices(r, ti, inputs, c.Dim)
 		var maxDiff, maxG float64
-		for _, i := range idx {
+		for _, i := range sampleIndices(r, ti, inputs, c.Dim, perTensor) {
 			old := p64[i]
 			const h = 1e-5
 			p64[i] = old + h
@@ -127,7 +148,7 @@ func TestModelGradientCheck(t *testing.T) {
 			maxDiff = math.Max(maxDiff, math.Abs(fd-float64(m.grads[i])))
 			maxG = math.Max(maxG, math.Abs(fd))
 		}
-		if maxG == 0 || maxDiff > 2e-3*maxG {
+		if maxG == 0 || maxDiff > tol*maxG {
 			t.Errorf("%s: max |analytic − numeric| = %.3g, max |numeric| = %.3g", ti.Name, maxDiff, maxG)
 		}
 	}
@@ -135,9 +156,9 @@ func TestModelGradientCheck(t *testing.T) {
 
 // sampleIndices picks a few entries of a tensor; for the embedding, entries of
 // rows that the inputs use (other rows have zero gradient).
-func sampleIndices(r *rand.Rand, ti TensorInfo, inputs []int32, C int) []int {
+func sampleIndices(r *rand.Rand, ti TensorInfo, inputs []int32, C, n int) []int {
 	var idx []int
-	for k := 0; k < 6; k++ {
+	for k := 0; k < n; k++ {
 		if ti.Name == "model.embed_tokens.weight" {
 			idx = append(idx, ti.Offset+int(inputs[r.IntN(len(inputs))])*C+r.IntN(C))
 		} else {
