@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -42,7 +43,10 @@ type Message struct {
 // concurrently from pubsub's validation workers, for received messages and
 // for this host's own publications, before they are delivered or relayed; it
 // must not block and must not modify or retain data. Returning false rejects
-// the message: it is neither delivered nor forwarded.
+// the message: it is neither delivered nor forwarded, and the peer that sent
+// it loses gossip score (see GossipGraylistThreshold). So return false for
+// malformed input only, not for well-formed messages this version does not
+// understand, or a newer node would be graylisted by older ones.
 type Validator func(from peer.ID, data []byte) bool
 
 // GossipStats counts what happened to gossip messages on this host.
@@ -52,7 +56,61 @@ type GossipStats struct {
 	Dropped   uint64 `json:"dropped"`   // valid, but the Messages channel was full
 }
 
+// Gossip score thresholds. Peers start at 0 and only lose points, for
+// invalid messages: each counts as weight·n² with n the decaying count of
+// invalid messages the peer sent or relayed. Four bring a peer under the
+// gossip threshold (no more gossip to or from it), five under the publish
+// threshold (our messages skip it), seven under the graylist threshold (all
+// its RPCs are ignored). The count decays by 1 % a second, so one burst is
+// held against a peer for tens of seconds, a persistent spammer for good.
+const (
+	GossipThreshold         = -100.0
+	GossipPublishThreshold  = -200.0
+	GossipGraylistThreshold = -400.0
+
+	gossipInvalidWeight = -10.0
+	gossipInvalidDecay  = 0.99
+	gossipScoreInspect  = time.Second
+)
+
+func gossipScoreParams(topic string) *pubsub.PeerScoreParams {
+	return &pubsub.PeerScoreParams{
+		Topics: map[string]*pubsub.TopicScoreParams{topic: {
+			TopicWeight:                    1,
+			TimeInMeshQuantum:              time.Second, // P1-P3b off: weights 0
+			InvalidMessageDeliveriesWeight: gossipInvalidWeight,
+			InvalidMessageDeliveriesDecay:  gossipInvalidDecay,
+		}},
+		AppSpecificScore: func(peer.ID) float64 { return 0 },
+		// No IP colocation penalty: several nodes behind one NAT, or a
+		// whole test network on 127.0.0.1, are legitimate.
+		DecayInterval: time.Second,
+		DecayToZero:   0.01,
+		RetainScore:   10 * time.Minute, // reconnecting does not wash a score
+	}
+}
+
+func gossipScoreThresholds() *pubsub.PeerScoreThresholds {
+	return &pubsub.PeerScoreThresholds{
+		GossipThreshold:   GossipThreshold,
+		PublishThreshold:  GossipPublishThreshold,
+		GraylistThreshold: GossipGraylistThreshold,
+	}
+}
+
+// storeScores keeps pubsub's latest score snapshot for PeerInfo.
+func (h *Host) storeScores(scores map[peer.ID]float64) { h.gossip.scores.Store(&scores) }
+
+// gossipScore returns a peer's last known gossip score, 0 if unknown.
+func (h *Host) gossipScore(id peer.ID) float64 {
+	if m := h.gossip.scores.Load(); m != nil {
+		return (*m)[id]
+	}
+	return 0
+}
+
 type gossipState struct {
+	scores    atomic.Pointer[map[peer.ID]float64]
 	ps        *pubsub.PubSub
 	topic     *pubsub.Topic
 	sub       *pubsub.Subscription
@@ -81,6 +139,8 @@ func (h *Host) joinTopic(ctx context.Context) error {
 		pubsub.WithPeerExchange(true),
 		pubsub.WithLogger(h.log.With("system", "gossip")),
 		pubsub.WithRawTracer(gossipTracer{h}),
+		pubsub.WithPeerScore(gossipScoreParams(TopicName(h.cfg.Run)), gossipScoreThresholds()),
+		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(h.storeScores), gossipScoreInspect),
 	)
 	if err != nil {
 		return fmt.Errorf("p2p: start gossipsub: %w", err)

@@ -3,6 +3,7 @@ package p2p
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/multiformats/go-varint"
 	"google.golang.org/protobuf/proto"
@@ -24,14 +27,11 @@ func TestTopicAndRendezvousNames(t *testing.T) {
 	}
 }
 
-// TestStrictSignatures plays a hostile peer that writes gossipsub RPCs by
-// hand: an unsigned message, one claiming another peer as author, and one
-// with a valid signature. Only the last may reach the application.
-func TestStrictSignatures(t *testing.T) {
-	hosts := startNetwork(t, "signatures", 2)
-	victim, impersonated := hosts[0], hosts[1]
-	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
-
+// hostilePeer is a plain libp2p host running its own gossipsub on the run's
+// topic, so that the victim's pubsub tracks and scores it, plus a raw
+// gossipsub stream to the victim for writing RPCs by hand.
+func hostilePeer(t *testing.T, victim *Host, run string) (host.Host, crypto.PrivKey, network.Stream) {
+	t.Helper()
 	key, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -40,34 +40,54 @@ func TestStrictSignatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer evil.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(func() { evil.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ps, err := pubsub.NewGossipSub(ctx, evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := ps.Join(TopicName(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topic.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
 	if err := evil.Connect(ctx, peer.AddrInfo{ID: victim.ID(), Addrs: victim.Libp2p().Addrs()}); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, meshTimeout, "victim sees the hostile peer on the topic", func() bool {
+		return slices.Contains(victim.TopicPeers(), evil.ID())
+	})
 	s, err := evil.NewStream(ctx, victim.ID(), pubsub.GossipSubID_v11)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return evil, key, s
+}
+
+// TestStrictSignatures plays a hostile peer that writes gossipsub RPCs by
+// hand: an unsigned message, one claiming another peer as author, and one
+// with a valid signature. Only the last may reach the application.
+func TestStrictSignatures(t *testing.T) {
+	hosts := startNetwork(t, "signatures", 2)
+	victim, impersonated := hosts[0], hosts[1]
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
+	evil, key, s := hostilePeer(t, victim, "signatures")
 
 	topic := TopicName("signatures")
 	unsigned := &pb.Message{Data: []byte("unsigned"), Topic: &topic}
 	forged := signedMessage(t, key, impersonated.ID(), topic, "forged", 1) // From is not the signer
 	valid := signedMessage(t, key, evil.ID(), topic, "valid", 2)
-	sub := true
-	rpc := &pb.RPC{
-		Subscriptions: []*pb.RPC_SubOpts{{Subscribe: &sub, Topicid: &topic}},
-		Publish:       []*pb.Message{unsigned, forged, valid},
-	}
-	writeRPC(t, s, rpc)
+	writeRPC(t, s, &pb.RPC{Publish: []*pb.Message{unsigned, forged, valid}})
 
 	m := receive(t, victim, "valid", 10*time.Second)
 	if m.From != evil.ID() {
 		t.Fatalf("valid message attributed to %s, want %s", m.From, evil.ID())
 	}
-	eventually(t, 10*time.Second, "two rejections", func() bool { return victim.GossipStats().Rejected >= 2 })
+	eventually(t, meshTimeout, "two rejections", func() bool { return victim.GossipStats().Rejected >= 2 })
 	select {
 	case m := <-victim.Messages():
 		t.Fatalf("unexpected message %q from %s", m.Data, m.From)
@@ -84,6 +104,32 @@ func TestStrictSignatures(t *testing.T) {
 			t.Fatalf("invalid message %q was relayed", m.Data)
 		}
 	default:
+	}
+}
+
+// TestInvalidMessagesGraylistSender: a peer that sends a burst of invalid
+// messages falls under the graylist threshold; honest peers keep score 0.
+func TestInvalidMessagesGraylistSender(t *testing.T) {
+	hosts := startNetwork(t, "graylist", 2)
+	victim, honest := hosts[0], hosts[1]
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
+	evil, _, s := hostilePeer(t, victim, "graylist")
+
+	topic := TopicName("graylist")
+	var burst []*pb.Message
+	for i := range 8 {
+		burst = append(burst, &pb.Message{Data: []byte{byte(i)}, Topic: &topic}) // unsigned
+	}
+	writeRPC(t, s, &pb.RPC{Publish: burst})
+	eventually(t, meshTimeout, "hostile peer graylisted", func() bool {
+		return victim.PeerInfo(evil.ID()).GossipScore <= GossipGraylistThreshold
+	})
+	publishAndReceive(t, honest, []*Host{victim}, "honest traffic")
+	if sc := victim.PeerInfo(honest.ID()).GossipScore; sc != 0 {
+		t.Fatalf("honest peer's score %v, want 0", sc)
+	}
+	if st := victim.GossipStats(); st.Rejected < 8 || st.Delivered != 1 {
+		t.Fatalf("stats %+v: want 8 rejected, 1 delivered", st)
 	}
 }
 

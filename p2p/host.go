@@ -513,6 +513,7 @@ type PeerInfo struct {
 	Latency       time.Duration `json:"latency_ns"` // EWMA of pings and DHT round trips; 0 if unknown
 	Protected     bool          `json:"protected"`  // a ring member (see Protect)
 	Traffic       Traffic       `json:"traffic"`
+	GossipScore   float64       `json:"gossip_score"` // 0, or negative after invalid messages; refreshed every second
 }
 
 // PeerInfo returns what the host knows about id: addresses from the
@@ -527,6 +528,7 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 		Latency:       ps.LatencyEWMA(id),
 		Protected:     h.cm.IsProtected(id, protectRingTag),
 		Traffic:       h.bw.peer(id),
+		GossipScore:   h.gossipScore(id),
 	}
 	for _, a := range ps.Addrs(id) {
 		info.Addrs = append(info.Addrs, a.String())
