@@ -33,13 +33,16 @@ type kernelSpec struct {
 	// embedded uses the FMA's embedded broadcast of a memory operand
 	// instead of a separate VBROADCASTSS into a bcast register.
 	embedded bool
+	// prefetch, when > 0, is how many bytes ahead of the current k step the
+	// loop prefetches the B and A panels (one line of each per k step).
+	prefetch int
 }
 
 func main() {
 	dir := flag.String("dir", "kernels", "directory to write the .s files into")
 	flag.Parse()
 	specs := []kernelSpec{
-		{file: "gemm_avx512_amd64.s", name: "sgemmKernelAVX512", reg: "Z", width: 16, mr: 14, nvec: 2, unroll: 4, bcast: []int{30, 31}},
+		{file: "gemm_avx512_amd64.s", name: "sgemmKernelAVX512", reg: "Z", width: 16, mr: 14, nvec: 2, unroll: 4, bcast: []int{30, 31}, prefetch: 1024},
 		{file: "gemm_avx2_amd64.s", name: "sgemmKernelAVX2", reg: "Y", width: 8, mr: 6, nvec: 2, unroll: 4, bcast: []int{14, 15}},
 	}
 	for _, s := range specs {
@@ -129,6 +132,13 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 	p("\tJZ tail")
 	p("loop:")
 	for u := 0; u < s.unroll; u++ {
+		if s.prefetch > 0 {
+			p("\tPREFETCHT0 %d(DI)", s.prefetch+u*nr*4)
+			if nr*4 > 64 {
+				p("\tPREFETCHT0 %d(DI)", s.prefetch+u*nr*4+64)
+			}
+			p("\tPREFETCHT0 %d(SI)", s.prefetch/2+u*s.mr*4)
+		}
 		s.step(p, u*s.mr*4, u*nr*4, vecBytes)
 	}
 	p("\tADDQ $%d, SI", s.unroll*s.mr*4)
