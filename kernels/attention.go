@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"math"
+	"sync"
 )
 
 // Causal grouped-query attention over the fused q/k/v projection output.
@@ -19,6 +20,20 @@ import (
 // tile is attTile × (keys up to the tile's end), so memory per job is O(T) and
 // the work per query is O(T·hd), done as matrix products by Sgemm.
 const attTile = 64
+
+// scratchPool recycles the score tiles of attention jobs, so a training step
+// does not allocate them again.
+var scratchPool sync.Pool // of *[]float32
+
+// getScratch returns a slice of n float32 with arbitrary contents.
+func getScratch(n int) []float32 {
+	if p, ok := scratchPool.Get().(*[]float32); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]float32, n)
+}
+
+func putScratch(s []float32) { scratchPool.Put(&s) }
 
 // attView locates the q, k, v of one (batch, query head) inside qkv and out.
 type attView struct {
@@ -46,7 +61,8 @@ func AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int) {
 	layerJobs(B*H, func(job int) {
 		v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: job / H, h: job % H}
 		v.kh = v.h / (H / KVH)
-		S := make([]float32, min(attTile, T)*T)
+		S := getScratch(min(attTile, T) * T)
+		defer putScratch(S)
 		for t0 := 0; t0 < T; t0 += attTile {
 			t1 := min(t0+attTile, T)
 			tq := t1 - t0
@@ -107,7 +123,9 @@ func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int
 			clear(row[(H+KVH+kh)*hd : (H+KVH+kh+1)*hd])
 		}
 		n := min(attTile, T) * T
-		P, dP := make([]float32, n), make([]float32, n)
+		P, dP := getScratch(n), getScratch(n)
+		defer putScratch(P)
+		defer putScratch(dP)
 		for h := kh * grp; h < (kh+1)*grp; h++ {
 			v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: b, h: h, kh: kh}
 			d := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: dqkv, out: dout, b: b, h: h, kh: kh}
