@@ -12,8 +12,10 @@
 // accumulators for each update. Shared memory exceeds 48 KB: the host raises
 // the limit with cuFuncSetAttribute (AttnTCSmem in manifest.go gives the
 // sizes; each kernel traps if launched with less).
-#include <mma.h>
 #include "common.cuh"
+#ifndef IC_EMU
+#include <mma.h>
+#endif
 
 using namespace nvcuda;
 
@@ -41,7 +43,11 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
 static __device__ __forceinline__ void need_smem(unsigned bytes) {
 	unsigned dyn;
+#ifdef IC_EMU
+	dyn = emu_dynamic_smem_size();
+#else
 	asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+#endif
 	if (dyn < bytes) __trap();
 }
 
@@ -104,7 +110,7 @@ static __device__ __forceinline__ void zero_f32(float* p, int n) {
 // Forward. grid (ceil(T/64), H, B), block 128, dynamic smem TC<HD>::FWD.
 template <int HD>
 static __device__ void attn_fwd_tc(bf16* out, float* lse, const bf16* qkv, int T, int H, int KV) {
-	extern __shared__ __align__(128) unsigned char smem[];
+	IC_DYNAMIC_SMEM(smem);
 	need_smem(TC<HD>::FWD);
 	bf16* Qs = reinterpret_cast<bf16*>(smem);
 	bf16* Ks = reinterpret_cast<bf16*>(smem + TC<HD>::TILEB);
@@ -170,7 +176,7 @@ static __device__ void attn_fwd_tc(bf16* out, float* lse, const bf16* qkv, int T
 // q part of dqkv. D = rowsum(dO∘O) from attn_bwd_d.
 template <int HD>
 static __device__ void attn_bwd_dq_tc(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* D, int T, int H, int KV) {
-	extern __shared__ __align__(128) unsigned char smem[];
+	IC_DYNAMIC_SMEM(smem);
 	need_smem(TC<HD>::DQ);
 	bf16* Qs = reinterpret_cast<bf16*>(smem);
 	bf16* Os = reinterpret_cast<bf16*>(smem + TC<HD>::TILEB);  // dO
@@ -228,7 +234,7 @@ static __device__ void attn_bwd_dq_tc(bf16* dqkv, const bf16* qkv, const bf16* d
 // group and every query tile at or after its own. Writes the k and v parts of dqkv.
 template <int HD>
 static __device__ void attn_bwd_dkdv_tc(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* D, int T, int H, int KV) {
-	extern __shared__ __align__(128) unsigned char smem[];
+	IC_DYNAMIC_SMEM(smem);
 	need_smem(TC<HD>::DKDV);
 	bf16* Ks = reinterpret_cast<bf16*>(smem);
 	bf16* Vs = reinterpret_cast<bf16*>(smem + TC<HD>::TILEB);

@@ -1,7 +1,13 @@
 // common.cuh — types and block/warp reductions shared by every kernel.
 #pragma once
+#ifdef IC_EMU
+#include "../emu/emu.h"  // CPU emulation for tests (kernels/cuda/emu_test.go)
+#else
 #include <cuda_bf16.h>
 #include <stdint.h>
+// IC_DYNAMIC_SMEM declares the block's dynamic shared memory.
+#define IC_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
 
 typedef __nv_bfloat16 bf16;
 
