@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"text/tabwriter"
 
 	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
 )
@@ -41,10 +42,29 @@ func cmdRun(ctx context.Context, args []string) error {
 	defer n.Close()
 	printProfile(p, o.RateScale)
 	procs, err := n.StartAll(fs.Args(), func(i int) io.Writer { return newPrefixWriter(os.Stdout, n.Hosts[i].Name) })
-	if err != nil {
-		return err
+	if err == nil {
+		err = waitAll(ctx, procs)
 	}
-	return waitAll(ctx, procs)
+	printStats(n)
+	return err
+}
+
+// printStats prints what every link carried and dropped, and the packets
+// each host's TUN dropped because the forwarder fell behind.
+func printStats(n *wan.Net) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "link	packets	MiB	queue drops	loss drops	")
+	for _, l := range n.Forwarder().Stats().Links {
+		if l.Offered > 0 {
+			fmt.Fprintf(tw, "%s→%s	%d	%.2f	%d	%d	\n", l.From, l.To, l.Packets, float64(l.Bytes)/(1<<20), l.QueueDrops, l.LossDrops)
+		}
+	}
+	tw.Flush()
+	for i, h := range n.Hosts {
+		if d, err := n.HostDrops(i); err != nil || d > 0 {
+			fmt.Fprintf(os.Stderr, "%s: %d packets dropped at wan0 before the emulator (%v): the machine was too busy\n", h.Name, d, err)
+		}
+	}
 }
 
 // waitAll waits until every process has exited or ctx is done, and reports

@@ -49,6 +49,16 @@ func (b *Bucket) Backlog(now int64) int {
 	return b.backlog(now, b.tat-b.nanos(b.Burst))
 }
 
+// TxTime is the time in ns the link takes to put size bytes on the wire
+// (0 for an unlimited link). A packet has fully arrived at the far end
+// TxTime after it departs, plus the propagation delay.
+func (b *Bucket) TxTime(size int) int64 {
+	if b.Rate <= 0 {
+		return 0
+	}
+	return b.nanos(size)
+}
+
 // backlog converts the wait until depart into bytes at the link rate.
 func (b *Bucket) backlog(now, depart int64) int {
 	if depart <= now {

@@ -89,3 +89,14 @@ func TestBucketLongRunRate(t *testing.T) {
 		t.Errorf("long-run rate %.0f B/s, want %.0f ± 1 %%", got, rate)
 	}
 }
+
+func TestBucketTxTime(t *testing.T) {
+	b := Bucket{Rate: 125e6} // 1 Gbit/s
+	if got := b.TxTime(1500); got != 12_000 {
+		t.Errorf("1500 B at 1 Gbit/s takes %d ns, want 12000", got)
+	}
+	var unlimited Bucket
+	if got := unlimited.TxTime(65535); got != 0 {
+		t.Errorf("unlimited link: %d ns, want 0", got)
+	}
+}

@@ -268,7 +268,7 @@ func (l *link) admit(now int64, pkt []byte, segs, wire int) bool {
 		return false
 	}
 	wasEmpty := l.q.Len() == 0
-	l.q.Push(depart+l.delay, pkt)
+	l.q.Push(depart+l.bucket.TxTime(wire)+l.delay, pkt) // last bit's arrival
 	l.mu.Unlock()
 	if wasEmpty {
 		select {

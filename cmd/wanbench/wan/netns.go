@@ -157,3 +157,37 @@ func Cleanup(prefix string, all bool, log *slog.Logger) ([]string, error) {
 	}
 	return deleted, errors.Join(errs...)
 }
+
+// HostDrops returns how many packets host i's kernel dropped at its TUN
+// device because the forwarder had not read them in time (the device's TX
+// drop counter). Non-zero means the machine was too busy to emulate the
+// profile faithfully: those losses are not the profile's.
+func (n *Net) HostDrops(i int) (uint64, error) {
+	var drops uint64
+	err := emu.InNetns(n.Hosts[i].NetnsPath(), func() error {
+		data, err := os.ReadFile("/proc/thread-self/net/dev")
+		if err != nil {
+			return err
+		}
+		drops, err = txDrops(string(data), Device)
+		return err
+	})
+	return drops, err
+}
+
+// txDrops parses /proc/net/dev text for the TX drop counter of dev.
+func txDrops(procNetDev, dev string) (uint64, error) {
+	for _, line := range strings.Split(procNetDev, "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(name) != dev {
+			continue
+		}
+		// 8 receive fields, then TX: bytes packets errs drop ...
+		f := strings.Fields(rest)
+		if len(f) < 12 {
+			break
+		}
+		return strconv.ParseUint(f[11], 10, 64)
+	}
+	return 0, fmt.Errorf("wan: no counters for %s in /proc/net/dev", dev)
+}

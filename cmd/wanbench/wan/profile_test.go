@@ -168,3 +168,17 @@ func TestExpand(t *testing.T) {
 		t.Errorf("Expand = %q, want %q", got, want)
 	}
 }
+
+func TestTxDrops(t *testing.T) {
+	const dev = `Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
+  wan0:    5000      10    0    0    0     0          0         0   289792    2264    0 1424    0     0       0          0
+`
+	if got, err := txDrops(dev, "wan0"); err != nil || got != 1424 {
+		t.Errorf("txDrops = %d, %v; want 1424", got, err)
+	}
+	if _, err := txDrops(dev, "eth0"); err == nil {
+		t.Error("txDrops found a device that is not there")
+	}
+}
