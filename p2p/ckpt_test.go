@@ -356,6 +356,9 @@ func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	if err := srv.Prepare(); err != nil {
+		t.Fatal(err)
+	}
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	ctx := context.Background()
@@ -517,5 +520,20 @@ func TestCkptFetchSizes(t *testing.T) {
 				t.Fatalf("decode: %v", err)
 			}
 		})
+	}
+}
+
+func TestCkptServerBadSnapshot(t *testing.T) {
+	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 40)
+	broken := *snap
+	broken.ChunkSize = 1000 // below CkptMinChunkSize
+	h, srv := ckptServe(t, &broken, CkptServeConfig{})
+	if err := srv.Prepare(); !errors.Is(err, ErrCkptSnapshot) {
+		t.Fatalf("Prepare: want ErrCkptSnapshot, got %v", err)
+	}
+	j := ckptHost(t)
+	_, _, err := ckptFetch(t, j, ckptConnect(t, j, h), snap, CkptFetchConfig{}, nil)
+	if !errors.Is(err, ErrCkptNoDonors) {
+		t.Fatalf("a donor with an unservable snapshot must answer none: %v", err)
 	}
 }

@@ -65,8 +65,7 @@ const (
 
 // Error codes of ckptMsgError. Append only.
 const (
-	ckptErrBusy       uint8 = 1 // the donor serves its maximum of transfers
-	ckptErrBadRequest uint8 = 2 // the request was malformed or out of range
+	ckptErrBusy uint8 = 1 // the donor serves its maximum of transfers
 )
 
 // ErrCkptProtocol is returned (wrapped) for a malformed or unexpected message
