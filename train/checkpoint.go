@@ -121,11 +121,16 @@ func ResumeTrainer(dir string, data Source) (*Trainer, error) {
 }
 
 func readState(dir string) (checkpointState, error) {
-	var st checkpointState
 	b, err := readFileLimited(filepath.Join(dir, stateFile), maxConfigFile)
 	if err != nil {
-		return st, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+		return checkpointState{}, fmt.Errorf("%w: %v", ErrCheckpoint, err)
 	}
+	return parseState(b)
+}
+
+// parseState decodes and checks state.json, including the options it carries.
+func parseState(b []byte) (checkpointState, error) {
+	var st checkpointState
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("%w: %s: %v", ErrCheckpoint, stateFile, err)
 	}
@@ -134,6 +139,9 @@ func readState(dir string) (checkpointState, error) {
 	}
 	if st.Step < 0 || st.Data.Step != st.Step {
 		return st, fmt.Errorf("%w: %s: step %d, data step %d", ErrCheckpoint, stateFile, st.Step, st.Data.Step)
+	}
+	if err := st.Options.Validate(); err != nil {
+		return st, fmt.Errorf("%w: %s: %v", ErrCheckpoint, stateFile, err)
 	}
 	return st, nil
 }

@@ -149,13 +149,22 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("train: load config: %w", err)
 	}
+	c, err := parseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// parseConfig decodes a JSON model config, fills defaults and validates it.
+func parseConfig(b []byte) (Config, error) {
 	var c Config
 	if err := json.Unmarshal(b, &c); err != nil {
-		return Config{}, fmt.Errorf("%w: %s: %v", ErrConfig, path, err)
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	c = withDefaults(c)
 	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -63,6 +63,19 @@ type acts struct {
 	dgu          []float32   // (N, 2F)
 }
 
+// maxCPUFloats bounds the float32 values (parameters, gradients, AdamW moments
+// and activations) a CPU model may allocate: 32 GiB. Larger configurations are
+// refused with an error instead of failing in the allocator.
+const maxCPUFloats = 1 << 33
+
+// actFloats estimates the activation floats of a model for B×T tokens.
+func actFloats(c Config, B, T int) float64 {
+	N := float64(B * T)
+	C, F, V, W := float64(c.Dim), float64(c.FFN), float64(c.Vocab), float64(c.qkvDim())
+	perLayer := N * (6*C + W + 3*F + 2) // resid, mid, ln1, ln2, att (≤C), qkv, gu, h
+	return float64(c.Layers)*perLayer + N*(V+4*C+2*W+3*F)
+}
+
 func (c Config) qkvDim() int { return (c.Heads + 2*c.KVHeads) * c.HeadDim() }
 
 // newModel allocates a model for batches of B rows of T tokens. Parameters are
@@ -75,8 +88,9 @@ func newModel(cfg Config, B, T int) (*model, error) {
 		return nil, fmt.Errorf("%w: batch %d × seq %d (seq_len %d)", ErrConfig, B, T, cfg.SeqLen)
 	}
 	n := cfg.NumParams()
-	if n > math.MaxInt32*4 {
-		return nil, fmt.Errorf("%w: %d parameters is too many for the CPU engine", ErrConfig, n)
+	if need := 4*float64(n) + actFloats(cfg, B, T); need > maxCPUFloats {
+		return nil, fmt.Errorf("%w: %d parameters with batch %d×%d need %.0f GiB: too many for the CPU engine (limit %d GiB)",
+			ErrConfig, n, B, T, need*4/(1<<30), maxCPUFloats*4>>30)
 	}
 	m := &model{cfg: cfg, B: B, T: T, params: make([]float32, n), grads: make([]float32, n)}
 	m.p, m.g = carve(cfg, m.params), carve(cfg, m.grads)
