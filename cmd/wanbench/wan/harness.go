@@ -168,16 +168,18 @@ func (n *Net) build(ctx context.Context) error {
 	return nil
 }
 
-// configure makes host h's TUN device (persistent, so that the forwarder
-// attaches to it), brings it and loopback up and writes the sysctls.
+// configure writes the sysctls of host h's namespace, then makes its TUN
+// device (persistent, so that the forwarder attaches to it) and brings it
+// and loopback up. The sysctls go first so that the device never sees IPv6
+// chatter, which it would drop while no forwarder reads it yet.
 func (n *Net) configure(ctx context.Context, h Host) error {
+	if err := writeSysctls(h.NetnsPath(), n.opts.Sysctls); err != nil {
+		return err
+	}
 	batch := fmt.Sprintf("link set lo up\ntuntap add dev %s mode tun\n"+
 		"link set %s mtu %d txqueuelen %d up\naddr add %s dev %s\n",
 		Device, Device, n.opts.MTU, n.opts.TxQueueLen, netip.PrefixFrom(h.Addr, Prefix.Bits()), Device)
-	if err := ip(ctx, batch, "-n", h.Netns, "-batch", "-"); err != nil {
-		return err
-	}
-	return writeSysctls(h.NetnsPath(), n.opts.Sysctls)
+	return ip(ctx, batch, "-n", h.Netns, "-batch", "-")
 }
 
 // MTU is the links' MTU in bytes.
