@@ -25,10 +25,13 @@ func TestSimRandomFaults(t *testing.T) {
 	}
 }
 
-func simRandomRun(t *testing.T, seed uint64) {
+func simRandomRun(t *testing.T, seed uint64) { simRandomRunTrace(t, seed, 3, nil) }
+
+func simRandomRunTrace(t *testing.T, seed uint64, minSize int, trace func(string)) {
 	s := newSimNet(t, 1000+seed)
+	s.trace = trace
 	rng := rand.New(rand.NewPCG(seed, 99))
-	size := 3 + rng.IntN(8)
+	size := minSize + rng.IntN(8)
 	s.drop, s.dup = rng.Float64()*0.2, rng.Float64()*0.1
 	s.minDelay, s.maxDelay = 1, 1+rng.IntN(5)
 	s.addN(size, nil)

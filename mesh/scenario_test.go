@@ -226,3 +226,22 @@ func TestSimPartitionSmallSideAhead(t *testing.T) {
 		t.Fatalf("after the heal: ring %v round %d", last.ring.Members, last.ring.Round)
 	}
 }
+
+// TestSimLastSurvivor: one node alone keeps completing steps after all its
+// peers crashed at different points of a step.
+func TestSimLastSurvivor(t *testing.T) {
+	s := newSimNet(t, 19)
+	s.addN(4, nil)
+	s.waitState("n01", StateReady, 200)
+	s.crash("n01")
+	s.waitState("n02", StateAgreeing, 200)
+	s.crash("n02")
+	s.waitState("n03", StateReducing, 200)
+	s.crash("n03")
+	at := s.minStep()
+	s.runUntil(600, "3 more steps alone", func() bool { return s.minStep() >= at+3 })
+	s.checkNoStepLost()
+	if last := s.done[len(s.done)-1]; len(last.ring.Members) != 1 {
+		t.Fatalf("last ring %v", last.ring.Members)
+	}
+}

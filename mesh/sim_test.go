@@ -141,7 +141,7 @@ func (s *simNet) restart(id PeerID) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	n.m, n.up, n.trainKey = m, true, meshKey{}
+	n.m, n.up, n.trainKey, n.ring, n.fetch = m, true, meshKey{}, nil, nil
 	n.syncs++ // what it completed after its checkpoint is gone
 	s.logf("%s restarts at step %d", id, n.ckStep)
 	s.flush(n)
@@ -151,7 +151,7 @@ func (s *simNet) leave(id PeerID) {
 	n := s.nodes[id]
 	n.m.Leave()
 	s.flush(n)
-	n.up = false
+	n.up, n.ring, n.fetch = false, nil, nil
 }
 
 func (s *simNet) partition(groups ...[]PeerID) {
