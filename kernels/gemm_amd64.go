@@ -115,7 +115,15 @@ func packA14(kc int, src []float32, ld, rows int, dst []float32) bool {
 	}
 	checkPanel(rows, 14)
 	_, _ = src[(rows-1)*ld+kc-1], dst[14*kc-1]
-	packRows14AVX512(kc, &src[0], ld, rows, &dst[0])
+	done := 0
+	if rows == 14 && kc >= 16 { // whole 16-depth blocks: register transposes
+		blocks := kc / 16
+		transpose14AVX512(blocks, &src[0], ld, &dst[0])
+		done = 16 * blocks
+	}
+	if done < kc { // the rest (and partial panels): gathers
+		packRows14AVX512(kc-done, &src[done], ld, rows, &dst[14*done])
+	}
 	return true
 }
 
@@ -143,3 +151,10 @@ func packDepthB32(kc int, src []float32, ld, cols int, dst []float32) {
 	_, _ = src[(kc-1)*ld+cols-1], dst[32*kc-1]
 	packDepth32AVX512(kc, &src[0], ld, cols, &dst[0])
 }
+
+// transpose14AVX512 sets dst[p*14+r] = a[r*lda+p] for r < 14 and
+// p < 16·blocks, blocks ≥ 1, by in-register 16×16 transposes
+// (gemm_pack_amd64.s). Requires AVX-512F.
+//
+//go:noescape
+func transpose14AVX512(blocks int, a *float32, lda int, dst *float32)
