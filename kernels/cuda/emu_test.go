@@ -325,3 +325,21 @@ func emuSqrtCode(x, mu, invR float32) uint8 {
 	}
 	return uint8(int32(float32(y*127.5) + 128))
 }
+
+// TestEmuSumSquares checks the two-stage gradient-norm reduction against
+// kernels.SumSquares and that two runs agree bit for bit.
+func TestEmuSumSquares(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 1))
+	const n = 300007
+	x := emuRandn(r, n, 1)
+	got := runEmu(t, itoa("sumsq", n), []any{x}, 4) // two float64s
+	a := math.Float64frombits(uint64(math.Float32bits(got[0][0])) | uint64(math.Float32bits(got[0][1]))<<32)
+	b := math.Float64frombits(uint64(math.Float32bits(got[0][2])) | uint64(math.Float32bits(got[0][3]))<<32)
+	want := kernels.SumSquares(x)
+	if a != b {
+		t.Errorf("two runs differ: %v vs %v", a, b)
+	}
+	if math.Abs(a-want) > 1e-12*want {
+		t.Errorf("Σx² = %v, kernels.SumSquares gives %v", a, want)
+	}
+}

@@ -25,7 +25,7 @@ var ErrUnsupported = errors.New("cuda: unsupported")
 // launches. The embedded PTX must define each (TestPTXDefinesKernels).
 var Kernels = []string{
 	"cast_f32_bf16", "cast_bf16_f32", "embed_forward", "embed_backward",
-	"swiglu_forward", "swiglu_backward", "rope", "adamw", "sumsq", "scale_f32",
+	"swiglu_forward", "swiglu_backward", "rope", "adamw", "sumsq_partial", "sum_f64", "scale_f32",
 	"rmsnorm_forward", "rmsnorm_backward_dx", "rmsnorm_backward_dw",
 	"xent", "sum_f32", "attn_bwd_d",
 	"attn_fwd_hd32", "attn_bwd_dq_hd32", "attn_bwd_dkdv_hd32",
@@ -36,6 +36,11 @@ var Kernels = []string{
 	"attn_fwd_tc_hd64", "attn_bwd_dq_tc_hd64", "attn_bwd_dkdv_tc_hd64", "attn_tc_smem_hd64",
 	"attn_fwd_tc_hd128", "attn_bwd_dq_tc_hd128", "attn_bwd_dkdv_tc_hd128", "attn_tc_smem_hd128",
 }
+
+// NormBlocks is the fixed grid of sumsq_partial: the gradient norm is the
+// sum of that many per-block partial sums, added in a fixed order, so it is
+// the same on every run.
+const NormBlocks = 1024
 
 // AttnHeadDims are the head sizes the attention kernels are instantiated for.
 var AttnHeadDims = []int{32, 64, 128}

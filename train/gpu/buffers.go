@@ -56,6 +56,7 @@ type acts struct {
 	in, tgt      cu.DevicePtr   // (N) int32
 	cos, sin     cu.DevicePtr   // (T, hd/2) f32
 	scalars      cu.DevicePtr   // 4 × f64: loss sum, grad sum of squares
+	partials     cu.DevicePtr   // cuda.NormBlocks × f64: per-block sums of squares
 }
 
 func carveActs(a *arena, c train.Config, B, T int) acts {
@@ -90,6 +91,7 @@ func carveActs(a *arena, c train.Config, B, T int) acts {
 	x.in, x.tgt = a.take(4*int64(N)), a.take(4*int64(N))
 	x.cos, x.sin = a.f32(T*hd/2), a.f32(T*hd/2)
 	x.scalars = a.take(32)
+	x.partials = a.take(8 * cuda.NormBlocks)
 	return x
 }
 

@@ -323,9 +323,13 @@ func (e *Engine) stepLocked() (train.StepStats, error) {
 			return train.StepStats{}, err
 		}
 	}
-	var a cuda.Args
-	if err := e.dev.Launch("sumsq", cuda.Dim3{X: cuda.Grid1D(int64(e.n), ewBlock, 1024)}, cuda.Dim3{X: ewBlock}, 0,
-		a.P(e.a.scalars+8).P(e.g).L(int64(e.n))); err != nil {
+	var a cuda.Args // gradient norm: fixed grid, fixed order, no atomics
+	if err := e.dev.Launch("sumsq_partial", cuda.Dim3{X: cuda.NormBlocks}, cuda.Dim3{X: ewBlock}, 0,
+		a.P(e.a.partials).P(e.g).L(int64(e.n))); err != nil {
+		return train.StepStats{}, err
+	}
+	if err := e.dev.Launch("sum_f64", cuda.Dim3{X: 1}, cuda.Dim3{X: 1024}, 0,
+		a.Reset().P(e.a.scalars+8).P(e.a.partials).I(cuda.NormBlocks)); err != nil {
 		return train.StepStats{}, err
 	}
 	if err := cuda.Download(e.dev, e.scal[:2], e.a.scalars); err != nil {

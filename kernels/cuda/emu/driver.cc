@@ -118,6 +118,17 @@ int main(int argc, char** argv) {
 		putf(m);
 		putf(v);
 		putb(pb);
+	} else if (mode == "sumsq") {  // n: Σx² twice (must agree bit for bit)
+		const long long n = I(2);
+		auto x = readf(n);
+		const int G = 16;  // the engine uses NormBlocks = 1024; the kernels do not care
+		std::vector<double> part(G);
+		double out[2];
+		for (int rep = 0; rep < 2; rep++) {
+			emu_launch(d3(G), d3(256), 0, [&] { sumsq_partial(part.data(), x.data(), n); });
+			emu_launch(d3(1), d3(1024), 0, [&] { sum_f64(&out[rep], part.data(), G); });
+		}
+		std::fwrite(out, 8, 2, stdout);
 	} else if (mode == "quant") {  // n chunk
 		const long long n = I(2);
 		const int chunk = I(3);

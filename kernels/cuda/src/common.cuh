@@ -36,6 +36,20 @@ static __device__ float block_sum(float v) {
 	return warp_sum(v);
 }
 
+// block_sum_d is block_sum in double: a fixed reduction tree, so the result
+// depends only on the inputs and the block size.
+static __device__ double block_sum_d(double v) {
+	__shared__ double s[32];
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	__syncthreads();
+	if (lane == 0) s[w] = v;
+	__syncthreads();
+	v = lane < nw ? s[lane] : 0.0;
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
 // block_argmax returns the largest v over the block and, among equal maxima,
 // the smallest index (as the CPU loop `if v > max` does). Same rules as block_sum.
 static __device__ void block_argmax(float v, int i, float* vout, int* iout) {

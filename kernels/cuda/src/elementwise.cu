@@ -96,12 +96,21 @@ KERNEL void adamw(float* p, bf16* pb, const float* g, float* m, float* v, long l
 	}
 }
 
-// sumsq: *out += Σ x[i]² (double atomics across blocks). Zero *out first.
-KERNEL void sumsq(double* out, const float* x, long long n) {
-	float s = 0.f;
-	for (long long i = gtid(); i < n; i += gstride()) s += x[i] * x[i];
-	s = block_sum(s);
-	if (threadIdx.x == 0) atomicAdd(out, (double)s);
+// sumsq_partial: partial[blockIdx.x] = Σ x[i]² over this block's grid-stride
+// share, in double. With a fixed grid the result is deterministic (no atomics).
+KERNEL void sumsq_partial(double* partial, const float* x, long long n) {
+	double s = 0.0;
+	for (long long i = gtid(); i < n; i += gstride()) s += (double)x[i] * (double)x[i];
+	s = block_sum_d(s);
+	if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// sum_f64: *out = Σ_{i<n} x[i] in a fixed order. One block.
+KERNEL void sum_f64(double* out, const double* x, int n) {
+	double s = 0.0;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+	s = block_sum_d(s);
+	if (threadIdx.x == 0) *out = s;
 }
 
 // scale_f32: x[i] *= a.
