@@ -45,13 +45,17 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(o); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "linkemu:", err)
 		os.Exit(1)
 	}
 }
 
-func run(o options) error {
+// run forwards until ctx is done, then writes the counters as JSON to out.
+func run(ctx context.Context, o options, out io.Writer) error {
 	level := slog.LevelInfo
 	if o.verbose {
 		level = slog.LevelDebug
@@ -65,12 +69,10 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	go reloadOnHangup(ctx, o.config, cfg, fwd, log)
 	log.Info("forwarding", "hosts", len(cfg.Hosts), "mtu", cfg.MTU)
 	err = fwd.Run(ctx)
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return errors.Join(err, enc.Encode(fwd.Stats()))
 }
