@@ -8,6 +8,7 @@ package cuda
 // without one): run with kernels/cuda/build.sh test (docs/cuda.md).
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -459,15 +460,11 @@ func TestQuantInt8(t *testing.T) {
 	x := randn(r, n, 1e-3)
 	nch := CeilDiv(n, chunk)
 	on(t, func(d *Device) error {
-		px, pc, ptab, pbad := buf(t, d, x), buf(t, d, make([]uint8, n)), buf(t, d, make([]float32, nch*256)), buf(t, d, []int32{0})
-		var a Args
-		if err := d.Launch("quant_int8", Dim3{X: nch}, Dim3{X: 256}, 0, a.P(pc).P(ptab).P(pbad).P(px).L(n).I(chunk)); err != nil {
+		px, pc, ptab := buf(t, d, x), buf(t, d, make([]uint8, n)), buf(t, d, make([]float32, nch*256))
+		if err := d.QuantizeInt8(pc, ptab, px, n, chunk); err != nil {
 			return err
 		}
 		codes, tabs := get[uint8](t, d, pc, n), get[float32](t, d, ptab, nch*256)
-		if bad := get[int32](t, d, pbad, 1); bad[0] != 0 {
-			t.Fatal("finite input flagged as non-finite")
-		}
 		for c := 0; c < nch; c++ {
 			lo, hi := c*chunk, min(n, (c+1)*chunk)
 			var s float64
@@ -490,7 +487,7 @@ func TestQuantInt8(t *testing.T) {
 		}
 		check(t, "int8 round trip", dec, x, 0.05)
 		pd := buf(t, d, x)
-		if err := d.Launch("dequant_int8", Dim3{X: 64}, Dim3{X: 256}, 0, a.Reset().P(pd).P(pc).P(ptab).L(n).I(chunk).I(1)); err != nil {
+		if err := d.DequantizeInt8(pd, pc, ptab, n, chunk, true); err != nil {
 			return err
 		}
 		got := get[float32](t, d, pd, n)
@@ -498,6 +495,14 @@ func TestQuantInt8(t *testing.T) {
 			if got[i] != x[i]+dec[i] {
 				t.Fatalf("dequant add [%d] = %v, want %v", i, got[i], x[i]+dec[i])
 			}
+		}
+		bad := append([]float32(nil), x...)
+		bad[n/2] = float32(math.NaN())
+		if err := Upload(d, px, bad); err != nil {
+			return err
+		}
+		if err := d.QuantizeInt8(pc, ptab, px, n, chunk); !errors.Is(err, ErrNonFinite) {
+			t.Errorf("QuantizeInt8 of a NaN: %v, want ErrNonFinite", err)
 		}
 		return nil
 	})

@@ -52,6 +52,7 @@ type Device struct {
 	log  *slog.Logger
 	live map[cu.DevicePtr]int64 // allocations, for Close and MemUsed
 	used int64
+	flag cu.DevicePtr // 4-byte scratch of QuantizeInt8
 }
 
 // Open retains the primary context of GPU ordinal, loads the embedded PTX for
