@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -229,6 +230,15 @@ func (n *Net) Dial(ctx context.Context, i int, network, addr string) (net.Conn, 
 		return err
 	})
 	return c, err
+}
+
+// HTTPClient returns a client whose connections are made inside host i's
+// namespace, e.g. to read a node's status API on 127.0.0.1 there.
+func (n *Net) HTTPClient(i int) *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return n.Dial(ctx, i, network, addr)
+	}
+	return &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 30 * time.Second}
 }
 
 // Command returns a command running argv inside host i's namespace (through

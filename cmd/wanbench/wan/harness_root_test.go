@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -223,6 +224,33 @@ func TestCommandsAndClose(t *testing.T) {
 	}
 	if _, err := n.StartCommand(0, n.Command(0, "true")); !errors.Is(err, ErrClosed) {
 		t.Errorf("StartCommand after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestHTTPClient: a server on loopback inside host b's namespace is reached
+// through HTTPClient(b), and is not there for host a.
+func TestHTTPClient(t *testing.T) {
+	needRoot(t)
+	n := startNet(t, Pair(1, 0, 0), Options{})
+	l, err := n.Listen(1, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "b") })}
+	go srv.Serve(l)
+	defer srv.Close()
+	url := "http://" + l.Addr().String() + "/"
+	resp, err := n.HTTPClient(1).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "b" {
+		t.Errorf("got %q from host b's loopback, want \"b\"", body)
+	}
+	if _, err := n.HTTPClient(0).Get(url); err == nil {
+		t.Error("host a reached host b's loopback")
 	}
 }
 
