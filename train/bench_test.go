@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -75,15 +74,6 @@ func benchSteps(b *testing.B, o Options) {
 		b.ReportMetric(flops*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
 		b.ReportMetric(cpu/(el*float64(runtime.GOMAXPROCS(0))), "cpu-util")
 	}
-}
-
-// cpuTime returns the user+system CPU time of the process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakRSS returns VmHWM of /proc/self/status in bytes (0 where unavailable).
