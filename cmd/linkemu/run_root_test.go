@@ -57,8 +57,8 @@ func TestRunForwards(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if rtt < 30*time.Millisecond || rtt > 45*time.Millisecond {
-		t.Errorf("connect took %v, want one 30 ms round trip (+ ≤ 15 ms)", rtt)
+	if rtt < 30*time.Millisecond || rtt > 50*time.Millisecond {
+		t.Errorf("connect took %v, want one 30 ms round trip (+ ≤ 20 ms)", rtt)
 	}
 	var r emu.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
@@ -71,11 +71,11 @@ func TestRunForwards(t *testing.T) {
 
 // connectTime measures a TCP connect from namespace ns to a closed port:
 // the SYN and the refusing RST make one round trip. The first SYN may go
-// out before linkemu is attached; TCP retries it, so the fastest of a few
-// connects counts.
+// out before linkemu is attached (TCP retries it) and a busy machine delays
+// some, so the fastest of up to five connects counts.
 func connectTime(t *testing.T, ns, addr string) time.Duration {
 	best := time.Hour
-	for range 3 {
+	for try := 0; try < 5 && best > 40*time.Millisecond; try++ {
 		err := emu.InNetns(ns, func() error {
 			start := time.Now()
 			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
