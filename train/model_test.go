@@ -227,3 +227,36 @@ func TestConfigValidateRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestGradAccumulation: backward adds into the gradients, so two
+// micro-batches at scale 1/(2N) give the mean of their separate gradients.
+func TestGradAccumulation(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	c, B, T := gradCfg, 2, 5
+	m, _ := newModel(c, B, T)
+	randParams(r, c, m.params)
+	in1, tg1 := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+	in2, tg2 := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+	grad := func(in, tg []int32) []float32 {
+		clear(m.grads)
+		m.forward(in, tg, float32(1.0/float64(B*T)))
+		m.backward(in)
+		return append([]float32(nil), m.grads...)
+	}
+	g1, g2 := grad(in1, tg1), grad(in2, tg2)
+	clear(m.grads)
+	half := float32(1.0 / float64(2*B*T))
+	m.forward(in1, tg1, half)
+	m.backward(in1)
+	m.forward(in2, tg2, half)
+	m.backward(in2)
+	var maxDiff, maxG float64
+	for i := range g1 {
+		want := (float64(g1[i]) + float64(g2[i])) / 2
+		maxDiff = math.Max(maxDiff, math.Abs(float64(m.grads[i])-want))
+		maxG = math.Max(maxG, math.Abs(want))
+	}
+	if maxDiff > 1e-5*maxG {
+		t.Fatalf("accumulated gradient off by %.3g (max %.3g)", maxDiff, maxG)
+	}
+}
