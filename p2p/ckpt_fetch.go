@@ -42,6 +42,10 @@ type CkptFetchConfig struct {
 	// Pipeline is the number of chunk requests in flight per donor: with
 	// 1 MiB chunks, 8 fill a 100 ms round trip at 80 MiB/s. 0 means 8.
 	Pipeline int
+	// DisableEndgame stops idle donors from also requesting chunks that are
+	// slow to arrive from another donor. That saves the duplicate bytes at
+	// the end of a download, but a stalled donor then costs ChunkTimeout.
+	DisableEndgame bool
 	// MaxBytes is the largest snapshot accepted, checked before allocating.
 	// 0 means 64 GiB.
 	MaxBytes int64

@@ -195,7 +195,9 @@ func TestCkptFetchFromThreeDonors(t *testing.T) {
 	for i, s := range srvs {
 		st := s.Stats()
 		t.Logf("donor %d served %d chunks", i, st.ChunksServed)
-		if int(st.ChunksServed) < p.ByDonor[ids[i]] || p.ByDonor[ids[i]] < n/8 {
+		// Each worker requests Pipeline (8) chunks at once, so every donor
+		// serves at least 8; all of them must have delivered some.
+		if int(st.ChunksServed) < max(p.ByDonor[ids[i]], n/8) || p.ByDonor[ids[i]] < 1 {
 			t.Fatalf("donor %d served %d chunks (joiner counted %d) of %d: spread too uneven",
 				i, st.ChunksServed, p.ByDonor[ids[i]], n)
 		}
@@ -227,25 +229,29 @@ func TestCkptCorruptDonorReported(t *testing.T) {
 }
 
 func TestCkptStalledDonorTimeout(t *testing.T) {
-	// The good donor is paced at 2 MiB/s, so the 4 MiB download is still
-	// going when the stalled donor's chunk timeout fires: its chunks go back
-	// to the queue and the good donor fetches them.
+	// Without the endgame, the stalled donor's chunks wait for its chunk
+	// timeout; then they go back to the queue and the good donor fetches them.
 	snap := ckptTestSnapshot(5, 4<<20, 128<<10, 3)
 	j := ckptHost(t)
-	good, _ := ckptServe(t, snap, CkptServeConfig{Rate: 2 << 20, Burst: 256 << 10})
+	good, _ := ckptServe(t, snap, CkptServeConfig{})
 	slow := ckptFaultyDonor(t, snap, ckptStall)
 	ids := ckptConnect(t, j, slow, good)
 	var pl ckptProgressLog
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{ChunkTimeout: 300 * time.Millisecond}, &pl)
+	const timeout = 500 * time.Millisecond
+	start := time.Now()
+	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{ChunkTimeout: timeout, DisableEndgame: true}, &pl)
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("err %v bad %v (a slow donor is not a bad one)", err, bad)
+	}
+	if el := time.Since(start); el < timeout {
+		t.Fatalf("done in %v, before the stalled donor's chunks could time out", el)
 	}
 	if !bytes.Equal(data, snap.Data) {
 		t.Fatal("fetched data differs from the snapshot")
 	}
 	p := pl.last()
-	if p.ChunksRetried < 1 || p.ByDonor[slow.ID()] > 2 {
-		t.Fatalf("progress %+v: want the stalled donor's chunks retried", p)
+	if p.ChunksRetried < 1 || p.ChunksDuplicated != 0 || p.ByDonor[slow.ID()] > 2 {
+		t.Fatalf("progress %+v: want the stalled donor's chunks retried after the timeout", p)
 	}
 	droppedMidway := slices.ContainsFunc(pl.all, func(q CkptProgress) bool {
 		return q.Donors == 1 && q.ChunksDone < q.ChunksTotal
@@ -398,7 +404,7 @@ func TestCkptBusyAndMaxTransfers(t *testing.T) {
 	// Once the slot is released the joiner gets through; if its first
 	// manifest request races the release, it is refused and retries.
 	s.Close()
-	data, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{BusyBackoff: 20 * time.Millisecond}, nil)
+	data, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{BusyBackoff: 100 * time.Millisecond}, nil)
 	if err != nil || !bytes.Equal(data, snap.Data) {
 		t.Fatalf("after release: %v", err)
 	}

@@ -142,6 +142,10 @@ func (t *ckptTransfer) next(block bool) (int, bool) {
 		if !block {
 			return 0, false
 		}
+		if t.cfg.DisableEndgame {
+			t.cond.Wait()
+			continue
+		}
 		i, wait := t.straggler(time.Now())
 		if i >= 0 {
 			t.holders[i]++
