@@ -264,7 +264,7 @@ func TestCleanup(t *testing.T) {
 	if err := ip(context.Background(), "", "netns", "add", dead); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err := Cleanup(prefix, false, slog.New(slog.DiscardHandler))
+	deleted, err := Cleanup(prefix, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

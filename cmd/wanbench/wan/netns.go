@@ -139,8 +139,11 @@ func alive(pid int) bool {
 }
 
 // Cleanup deletes the namespaces Leftovers lists, killing the processes in
-// them first, and returns the names deleted.
+// them first, and returns the names deleted. A nil log discards.
 func Cleanup(prefix string, all bool, log *slog.Logger) ([]string, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	names, err := Leftovers(prefix, all)
 	if err != nil {
 		return nil, err
