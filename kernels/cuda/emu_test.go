@@ -343,3 +343,26 @@ func TestEmuSumSquares(t *testing.T) {
 		t.Errorf("Σx² = %v, kernels.SumSquares gives %v", a, want)
 	}
 }
+
+// TestEmuEmbedding checks the embedding lookup, its atomic backward (tokens
+// repeat) and the f32 → bf16 cast.
+func TestEmuEmbedding(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 1))
+	const V, C, N = 11, 70, 31
+	wte, dout := emuRandn(r, V*C, 1), emuRandn(r, N*C, 1)
+	tok := make([]int32, N)
+	for i := range tok {
+		tok[i] = int32(r.IntN(V))
+	}
+	out, dw := make([]float32, N*C), make([]float32, V*C)
+	for n, tk := range tok {
+		copy(out[n*C:(n+1)*C], wte[int(tk)*C:])
+		for i := 0; i < C; i++ {
+			dw[int(tk)*C+i] += dout[n*C+i]
+		}
+	}
+	got := runEmu(t, itoa("embed", V, C, N), []any{wte, dout, tok}, N*C, V*C, V*C)
+	emuCheck(t, "embed out", got[0], out, 0)
+	emuCheck(t, "embed dw", got[1], dw, 1e-6)
+	emuCheck(t, "cast", got[2], emuRound(wte), 0)
+}

@@ -118,6 +118,18 @@ int main(int argc, char** argv) {
 		putf(m);
 		putf(v);
 		putb(pb);
+	} else if (mode == "embed") {  // V C N: forward rows, then backward into a zero table
+		const int V = I(2), C = I(3), N = I(4);
+		auto wte = readf((size_t)V * C), dout = readf((size_t)N * C);
+		auto tok = readi(N);
+		std::vector<float> out((size_t)N * C), dw((size_t)V * C, 0.f);
+		std::vector<bf16> b((size_t)V * C);
+		emu_launch(d3(N), d3(256), 0, [&] { embed_forward(out.data(), tok.data(), wte.data(), N, C); });
+		emu_launch(d3(N), d3(256), 0, [&] { embed_backward(dw.data(), tok.data(), dout.data(), N, C); });
+		emu_launch(d3(2), d3(256), 0, [&] { cast_f32_bf16(b.data(), wte.data(), (long long)V * C); });
+		putf(out);
+		putf(dw);
+		putb(b);
 	} else if (mode == "sumsq") {  // n: Σx² twice (must agree bit for bit)
 		const long long n = I(2);
 		auto x = readf(n);
