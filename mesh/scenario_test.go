@@ -245,3 +245,33 @@ func TestSimLastSurvivor(t *testing.T) {
 		t.Fatalf("last ring %v", last.ring.Members)
 	}
 }
+
+// TestSimLateJoinerWaitsForNextStep: a joiner whose Ready comes after the
+// ring of its step was decided is not in that ring, does not disturb it,
+// and enters the ring of a later step after fetching again.
+func TestSimLateJoinerWaitsForNextStep(t *testing.T) {
+	s := newSimNet(t, 20)
+	s.reduceTicks = 12
+	s.addN(3, nil)
+	s.runUntil(300, "step 2", func() bool { return s.minStep() >= 2 })
+	s.waitState("n00", StateReducing, 100) // the ring of this step is decided
+	j := s.add("n09", 0, "", nil)
+	j.trainSlow = 5
+	s.waitState("n09", StateTraining, 100) // synced into the step being reduced
+	syncedAt, _ := j.m.Model()
+	if red, _ := s.nodes["n00"].m.Model(); red != syncedAt || s.nodes["n00"].m.State() != StateReducing {
+		t.Fatalf("joiner synced step %d while n00 is at %d (%v): not the late case", syncedAt, red, s.nodes["n00"].m.State())
+	}
+	s.runUntil(400, "joiner in a ring", func() bool { return j.rings > 0 })
+	for _, d := range s.done {
+		if d.step == syncedAt && d.ring.Rank("n09") >= 0 {
+			t.Fatalf("joiner in the ring of step %d, decided before it was Ready", d.step)
+		}
+	}
+	for _, id := range []PeerID{"n00", "n01", "n02"} {
+		if f := s.nodes[id].m.Status().Failures; f != 0 {
+			t.Fatalf("%s reported %d failures", id, f)
+		}
+	}
+	s.checkNoStepLost()
+}
