@@ -75,10 +75,13 @@ type HostStats struct {
 // New validates cfg and attaches to (creating if needed) every host's TUN
 // device. The devices are not configured here: addresses, MTU and up state
 // are the caller's (wanbench sets them). Close releases them if Run is never
-// called.
+// called. A nil log discards.
 func New(cfg Config, log *slog.Logger) (*Forwarder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	m, _ := cfg.Matrix()
 	f := &Forwarder{
