@@ -39,13 +39,16 @@ type adamwHyper struct {
 
 func adamwGo(p, g, m, v []float32, h *adamwHyper) {
 	g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+	// The float32() conversions are explicit roundings: they forbid fused
+	// multiply-add (Go spec), so this loop and adamwAVX2 agree bit for bit
+	// whatever GOAMD64/GOARCH the binary is built for.
 	for i := range p {
 		gi := g[i] * h.gscale
-		mi := h.beta1*m[i] + h.c1*gi
-		vi := h.beta2*v[i] + h.c2*gi*gi
+		mi := float32(h.beta1*m[i]) + float32(h.c1*gi)
+		vi := float32(h.beta2*v[i]) + float32(float32(h.c2*gi)*gi)
 		m[i], v[i] = mi, vi
 		den := float32(math.Sqrt(float64(vi*h.ib2))) + h.eps
-		p[i] -= h.lr * (mi*h.ib1/den + h.wd*p[i])
+		p[i] -= float32(h.lr * (float32(mi*h.ib1)/den + float32(h.wd*p[i])))
 	}
 }
 
@@ -71,11 +74,7 @@ func SumSquares(x []float32) float64 {
 	parts := make([]float64, nb)
 	layerPar(nb, 4, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
-			var s float64
-			for _, v := range x[b*adamwChunk : min((b+1)*adamwChunk, len(x))] {
-				s += float64(v) * float64(v)
-			}
-			parts[b] = s
+			parts[b] = sumSquaresBlock(x[b*adamwChunk : min((b+1)*adamwChunk, len(x))])
 		}
 	})
 	var s float64
@@ -83,6 +82,30 @@ func SumSquares(x []float32) float64 {
 		s += p
 	}
 	return s
+}
+
+// sumSquaresBlock sums x[i]² in float64 over eight lanes (lane j takes the
+// elements i ≡ j mod 8), added in a fixed tree at the end. The AVX2 loop does
+// exactly the same multiplications and additions (no FMA), so both paths give
+// the same bits.
+func sumSquaresBlock(x []float32) float64 {
+	var s [8]float64
+	i := 0
+	if useVecAttention && len(x) >= 8 {
+		sumSquaresAVX2(&x[0], len(x), &s)
+		i = len(x) &^ 7
+	}
+	for ; i+8 <= len(x); i += 8 {
+		for j, v := range x[i : i+8] {
+			f := float64(v)
+			s[j] += float64(f * f) // explicit rounding: no FMA even with GOAMD64=v3
+		}
+	}
+	for j := 0; i < len(x); i, j = i+1, j+1 {
+		f := float64(x[i])
+		s[j] += float64(f * f)
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 }
 
 // Scale multiplies x by a in place, in parallel.

@@ -54,3 +54,30 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func sumSquaresAVX2(x *float32, n int, lanes *[8]float64)
+// Lanes 0–3 in Y0, 4–7 in Y1: convert to float64, multiply, add (no FMA),
+// the same operations as sumSquaresBlock's Go loop.
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ lanes+16(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+sqloop:
+	CMPQ CX, $8
+	JL   sqdone
+	VCVTPS2PD (SI), Y2
+	VCVTPS2PD 16(SI), Y3
+	VMULPD Y2, Y2, Y2
+	VMULPD Y3, Y3, Y3
+	VADDPD Y2, Y0, Y0
+	VADDPD Y3, Y1, Y1
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  sqloop
+sqdone:
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VZEROUPPER
+	RET

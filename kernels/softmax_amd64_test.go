@@ -1,6 +1,10 @@
 package kernels
 
-import "testing"
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
 
 // TestScalarFallbacks runs the layer tests again with the AVX2 loops switched
 // off, so the portable paths that other architectures use are checked too.
@@ -15,4 +19,19 @@ func TestScalarFallbacks(t *testing.T) {
 	t.Run("xent", TestXEntForwardBackward)
 	t.Run("adamw", TestAdamWMatchesRef)
 	t.Run("exp", TestExpAffine)
+}
+
+// TestSumSquaresVectorBitIdentical: the AVX2 and Go paths give the same bits.
+func TestSumSquaresVectorBitIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{8, 13, 1000, 16389} {
+		x := randSlice(r, n, 3)
+		vec := sumSquaresBlock(x)
+		useVecAttention = false
+		scalar := sumSquaresBlock(x)
+		useVecAttention = cpu.avx2FMA
+		if math.Float64bits(vec) != math.Float64bits(scalar) {
+			t.Fatalf("n=%d: vector %v, scalar %v", n, vec, scalar)
+		}
+	}
 }
