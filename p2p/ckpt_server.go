@@ -17,9 +17,10 @@ import (
 // Defaults of CkptServeConfig.
 const (
 	// CkptDefaultServeRate is a donor's default cap on chunk bytes sent per
-	// second, summed over its transfers: 64 MiB/s (see docs/ckpt-transfer.md
-	// for the cost of serving at that rate on a 2-core machine).
-	CkptDefaultServeRate = 64 << 20
+	// second, summed over its transfers: 32 MiB/s, the highest rate at which
+	// a donor's compute stayed ≥ 0.95× its idle rate on a shared 2-core
+	// machine (BenchmarkCkptDonorCompute, docs/ckpt-transfer.md).
+	CkptDefaultServeRate = 32 << 20
 	// CkptDefaultMaxTransfers is the default number of streams a donor
 	// serves at once.
 	CkptDefaultMaxTransfers = 4
