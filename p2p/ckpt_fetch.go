@@ -256,9 +256,10 @@ type ckptOffer struct {
 
 // askManifests asks every candidate for its manifest in parallel and returns
 // the offers of the largest group of donors agreeing on the wanted step and
-// hash (their streams open), and how many donors answered busy. Streams of
-// all other donors are closed; those donors are excluded from later rounds
-// unless they were busy.
+// hash (their streams open; ties go to the group complete first in cands
+// order), and how many donors answered busy. Streams of all other donors are
+// closed. Donors without the wanted step, failed or bad ones are excluded
+// from later rounds; busy ones and those of a losing group are not.
 func (f *ckptFetcher) askManifests(ctx context.Context, cands []peer.ID) (group []*ckptOffer, busy int) {
 	offers := make([]*ckptOffer, len(cands))
 	done := make(chan struct{}, len(cands))
@@ -325,28 +326,8 @@ func (f *ckptFetcher) askManifest(ctx context.Context, p peer.ID) *ckptOffer {
 	if err != nil {
 		return o.fail(s, fmt.Errorf("read manifest: %w", err), errors.Is(err, ErrFrameTooLarge))
 	}
-	switch typ {
-	case ckptMsgManifest:
-		o.man, err = ckptDecodeManifest(payload)
-	case ckptMsgError:
-		var code uint8
-		var text string
-		if code, text, err = ckptDecodeError(payload); err == nil {
-			o.busy = code == ckptErrBusy
-			err = fmt.Errorf("donor error %d: %s", code, text)
-		}
+	if err := f.readOffer(o, typ, payload); err != nil {
 		return o.fail(s, err, !o.busy && errors.Is(err, ErrCkptProtocol))
-	default:
-		err = fmt.Errorf("%w: message type %d instead of a manifest", ErrCkptProtocol, typ)
-	}
-	if err == nil && o.man.status == ckptStatusOK && (o.man.step != f.want.Step || o.man.modelHash != f.hash) {
-		err = fmt.Errorf("%w: manifest for step %d answers a request for step %d", ErrCkptProtocol, o.man.step, f.want.Step)
-	}
-	if err == nil && o.man.total > f.cfg.MaxBytes {
-		err = fmt.Errorf("snapshot of %d bytes exceeds the limit of %d", o.man.total, f.cfg.MaxBytes)
-	}
-	if err != nil {
-		return o.fail(s, err, errors.Is(err, ErrCkptProtocol))
 	}
 	if o.man.status != ckptStatusOK {
 		s.Close()
@@ -355,6 +336,34 @@ func (f *ckptFetcher) askManifest(ctx context.Context, p peer.ID) *ckptOffer {
 	s.SetDeadline(time.Time{})
 	o.s = s
 	return o
+}
+
+// readOffer interprets a donor's answer to the manifest request: a manifest
+// (checked against the request and MaxBytes) or an error frame (busy or not).
+func (f *ckptFetcher) readOffer(o *ckptOffer, typ uint8, payload []byte) error {
+	switch typ {
+	case ckptMsgManifest:
+		m, err := ckptDecodeManifest(payload)
+		switch {
+		case err != nil:
+			return err
+		case m.status == ckptStatusOK && (m.step != f.want.Step || m.modelHash != f.hash):
+			return fmt.Errorf("%w: manifest for step %d answers a request for step %d", ErrCkptProtocol, m.step, f.want.Step)
+		case m.total > f.cfg.MaxBytes:
+			return fmt.Errorf("snapshot of %d bytes exceeds the limit of %d", m.total, f.cfg.MaxBytes)
+		}
+		o.man = m
+		return nil
+	case ckptMsgError:
+		code, text, err := ckptDecodeError(payload)
+		if err != nil {
+			return err
+		}
+		o.busy = code == ckptErrBusy
+		return fmt.Errorf("donor error %d: %s", code, text)
+	default:
+		return fmt.Errorf("%w: message type %d instead of a manifest", ErrCkptProtocol, typ)
+	}
 }
 
 // fail records err, resets s and returns o.
