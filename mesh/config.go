@@ -41,6 +41,11 @@ type Config struct {
 	// Seed seeds the RNG (heartbeat phase, donor order). Same seed, same
 	// inputs: same outputs.
 	Seed int64
+	// Incarnation must grow each time this peer id restarts (node uses the
+	// process start time in ns). Peers then drop what they knew of the
+	// previous run — its votes and its Ready for the current step — and
+	// ignore its late messages. 0 disables restart detection.
+	Incarnation uint64
 }
 
 // Defaults of Config, in ticks.

@@ -43,15 +43,17 @@ type Ready struct {
 
 // meshPeer is what this node knows of another peer.
 type meshPeer struct {
-	state    State
-	step     uint64
-	hash     string
-	prevHash string
-	inner    uint32
-	lastSeen uint64 // tick of the last message
-	addrs    []string
-	dead     bool
-	votes    map[uint64]*meshVote // its latest vote per step, a few steps kept
+	state       State
+	step        uint64
+	hash        string
+	prevHash    string
+	inner       uint32
+	lastSeen    uint64 // tick of the last message
+	addrs       []string
+	dead        bool
+	votes       map[uint64]*meshVote // its latest vote per step, a few steps kept
+	incarnation uint64
+	restarts    uint64
 }
 
 // meshVote is one peer's vote of an agreement round.
@@ -160,6 +162,12 @@ func (m *Mesh) Step(msg Message) error {
 	if err != nil {
 		return err
 	}
+	if msg.Incarnation < p.incarnation {
+		return nil // a late message of the peer's previous run
+	}
+	if msg.Incarnation > p.incarnation {
+		m.onRestart(msg.From, p, msg.Incarnation)
+	}
 	p.lastSeen = m.tick
 	if p.dead && msg.Type != MsgLeave {
 		p.dead = false
@@ -184,6 +192,22 @@ func (m *Mesh) Step(msg Message) error {
 	}
 	m.progress()
 	return nil
+}
+
+// onRestart: the peer runs a new incarnation. Its votes are void, and it
+// lost any Ready of the current step, so it sits this step out (X only
+// grows: excluding it is the choice every node makes alike).
+func (m *Mesh) onRestart(id PeerID, p *meshPeer, inc uint64) {
+	restarted := p.incarnation != 0 || p.votes != nil
+	p.incarnation = inc
+	if !restarted {
+		return
+	}
+	p.votes = nil
+	p.restarts++
+	if _, in := m.ag.known[id]; in {
+		m.ag.excluded[id] = true
+	}
 }
 
 func (m *Mesh) onHeartbeat(id PeerID, p *meshPeer, msg Message) {
@@ -257,6 +281,7 @@ func (m *Mesh) forgetDead(after uint64) {
 }
 
 func (m *Mesh) send(msg Message) {
+	msg.Incarnation = m.cfg.Incarnation
 	m.out.Messages = append(m.out.Messages, msg)
 }
 

@@ -13,6 +13,7 @@ import (
 //	version   uint8 (WireVersion)
 //	type      uint8 (MsgType)
 //	from      string   ≤ MaxPeerIDLen
+//	incarn.   varint   (sender's Config.Incarnation)
 //	state     uint8 (State)
 //	step      varint
 //	hash      string   ≤ MaxHashLen
@@ -140,17 +141,20 @@ type Member struct {
 // Message is one gossip message of the mesh topic. Fields a type does not use
 // are zero. From is the sender; node checks it equals the pubsub signer.
 type Message struct {
-	Type       MsgType
-	From       PeerID
-	State      State    // sender's state (heartbeat)
-	Step       uint64   // outer step the message is about
-	Hash       string   // hash of θ₀(Step), the model the sender holds for Step
-	PrevHash   string   // heartbeat: hash of θ₀(Step−1), "" if unknown
-	InnerSteps uint32   // heartbeat, ready: inner steps done in Step
-	Round      uint32   // propose: agreement round
-	Members    []Member // propose: the proposed ring, sorted by ID, unique
-	Excluded   []PeerID // propose: peers excluded from Step, sorted, unique
-	Addrs      []string // heartbeat, join: the sender's multiaddrs
+	Type MsgType
+	From PeerID
+	// Incarnation is the sender's Config.Incarnation: it grows when the
+	// peer restarts, so messages of a previous run can be told apart.
+	Incarnation uint64
+	State       State    // sender's state (heartbeat)
+	Step        uint64   // outer step the message is about
+	Hash        string   // hash of θ₀(Step), the model the sender holds for Step
+	PrevHash    string   // heartbeat: hash of θ₀(Step−1), "" if unknown
+	InnerSteps  uint32   // heartbeat, ready: inner steps done in Step
+	Round       uint32   // propose: agreement round
+	Members     []Member // propose: the proposed ring, sorted by ID, unique
+	Excluded    []PeerID // propose: peers excluded from Step, sorted, unique
+	Addrs       []string // heartbeat, join: the sender's multiaddrs
 }
 
 // Errors returned by Decode and Message.Validate.
@@ -256,6 +260,7 @@ func Encode(m Message) ([]byte, error) {
 	b := make([]byte, 0, 64+len(m.From)+len(m.Hash)+len(m.PrevHash)+len(m.Members)*(len(m.From)+4))
 	b = append(b, WireVersion, byte(m.Type))
 	b = meshAppendString(b, string(m.From))
+	b = binary.AppendUvarint(b, m.Incarnation)
 	b = append(b, byte(m.State))
 	b = binary.AppendUvarint(b, m.Step)
 	b = meshAppendString(b, m.Hash)
@@ -320,6 +325,7 @@ func (d *meshDecoder) message() Message {
 	}
 	m.Type = MsgType(d.byte())
 	m.From = PeerID(d.string(MaxPeerIDLen))
+	m.Incarnation = d.uvarint(^uint64(0))
 	m.State = State(d.byte())
 	m.Step = d.uvarint(^uint64(0))
 	m.Hash = d.string(MaxHashLen)

@@ -88,11 +88,11 @@ func TestCodecRejects(t *testing.T) {
 		{"truncated", good[:len(good)-2], ErrMalformed},
 		{"type", append([]byte{WireVersion, 77}, good[2:]...), ErrInvalid},
 		{"too big", make([]byte, MaxMessageSize+1), ErrTooLarge},
-		// version, type, from "b", state, step, hash, prev, inner, round, then 2^20 members
-		{"member count", []byte{1, 5, 1, 'b', 0, 0, 1, 'h', 0, 0, 0, 0x80, 0x80, 0x40}, ErrTooLarge},
-		{"count beyond bytes", []byte{1, 5, 1, 'b', 0, 0, 1, 'h', 0, 0, 0, 200, 1}, ErrMalformed},
+		// version, type, from "b", incarnation, state, step, hash, prev, inner, round, then 2^20 members
+		{"member count", []byte{1, 5, 1, 'b', 0, 0, 0, 1, 'h', 0, 0, 0, 0x80, 0x80, 0x40}, ErrTooLarge},
+		{"count beyond bytes", []byte{1, 5, 1, 'b', 0, 0, 0, 1, 'h', 0, 0, 0, 200, 1}, ErrMalformed},
 		{"long from", append([]byte{1, 1, 100}, make([]byte, 100)...), ErrTooLarge},
-		{"bad varint", []byte{1, 1, 1, 'a', 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, ErrMalformed},
+		{"bad varint", []byte{1, 1, 1, 'a', 0, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, ErrMalformed},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.b); !errors.Is(err, c.want) {

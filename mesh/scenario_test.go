@@ -275,3 +275,41 @@ func TestSimLateJoinerWaitsForNextStep(t *testing.T) {
 	}
 	s.checkNoStepLost()
 }
+
+// TestSimQuickRestart: a node restarted (new incarnation) before its peers
+// could notice it was gone sits the current step out — its old Ready and
+// votes are dropped at once, so no ring includes the dead process and no
+// all-reduce fails — and is back in a ring afterwards.
+func TestSimQuickRestart(t *testing.T) {
+	s := newSimNet(t, 21)
+	s.addN(4, nil)
+	s.runUntil(300, "step 1", func() bool { return s.minStep() >= 1 })
+	s.nodes["n02"].trainSlow = 15 // the others wait for it, n03 among them
+	s.waitState("n03", StateReady, 100)
+	step, _ := s.nodes["n03"].m.Model()
+	s.crash("n03")
+	s.restart("n03")
+	s.nodes["n02"].trainSlow = 0
+	s.runUntil(300, "n03 back in a ring", func() bool {
+		for _, d := range s.done {
+			if d.step > step && d.ring.Rank("n03") >= 0 {
+				return true
+			}
+		}
+		return false
+	})
+	for _, d := range s.done {
+		if d.step == step && d.ring.Rank("n03") >= 0 {
+			t.Fatalf("step %d ring %v holds the restarted node", step, d.ring.Members)
+		}
+	}
+	for _, id := range []PeerID{"n00", "n01", "n02"} {
+		st := s.nodes[id].m.Status()
+		if st.Failures != 0 {
+			t.Errorf("%s reported %d failures", id, st.Failures)
+		}
+		if p := simPeer(st, "n03"); p == nil || p.Restarts != 1 || p.Incarnation != 2 {
+			t.Errorf("%s's view of n03: %+v", id, p)
+		}
+	}
+}

@@ -96,7 +96,7 @@ func simConfig(id PeerID, seed int64) Config {
 	return Config{
 		ID: id, Addrs: []string{"/ip4/127.0.0.1/tcp/4001/p2p/" + string(id)},
 		HeartbeatTicks: 3, DeadTicks: 15, StragglerTicks: 30, ProposeTimeoutTicks: 40,
-		SyncTimeoutTicks: 30, Seed: seed,
+		SyncTimeoutTicks: 30, Seed: seed, Incarnation: 1,
 	}
 }
 
@@ -137,6 +137,7 @@ func (s *simNet) crash(id PeerID) {
 // restart brings a crashed node back from its disk checkpoint.
 func (s *simNet) restart(id PeerID) {
 	n := s.nodes[id]
+	n.cfg.Incarnation++
 	m, err := New(n.cfg, n.ckStep, n.ckHash)
 	if err != nil {
 		s.t.Fatal(err)

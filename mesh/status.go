@@ -33,8 +33,10 @@ type PeerStatus struct {
 	Hash       string
 	InnerSteps uint32
 	LastSeen   uint64 // tick of its last message
-	Dead       bool
-	Addrs      []string
+	// Incarnation is the peer's latest; Restarts counts the changes seen.
+	Incarnation, Restarts uint64
+	Dead                  bool
+	Addrs                 []string
 }
 
 // Status returns a snapshot of the mesh.
@@ -58,6 +60,7 @@ func (m *Mesh) Status() Status {
 		s.Peers = append(s.Peers, PeerStatus{
 			ID: id, State: p.state, Step: p.step, Hash: p.hash, InnerSteps: p.inner,
 			LastSeen: p.lastSeen, Dead: p.dead, Addrs: slices.Clone(p.addrs),
+			Incarnation: p.incarnation, Restarts: p.restarts,
 		})
 	}
 	return s
