@@ -82,6 +82,10 @@
 // A restarted node passes its checkpoint's step and hash to New and fetches
 // if its line moved on.
 //
+// Every message carries the sender's Config.Incarnation; a higher one means
+// the peer restarted: its votes are dropped and it sits out the current
+// step. Late messages of its previous run are ignored.
+//
 // Peers report (step, hash, PrevHash). A side is the peers at one model plus
 // those one step further on that line. When sides differ (a partition
 // healed, a restart far behind), a node whose side is smaller — ties broken
