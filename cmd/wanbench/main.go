@@ -38,6 +38,7 @@ var commands = map[string]command{
 	"bench":    {"measure TCP throughput through one emulated link against its ideal", cmdBench},
 	"config":   {"print the linkemu configuration of a profile", cmdConfig},
 	"cleanup":  {"delete namespaces left by earlier runs", cmdCleanup},
+	"nodes":    {"run intellect-node sim nodes in each profile and print the utilization table", cmdNodes},
 }
 
 func usage() {

@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/train"
+)
+
+// `wanbench nodes` runs intellect-node sim nodes in each profile's emulated
+// WAN, once per mode, and prints the utilization table (docs/wan-results.md).
+
+// Modes of a run. modeNocomm is the no-communication reference: a lone node
+// (--min-members 1, no peers) started beside the blocking run on host 0.
+const (
+	modeBlocking   = "blocking"
+	modeOverlapped = "overlapped"
+	modeOrder      = "overlapped+order"
+	modeNocomm     = "nocomm"
+)
+
+// Ports inside every namespace.
+const (
+	nodePort     = 4001
+	statusPort   = 8080
+	nocommPort   = 4002
+	nocommStatus = 8081
+)
+
+// ErrNodes is returned when a node run did not produce a usable table tableRow.
+var ErrNodes = errors.New("wanbench nodes: run failed")
+
+// nodesConfig is everything `wanbench nodes` needs; flags fill it.
+type nodesConfig struct {
+	Profiles []string
+	Modes    []string
+	Bin      string // intellect-node binary
+	Dir      string // work dir: one sub-dir per run with homes and logs
+	Preset   string
+	Inner    int           // H
+	SimStep  time.Duration // one inner step
+	Outer    uint64        // outer steps per run
+	Warmup   uint64        // first outer steps not counted
+	Shards   int
+	Nodes    int    // 0: one per host of the profile; more: the profile is widened (see widenProfile)
+	SVG      string // plot path; "" for none
+	Extra    string // RingOrderFlag etc.: extra argument for mode overlapped+order
+	Log      *slog.Logger
+}
+
+// outerStep is the compute time of one outer step.
+func (c nodesConfig) outerStep() time.Duration { return time.Duration(c.Inner) * c.SimStep }
+
+// modelBytes is the int8 bytes a node contributes per outer step: one per
+// parameter of the preset (the scale of INTELLECT-1's 10 GB for 10 B).
+func (c nodesConfig) modelBytes() (float64, error) {
+	m, err := train.Preset(c.Preset)
+	if err != nil {
+		return 0, err
+	}
+	return float64(m.NumParams()), nil
+}
+
+// runTimeout bounds one run: start-up plus every outer step at three times
+// its compute time (blocking all-reduce on the slowest profile is ≈ 0.25×).
+func (c nodesConfig) runTimeout() time.Duration {
+	return 90*time.Second + time.Duration(c.Outer)*3*c.outerStep()
+}
+
+func cmdNodes(ctx context.Context, args []string) error {
+	c, err := parseNodes(args)
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		fmt.Println("SKIP: wanbench nodes needs root (network namespaces, TUN devices)")
+		return nil
+	}
+	rows, err := runNodes(ctx, c)
+	if c.SVG != "" && len(rows) > 0 {
+		if werr := writeUtilizationSVG(c.SVG, rows); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	for _, r := range rows {
+		if r.Note != "" {
+			fmt.Printf("note: %s %s: %s\n", r.Profile, r.Mode, r.Note)
+		}
+	}
+	if len(rows) > 0 {
+		fmt.Println()
+		if werr := writeTable(os.Stdout, rows); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+func parseNodes(args []string) (nodesConfig, error) {
+	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
+	var c nodesConfig
+	profiles := fs.String("profiles", "usa,usa-europe,global", "comma-separated profiles")
+	modes := fs.String("modes", "blocking,overlapped", "comma-separated modes: blocking, overlapped, overlapped+order (a nocomm tableRow comes with blocking)")
+	fs.StringVar(&c.Bin, "bin", "intellect-node", "intellect-node binary")
+	fs.StringVar(&c.Dir, "dir", "", "work dir for homes and logs (default: a new temp dir)")
+	fs.StringVar(&c.Preset, "preset", "small", "model preset: sets the all-reduced vector's size")
+	fs.IntVar(&c.Inner, "inner-steps", 20, "inner steps per outer step (H)")
+	fs.DurationVar(&c.SimStep, "sim-step", 500*time.Millisecond, "simulated duration of one inner step")
+	fs.Uint64Var(&c.Outer, "outer-steps", 5, "outer steps per run")
+	fs.Uint64Var(&c.Warmup, "warmup", 1, "first outer steps not counted")
+	fs.IntVar(&c.Shards, "shards", 4, "parallel rings of the all-reduce (--shards)")
+	fs.IntVar(&c.Nodes, "nodes", 0, "nodes per run (0: one per host of the profile; more widens the profile)")
+	fs.StringVar(&c.SVG, "svg", "", "write the utilization plot here")
+	fs.StringVar(&c.Extra, "order-flag", "--ring-order", "node flag that turns on bandwidth-aware ring order (mode overlapped+order)")
+	verbose := fs.Bool("v", false, "log progress to stderr")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.Profiles = splitList(*profiles)
+	c.Modes = splitList(*modes)
+	if *verbose {
+		c.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	} else {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, c.validate()
+}
+
+func (c nodesConfig) validate() error {
+	for _, m := range c.Modes {
+		switch m {
+		case modeBlocking, modeOverlapped, modeOrder:
+		default:
+			return fmt.Errorf("unknown mode %q", m)
+		}
+	}
+	for _, p := range c.Profiles {
+		if _, err := wan.Lookup(p); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.Inner < 1 || c.SimStep <= 0:
+		return errors.New("-inner-steps and -sim-step must be positive")
+	case c.Outer <= c.Warmup:
+		return fmt.Errorf("-outer-steps %d must exceed -warmup %d", c.Outer, c.Warmup)
+	case c.Nodes < 0 || c.Nodes > 64:
+		return fmt.Errorf("-nodes %d out of range 0..64", c.Nodes)
+	}
+	_, err := c.modelBytes()
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// runNodes runs every profile × mode and returns the rows it could measure,
+// with the errors of the others joined.
+func runNodes(ctx context.Context, c nodesConfig) ([]tableRow, error) {
+	bin, err := exec.LookPath(c.Bin)
+	if err != nil {
+		return nil, err
+	}
+	if c.Bin, err = filepath.Abs(bin); err != nil {
+		return nil, err
+	}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "wanbench-nodes-"); err != nil {
+			return nil, err
+		}
+	}
+	bytes, _ := c.modelBytes()
+	scale := wan.RateScale(bytes, c.outerStep())
+	fmt.Printf("nodes: preset %s (%.0f int8 bytes/outer step), H=%d × %v = %v compute/outer step, rate scale %.4f, %d outer steps (first %d warm-up), work dir %s\n",
+		c.Preset, bytes, c.Inner, c.SimStep, c.outerStep(), scale, c.Outer, c.Warmup, c.Dir)
+	var rows []tableRow
+	var errs []error
+	for _, pn := range c.Profiles {
+		p, _ := wan.Lookup(pn)
+		if c.Nodes > len(p.Hosts) {
+			if p, err = widenProfile(p, c.Nodes); err != nil {
+				return rows, err
+			}
+		}
+		for _, mode := range c.Modes {
+			if ctx.Err() != nil {
+				return rows, errors.Join(append(errs, ctx.Err())...)
+			}
+			rs, err := runOne(ctx, c, p, mode, scale)
+			rows = append(rows, rs...)
+			if err != nil {
+				errs = append(errs, err)
+				fmt.Fprintf(os.Stderr, "nodes: %s %s: %v\n", p.Name, mode, err)
+			}
+		}
+	}
+	return rows, errors.Join(errs...)
+}
+
+// runOne builds profile p's network, runs one node per host in the given
+// mode (plus the nocomm node beside a blocking run) until they exit after
+// c.Outer outer steps, and summarizes their histories.
+func runOne(ctx context.Context, c nodesConfig, p wan.Profile, mode string, scale float64) ([]tableRow, error) {
+	dir := filepath.Join(c.Dir, p.Name+"-"+strings.ReplaceAll(mode, "+", "-"))
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.runTimeout())
+	defer cancel()
+	start := time.Now()
+	n, err := wan.Start(ctx, p, wan.Options{RateScale: scale, Log: c.Log})
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	run := &nodeRun{c: c, n: n, dir: dir, mode: mode}
+	defer run.closeLogs()
+	werr := run.startAndWait(ctx)
+	fidelity := run.fidelity()
+	n.Close()
+	fmt.Printf("nodes: %s %s: %d nodes, %.0fs%s\n", p.Name, mode, len(p.Hosts), time.Since(start).Seconds(), fidelity)
+	rows, rerr := run.summarize(p.Name)
+	if werr != nil {
+		return rows, fmt.Errorf("%w: %s %s: %v (logs in %s)", ErrNodes, p.Name, mode, werr, dir)
+	}
+	if rerr != nil {
+		return rows, fmt.Errorf("%w: %v (logs in %s)", ErrNodes, rerr, dir)
+	}
+	return rows, nil
+}
+
+// nodeRun is one run's nodes in one network.
+type nodeRun struct {
+	c      nodesConfig
+	n      *wan.Net
+	dir    string
+	mode   string
+	procs  []*wan.Proc
+	nocomm *wan.Proc
+	logs   []*os.File
+}
+
+func (r *nodeRun) home(name string) string { return filepath.Join(r.dir, name) }
+
+// nodeArgs is host i's command line, without --bootstrap.
+func (r *nodeRun) nodeArgs(i int) []string {
+	c := r.c
+	name := r.n.Hosts[i].Name
+	args := []string{c.Bin, "start", "--device", "sim", "--sim-step", c.SimStep.String(), "--preset", c.Preset,
+		"--inner-steps", fmt.Sprint(c.Inner), "--max-outer-steps", fmt.Sprint(c.Outer),
+		"--min-members", fmt.Sprint(len(r.n.Hosts)), "--shards", fmt.Sprint(c.Shards),
+		"--listen", fmt.Sprintf("/ip4/{addr}/tcp/%d", nodePort), "--status", fmt.Sprintf("127.0.0.1:%d", statusPort),
+		"--home", r.home(name), "--run", "wan-" + r.n.Profile.Name + "-" + r.mode, "--checkpoint-every", "1000000"}
+	switch r.mode {
+	case modeOverlapped:
+		args = append(args, "--overlap")
+	case modeOrder:
+		args = append(args, "--overlap", c.Extra)
+	}
+	return args
+}
+
+// nocommArgs is the lone reference node: same compute, no peers, loopback only.
+func (r *nodeRun) nocommArgs() []string {
+	c := r.c
+	return []string{c.Bin, "start", "--device", "sim", "--sim-step", c.SimStep.String(), "--preset", c.Preset,
+		"--inner-steps", fmt.Sprint(c.Inner), "--max-outer-steps", fmt.Sprint(c.Outer), "--min-members", "1",
+		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", nocommPort), "--status", fmt.Sprintf("127.0.0.1:%d", nocommStatus),
+		"--home", r.home(modeNocomm), "--run", "nocomm-" + r.n.Profile.Name, "--checkpoint-every", "1000000"}
+}
+
+// start starts argv on host i through the harness (so Close stops it),
+// logging to <dir>/<name>.log.
+func (r *nodeRun) start(i int, name string, argv []string) (*wan.Proc, error) {
+	f, err := os.Create(filepath.Join(r.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	r.logs = append(r.logs, f)
+	cmd := r.n.Command(i, argv...)
+	cmd.Stdout, cmd.Stderr = f, f
+	return r.n.StartCommand(i, cmd)
+}
+
+func (r *nodeRun) closeLogs() {
+	for _, f := range r.logs {
+		f.Close()
+	}
+}
+
+// startAndWait starts node 0, reads its peer id, starts the others
+// bootstrapping from it, and waits until all have exited.
+func (r *nodeRun) startAndWait(ctx context.Context) error {
+	p0, err := r.start(0, r.n.Hosts[0].Name, r.nodeArgs(0))
+	if err != nil {
+		return err
+	}
+	r.procs = append(r.procs, p0)
+	id, err := r.peerID(ctx, p0)
+	if err != nil {
+		return fmt.Errorf("node 0: %w", err)
+	}
+	boot := fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", r.n.Hosts[0].Addr, nodePort, id)
+	for i := 1; i < len(r.n.Hosts); i++ {
+		p, err := r.start(i, r.n.Hosts[i].Name, append(r.nodeArgs(i), "--bootstrap", boot))
+		if err != nil {
+			return err
+		}
+		r.procs = append(r.procs, p)
+	}
+	if r.mode == modeBlocking {
+		if r.nocomm, err = r.start(0, modeNocomm, r.nocommArgs()); err != nil {
+			return err
+		}
+	}
+	return r.wait(ctx)
+}
+
+// peerID polls node 0's status API until it reports its peer id.
+func (r *nodeRun) peerID(ctx context.Context, p *wan.Proc) (string, error) {
+	cl := r.n.HTTPClient(0)
+	cl.Timeout = 2 * time.Second
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if id, err := getPeerID(cl.Get, fmt.Sprintf("http://127.0.0.1:%d/v1/status", statusPort)); err == nil && id != "" {
+			return id, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-p.Done():
+			return "", fmt.Errorf("exited before serving its status: %v", p.Wait())
+		case <-tick.C:
+		}
+	}
+}
+
+// wait waits for every node (and the nocomm node) to exit or ctx to end.
+func (r *nodeRun) wait(ctx context.Context) error {
+	all := append([]*wan.Proc(nil), r.procs...)
+	if r.nocomm != nil {
+		all = append(all, r.nocomm)
+	}
+	var errs []error
+	for _, p := range all {
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return fmt.Errorf("%s still running: %w", p.Host.Name, ctx.Err())
+		}
+		if err := p.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Host.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fidelity reports packets the hosts dropped before the emulator (the machine
+// was too busy) and the links' queue drops, as a suffix for the run's line.
+func (r *nodeRun) fidelity() string {
+	var hostDrops, queueDrops, lossDrops uint64
+	for i := range r.n.Hosts {
+		if d, err := r.n.HostDrops(i); err == nil {
+			hostDrops += d
+		}
+	}
+	for _, l := range r.n.Forwarder().Stats().Links {
+		queueDrops += uint64(l.QueueDrops)
+		lossDrops += uint64(l.LossDrops)
+	}
+	return fmt.Sprintf(", link queue drops %d, random-loss drops %d, host TUN drops %d (non-zero: emulator fell behind)", queueDrops, lossDrops, hostDrops)
+}
+
+// summarize reads every node's history and returns the mode's tableRow and,
+// beside a blocking run, the nocomm tableRow.
+func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
+	var hist [][]record
+	var errs []error
+	for _, h := range r.n.Hosts {
+		recs, err := readHistory(r.home(h.Name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		hist = append(hist, recs)
+	}
+	var rows []tableRow
+	rw, err := summarize(profile, r.mode, hist, r.c.Warmup, len(r.n.Hosts))
+	rw.Nodes = len(r.n.Hosts)
+	if err == nil {
+		rows = append(rows, rw)
+	}
+	errs = append(errs, err)
+	if r.nocomm != nil {
+		recs, err := readHistory(r.home(modeNocomm))
+		if err == nil {
+			var nr tableRow
+			if nr, err = summarize(profile, modeNocomm, [][]record{recs}, r.c.Warmup, 1); err == nil {
+				rows = append(rows, nr)
+			}
+		}
+		errs = append(errs, err)
+	}
+	return rows, errors.Join(errs...)
+}
+
+func readHistory(home string) ([]record, error) {
+	f, err := os.Open(filepath.Join(home, "history.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := parseHistory(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return recs, nil
+}
+
+// maxStatusBody bounds the status response read for the peer id.
+const maxStatusBody = 1 << 20
+
+// getPeerID reads peer_id from a node's GET /v1/status.
+func getPeerID(get func(string) (*http.Response, error), url string) (string, error) {
+	resp, err := get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		PeerID string `json:"peer_id"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(&st); err != nil {
+		return "", err
+	}
+	return st.PeerID, nil
+}

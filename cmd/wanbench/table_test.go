@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+)
+
+// historyLine is one node.OuterRecord line as the node writes it.
+const historyLine = `{"step":%d,"time":"2026-11-22T02:39:41.288157039Z","members":%d,"loss":0.36,"eval_loss":0.29,` +
+	`"allreduce_sec":%g,"compute_sec":%g,"wall_sec":%g,"utilization":0.67,"bytes_sent":%d,"bytes_received":19206868,"model_hash":"b42b","attempts":1}`
+
+func line(step, members int, ar, compute, wall float64, sent int64) string {
+	return fmt.Sprintf(historyLine, step, members, ar, compute, wall, sent)
+}
+
+func TestParseHistory(t *testing.T) {
+	in := line(1, 4, 3.14, 12.5, 18.7, 19206868) + "\n\n" + line(2, 4, 1.25, 11.2, 13.9, 19206000) + "\n"
+	recs, err := parseHistory(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []record{
+		{Step: 1, Members: 4, AllReduceSec: 3.14, ComputeSec: 12.5, WallSec: 18.7, Utilization: 0.67, BytesSent: 19206868, BytesReceived: 19206868, Attempts: 1, ModelHash: "b42b"},
+		{Step: 2, Members: 4, AllReduceSec: 1.25, ComputeSec: 11.2, WallSec: 13.9, Utilization: 0.67, BytesSent: 19206000, BytesReceived: 19206868, Attempts: 1, ModelHash: "b42b"},
+	}
+	if len(recs) != len(want) {
+		t.Fatalf("got %d records, want %d", len(recs), len(want))
+	}
+	for i := range want {
+		if recs[i] != want[i] {
+			t.Errorf("record %d = %+v, want %+v", i, recs[i], want[i])
+		}
+	}
+}
+
+func TestParseHistoryRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":       "{step: 1}\n",
+		"negative time":  line(1, 4, -1, 10, 11, 5) + "\n",
+		"negative bytes": line(1, 4, 1, 10, 11, -5) + "\n",
+		"wrong type":     `{"step":"one"}` + "\n",
+		"long line":      `{"model_hash":"` + strings.Repeat("a", maxHistoryLine) + `"}` + "\n",
+		"truncated":      line(1, 4, 1, 10, 11, 5)[:40],
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := parseHistory(strings.NewReader(in)); !errors.Is(err, ErrHistory) {
+				t.Fatalf("err = %v, want ErrHistory", err)
+			}
+		})
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3} // sorted: 1 2 3 4 5
+	for _, c := range []struct{ q, want float64 }{{0, 1}, {0.5, 3}, {0.9, 4.6}, {1, 5}, {0.25, 2}} {
+		if got := quantile(xs, c.q); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("quantile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if xs[0] != 5 {
+		t.Error("quantile sorted its input")
+	}
+	if got := quantile([]float64{1, 2, 3, 4}, 0.5); got != 2.5 {
+		t.Errorf("even median = %v, want 2.5", got)
+	}
+	if !math.IsNaN(quantile(nil, 0.5)) {
+		t.Error("quantile of nothing is not NaN")
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	a := []record{
+		{Step: 1, Members: 4, AllReduceSec: 100, ComputeSec: 10, WallSec: 200, BytesSent: 1}, // warm-up: dropped
+		{Step: 2, Members: 4, AllReduceSec: 1, ComputeSec: 10, WallSec: 11, BytesSent: 300},
+		{Step: 3, Members: 4, AllReduceSec: 2, ComputeSec: 10, WallSec: 12, BytesSent: 100},
+	}
+	b := []record{
+		{Step: 2, Members: 3, AllReduceSec: 50, ComputeSec: 10, WallSec: 90, BytesSent: 7}, // ring without everyone: dropped
+		{Step: 3, Members: 4, AllReduceSec: 3, ComputeSec: 10, WallSec: 13, BytesSent: 200},
+	}
+	r, err := summarize("usa", modeBlocking, [][]record{a, b}, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Nodes != 2 || r.Samples != 3 {
+		t.Errorf("nodes %d samples %d, want 2 and 3", r.Nodes, r.Samples)
+	}
+	if r.AllReduceMedian != 2 || math.Abs(r.AllReduceP90-2.8) > 1e-12 {
+		t.Errorf("all-reduce median %v p90 %v, want 2 and 2.8", r.AllReduceMedian, r.AllReduceP90)
+	}
+	if want := 30.0 / 36; math.Abs(r.Utilization-want) > 1e-12 {
+		t.Errorf("utilization %v, want %v", r.Utilization, want)
+	}
+	if r.BytesPerNode != 200 {
+		t.Errorf("bytes per node %v, want 200", r.BytesPerNode)
+	}
+	if _, err := summarize("usa", modeBlocking, [][]record{a}, 3, 4); !errors.Is(err, ErrHistory) {
+		t.Errorf("all steps in warm-up: err = %v, want ErrHistory", err)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	rows := []tableRow{
+		{Profile: "usa", Mode: modeBlocking, Nodes: 4, AllReduceMedian: 1.3374, AllReduceP90: 2.2281, Utilization: 0.68051, BytesPerNode: 19206868},
+		{Profile: "usa-europe", Mode: modeNocomm, Nodes: 1, AllReduceMedian: 0.058, AllReduceP90: 0.064, Utilization: 0.9565, BytesPerNode: 0},
+	}
+	var b bytes.Buffer
+	if err := writeTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("table has %d lines, want 3:\n%s", len(lines), b.String())
+	}
+	want := [][]string{tableHeader,
+		{"usa", "blocking", "4", "1.337", "2.228", "68.05", "19206868"},
+		{"usa-europe", "nocomm", "1", "0.058", "0.064", "95.65", "0"}}
+	for i, l := range lines {
+		if got := strings.Fields(l); strings.Join(got, " ") != strings.Join(want[i], " ") {
+			t.Errorf("line %d = %q, want fields %q", i, l, want[i])
+		}
+	}
+	// Columns are aligned: every field of a column starts at the same offset.
+	if strings.Index(lines[1], "blocking") != strings.Index(lines[0], "mode") {
+		t.Errorf("columns not aligned:\n%s", b.String())
+	}
+}
+
+func TestUtilizationSVG(t *testing.T) {
+	rows := []tableRow{
+		{Profile: "usa", Mode: modeBlocking, Utilization: 0.9},
+		{Profile: "usa", Mode: modeNocomm, Utilization: 0.99},
+		{Profile: "global<x>", Mode: modeOverlapped, Utilization: 0.2},
+	}
+	var b bytes.Buffer
+	if err := utilizationSVG(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	for _, want := range []string{"<svg", "</svg>", "usa blocking 90.00 %", "usa nocomm 99.00 %", "usa intellect-1 95.70 %", "global&lt;x&gt; overlapped 20.00 %"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "<x>") {
+		t.Error("profile name not escaped")
+	}
+}
+
+func TestWidenProfile(t *testing.T) {
+	g, err := wan.Lookup("global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := widenProfile(g, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Hosts) != 16 || w.Hosts[6].Name != g.Hosts[0].Name+"2" || w.Hosts[15].Name != g.Hosts[3].Name+"3" {
+		t.Fatalf("hosts %v", w.Hosts)
+	}
+	path := func(p wan.Profile, a, b string) wan.Path {
+		for _, pa := range p.Paths {
+			if pa.A == a && pa.B == b || pa.A == b && pa.B == a {
+				return pa
+			}
+		}
+		t.Fatalf("no path %s–%s", a, b)
+		return wan.Path{}
+	}
+	h := func(i int) string { return w.Hosts[i].Name }
+	if got, want := path(w, h(6), h(1)), path(g, h(0), h(1)); got.RTTMS != want.RTTMS || got.RateMbit != want.RateMbit || got.Loss != want.Loss {
+		t.Errorf("widened path %+v, want the sites' %+v", got, want)
+	}
+	if got := path(w, h(0), h(6)); got.RTTMS != sameSite.RTTMS {
+		t.Errorf("same-site path %+v", got)
+	}
+	if _, err := widenProfile(g, 3); err == nil {
+		t.Error("narrowing accepted")
+	}
+}
+
+func FuzzParseHistory(f *testing.F) {
+	f.Add([]byte(line(1, 4, 3.14, 12.5, 18.7, 19206868) + "\n"))
+	f.Add([]byte("{}\n\n{\"step\":2}"))
+	f.Add([]byte("{\"wall_sec\":-1}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		recs, err := parseHistory(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		for _, r := range recs {
+			if r.check() != nil {
+				t.Fatalf("accepted bad record %+v", r)
+			}
+		}
+		if r, err := summarize("p", "m", [][]record{recs}, 0, 0); err == nil {
+			if math.IsNaN(r.Utilization) || math.IsNaN(r.AllReduceMedian) || r.AllReduceP90 < r.AllReduceMedian {
+				t.Fatalf("bad summary %+v of %+v", r, recs)
+			}
+		}
+	})
+}
