@@ -24,11 +24,14 @@ import (
 //	                               sender rank u16, ring size u16,
 //	                               ring id length u8, ring id
 //	dialer → acceptor  arMsgChunk  one mesh chunk message (mesh.AllReduce)
+//	dialer → acceptor  arMsgAbort  ring index u16 of the member at fault
 //
 // Nothing flows back: an acceptor that refuses a stream resets it with
 // arCodeRejected; a member that aborts the attempt resets all its streams
 // with arCodeAbort + the ring index of the member at fault, so that both
 // neighbours (and, as they abort in turn, everybody) learn whom to blame.
+// For shards it had not opened yet it opens a stream carrying a hello and an
+// arMsgAbort frame, so a right neighbour waiting for that stream learns too.
 const AllReduceProtocolID = "/intellect/allreduce/1.0.0"
 
 // Size limits of AllReduceProtocolID, checked before allocating.
@@ -53,6 +56,7 @@ const arVersion = 1
 const (
 	arMsgHello uint8 = 1
 	arMsgChunk uint8 = 2
+	arMsgAbort uint8 = 3
 )
 
 // Stream reset codes of AllReduceProtocolID (network.StreamErrorCode).
@@ -222,7 +226,27 @@ func (svc *AllReduceService) disconnected(n network.Network, c network.Conn) {
 	}
 	svc.mu.Unlock()
 	for _, t := range hit {
-		t.leftGone()
+		t.leftGone(fmt.Errorf("p2p: all-reduce: left neighbour %s disconnected", p))
+	}
+}
+
+// leftAborted handles a stream from p reset with an abort code before its
+// hello could be read: the attempts whose left neighbour is p fail naming
+// the member the code names.
+func (svc *AllReduceService) leftAborted(p peer.ID, code network.StreamErrorCode) {
+	svc.mu.Lock()
+	var hit []*RingTransport
+	for _, t := range svc.attempts {
+		if t.left == p {
+			hit = append(hit, t)
+		}
+	}
+	svc.mu.Unlock()
+	for _, t := range hit {
+		if r := int(code - arCodeAbort); r < len(t.spec.Members) {
+			t.leftGone(&mesh.PeerError{Rank: r, Relayed: true,
+				Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, p, t.spec.Members[r])})
+		}
 	}
 }
 
@@ -260,6 +284,11 @@ func (svc *AllReduceService) handle(s network.Stream) {
 		h, err = decodeHello(p)
 	}
 	if err != nil {
+		var se *network.StreamError
+		if errors.As(err, &se) && se.Remote && se.ErrorCode >= arCodeAbort && se.ErrorCode < arCodeAbort+arMaxMembers {
+			svc.leftAborted(from, se.ErrorCode)
+			return
+		}
 		svc.reject(s, "bad hello", err)
 		return
 	}

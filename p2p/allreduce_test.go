@@ -288,6 +288,44 @@ func TestRingMemberDies(t *testing.T) {
 		}
 		t.Logf("member %d: %v", i, err)
 	}
+	// What the node does next: the survivors retry with a new ring, recomputing their
+	// vectors (AllReduce left them unspecified).
+	var alive []int
+	for i := range k {
+		if i != dead {
+			alive = append(alive, i)
+		}
+	}
+	members := make([]peer.ID, len(alive))
+	for j, i := range alive {
+		members[j] = ids[i]
+		for _, o := range alive {
+			if o != i {
+				hs[i].Peerstore().AddAddrs(ids[o], hs[o].Addrs(), peerstore.PermanentAddrTTL)
+			}
+		}
+	}
+	outs := make([][]float32, len(alive))
+	errs2 := make([]error, len(alive))
+	w2 := []float32{1, 2, 3}
+	for j, i := range alive {
+		outs[j] = append([]float32(nil), in[i]...)
+		wg.Go(func() {
+			_, _, errs2[j] = AllReduce(ctx, svcs[i], RingSpec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, outs[j], nil, cfg)
+		})
+	}
+	wg.Wait()
+	for j := range alive {
+		if errs2[j] != nil {
+			t.Fatalf("retry, member %d: %v", j, errs2[j])
+		}
+		if !arSameBits(outs[0], outs[j]) {
+			t.Fatalf("retry, member %d differs", j)
+		}
+	}
+	if e := arRelErr(outs[0], [][]float32{in[alive[0]], in[alive[1]], in[alive[2]]}, w2); e > 0.02 {
+		t.Fatalf("retry: relative error %.3g", e)
+	}
 }
 
 // arFake is a ring member run by hand: it drains every all-reduce stream

@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -68,10 +69,12 @@ type RingTransport struct {
 	left, right peer.ID
 	leftRank    int
 	out         []network.Stream // per shard; only the shard's sender touches it
+	outDirty    []bool           // per shard: a frame write did not complete
 	in          []*arIn
 
-	gone     chan struct{} // closed when the left neighbour disconnects
+	gone     chan struct{} // closed when the left neighbour is known gone or aborted
 	goneOnce sync.Once
+	goneErr  error         // why, set before gone is closed
 	ended    chan struct{} // closed when the attempt ends
 
 	mu       sync.Mutex
@@ -103,7 +106,8 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 	}
 	k := len(spec.Members)
 	t := &RingTransport{svc: svc, spec: spec, out: make([]network.Stream, spec.Shards), in: make([]*arIn, spec.Shards),
-		gone: make(chan struct{}), ended: make(chan struct{})}
+		outDirty: make([]bool, spec.Shards),
+		gone:     make(chan struct{}), ended: make(chan struct{})}
 	for s := range t.in {
 		t.in[s] = &arIn{ch: make(chan network.Stream, 1)}
 	}
@@ -144,11 +148,18 @@ func (t *RingTransport) reachLeft() {
 	}()
 	if err := t.svc.h.Connect(ctx, peer.AddrInfo{ID: t.left}); err != nil && ctx.Err() == nil {
 		t.svc.log.Debug("left neighbour unreachable", "peer", t.left, "ring", t.spec.ID, "err", err)
-		t.leftGone()
+		t.leftGone(fmt.Errorf("p2p: all-reduce: left neighbour %s unreachable: %w", t.left, err))
 	}
 }
 
-func (t *RingTransport) leftGone() { t.goneOnce.Do(func() { close(t.gone) }) }
+// leftGone makes a Recv waiting for a stream from the left neighbour fail
+// with err.
+func (t *RingTransport) leftGone(err error) {
+	t.goneOnce.Do(func() {
+		t.goneErr = err
+		close(t.gone)
+	})
+}
 
 func (t *RingTransport) tag() string { return "allreduce/" + t.spec.ID }
 
@@ -210,9 +221,11 @@ func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
 	s := t.out[shard]
 	defer t.watch(ctx, s)()
 	_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
+	t.outDirty[shard] = true
 	if err := WriteFrame(s, arMsgChunk, msg); err != nil {
 		return t.streamErr(ctx, err, "send to", t.right, shard)
 	}
+	t.outDirty[shard] = false
 	t.sent.Add(int64(frameHeaderSize + len(msg)))
 	return nil
 }
@@ -232,8 +245,7 @@ func (t *RingTransport) dial(ctx context.Context, shard int) error {
 		return fmt.Errorf("p2p: all-reduce attempt %s is over", t.spec.ID)
 	}
 	t.out[shard] = s
-	hello := arHello{step: t.spec.Step, shard: uint16(shard), shards: uint16(t.spec.Shards),
-		sender: uint16(t.spec.Self), size: uint16(len(t.spec.Members)), ringID: t.spec.ID}.encode()
+	hello := t.hello(shard)
 	defer t.watch(ctx, s)()
 	_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
 	if err := WriteFrame(s, arMsgHello, hello); err != nil {
@@ -257,7 +269,7 @@ func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
 		case <-wait.C:
 			return nil, fmt.Errorf("p2p: all-reduce: no stream from %s for shard %d within %v", t.left, shard, t.svc.cfg.IOTimeout)
 		case <-t.gone:
-			return nil, fmt.Errorf("p2p: all-reduce: %s disconnected before opening shard %d", t.left, shard)
+			return nil, t.goneErr
 		}
 	}
 	defer t.watch(ctx, in.s)()
@@ -269,6 +281,11 @@ func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
 			return nil, fmt.Errorf("%w from %s: %w", ErrAllReduceProtocol, t.left, err)
 		}
 		return nil, t.streamErr(ctx, err, "receive from", t.left, shard)
+	}
+	if typ == arMsgAbort && len(p) == 2 && int(binary.BigEndian.Uint16(p)) < len(t.spec.Members) {
+		r := int(binary.BigEndian.Uint16(p))
+		return nil, &mesh.PeerError{Rank: r, Relayed: true,
+			Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, t.left, t.spec.Members[r])}
 	}
 	if typ != arMsgChunk {
 		t.svc.log.Warn("all-reduce frame of unexpected type", "peer", t.left, "ring", t.spec.ID, "shard", shard, "type", typ)
@@ -309,20 +326,90 @@ func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p 
 	return fmt.Errorf("p2p: all-reduce %s %s, shard %d: %w", dir, p, shard, err)
 }
 
-// Abort implements mesh.Aborter: it resets every stream of the attempt with
-// a code naming the member cause blames (this member when it names none),
-// so both neighbours fail at once and learn whom to report.
+// Abort implements mesh.Aborter: it ends the attempt telling both
+// neighbours which member cause blames (this member when it names none):
+// streams from the left are reset with a code naming it; streams to the
+// right get an abort frame after the data already sent (a reset could
+// discard a hello the neighbour has not read yet) unless a frame was cut
+// short, then they are reset too; shards never opened are opened to carry
+// the abort frame. mesh.AllReduce calls it after its Send and Recv calls
+// returned.
 func (t *RingTransport) Abort(cause error) {
 	culprit := t.spec.Self
 	var pe *mesh.PeerError
 	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(t.spec.Members) {
 		culprit = pe.Rank
 	}
-	code := arCodeAbort + network.StreamErrorCode(culprit)
-	if t.finish(code, func(s network.Stream) { _ = s.ResetWithError(code) }) {
-		t.svc.log.Warn("all-reduce aborted", "ring", t.spec.ID, "step", t.spec.Step,
-			"blamed", t.spec.Members[culprit], "err", cause)
+	var unopened []int
+	graceful := make(map[network.Stream]bool)
+	for s, st := range t.out {
+		switch {
+		case st == nil:
+			unopened = append(unopened, s)
+		case !t.outDirty[s]:
+			graceful[st] = true
+		}
 	}
+	code := arCodeAbort + network.StreamErrorCode(culprit)
+	frame := abortFrame(culprit)
+	ended := t.finish(code, func(s network.Stream) {
+		if graceful[s] {
+			go t.closeWithAbort(s, frame, code)
+			return
+		}
+		_ = s.ResetWithError(code)
+	})
+	if !ended {
+		return
+	}
+	t.svc.log.Warn("all-reduce aborted", "ring", t.spec.ID, "step", t.spec.Step,
+		"blamed", t.spec.Members[culprit], "err", cause)
+	if len(t.spec.Members) > 1 && len(unopened) > 0 {
+		go t.tellRight(unopened, frame)
+	}
+}
+
+func abortFrame(culprit int) []byte {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], uint16(culprit))
+	return b[:]
+}
+
+// closeWithAbort appends the abort frame to an outgoing stream and closes
+// it, or resets it with code if that cannot be done in time.
+func (t *RingTransport) closeWithAbort(s network.Stream, frame []byte, code network.StreamErrorCode) {
+	_ = s.SetWriteDeadline(time.Now().Add(min(t.svc.cfg.IOTimeout, 5*time.Second)))
+	if err := WriteFrame(s, arMsgAbort, frame); err != nil {
+		_ = s.ResetWithError(code)
+		return
+	}
+	_ = s.Close()
+}
+
+// tellRight opens the shards this member never opened, each with a hello
+// and an abort frame naming culprit, so that a right neighbour waiting for
+// them fails now and blames the same member. Best effort, bounded by
+// IOTimeout.
+func (t *RingTransport) tellRight(shards []int, abort []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.IOTimeout)
+	defer cancel()
+	for _, shard := range shards {
+		s, err := t.svc.h.NewStream(ctx, t.right, AllReduceProtocolID)
+		if err != nil {
+			return
+		}
+		_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
+		if WriteFrame(s, arMsgHello, t.hello(shard)) == nil && WriteFrame(s, arMsgAbort, abort) == nil {
+			_ = s.CloseWrite()
+			continue
+		}
+		_ = s.Reset()
+	}
+}
+
+func (t *RingTransport) hello(shard int) []byte {
+	return arHello{step: t.spec.Step, shard: uint16(shard), shards: uint16(t.spec.Shards),
+		sender: uint16(t.spec.Self), size: uint16(len(t.spec.Members)), ringID: t.spec.ID}.encode()
 }
 
 // Close ends the attempt: streams are closed (after an Abort, already reset)
