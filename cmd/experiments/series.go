@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Limits on the files read back from node processes.
+const (
+	maxLineBytes = 1 << 16 // one history or progress line
+	maxRecords   = 1 << 20 // lines per file
+)
+
+// ErrBadHistory is wrapped by every error decoding a history or progress file.
+var ErrBadHistory = errors.New("experiments: bad history")
+
+// record is one line of a node's history.jsonl (node.OuterRecord).
+type record struct {
+	Step          uint64  `json:"step"`
+	Members       int     `json:"members"`
+	Loss          float64 `json:"loss"`
+	EvalLoss      float64 `json:"eval_loss"`
+	AllReduceSec  float64 `json:"allreduce_sec"`
+	ComputeSec    float64 `json:"compute_sec"`
+	WallSec       float64 `json:"wall_sec"`
+	Utilization   float64 `json:"utilization"`
+	BytesSent     int64   `json:"bytes_sent"`
+	BytesReceived int64   `json:"bytes_received"`
+	ModelHash     string  `json:"model_hash"`
+	Attempts      int     `json:"attempts"`
+}
+
+// progress is one line of `intellect-node train --json` (train.Progress).
+type progress struct {
+	Step     int      `json:"step"`
+	EvalLoss *float64 `json:"eval_loss"`
+}
+
+// decodeLines decodes r's JSON lines into fn, one call per non-empty line.
+func decodeLines(r io.Reader, fn func(line []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxLineBytes)
+	n := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] != '{' {
+			continue // the train command also prints plain lines (# checkpoint ...)
+		}
+		if n++; n > maxRecords {
+			return fmt.Errorf("%w: more than %d lines", ErrBadHistory, maxRecords)
+		}
+		if err := fn(line); err != nil {
+			return fmt.Errorf("%w: line %d: %v", ErrBadHistory, n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadHistory, err)
+	}
+	return nil
+}
+
+// decodeHistory decodes a node's history.jsonl, checking every record.
+func decodeHistory(r io.Reader) ([]record, error) {
+	var out []record
+	err := decodeLines(r, func(line []byte) error {
+		var rec record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return err
+		}
+		if err := rec.check(); err != nil {
+			return err
+		}
+		out = append(out, rec)
+		return nil
+	})
+	return out, err
+}
+
+func (r record) check() error {
+	switch {
+	case r.Step == 0 || r.Step > math.MaxInt32:
+		return fmt.Errorf("step %d", r.Step)
+	case r.Members < 1 || r.Members > 1<<16:
+		return fmt.Errorf("members %d", r.Members)
+	case !finite(r.EvalLoss) || !finite(r.Loss):
+		return fmt.Errorf("loss %v / eval loss %v", r.Loss, r.EvalLoss)
+	case r.BytesSent < 0 || r.BytesReceived < 0:
+		return fmt.Errorf("bytes %d/%d", r.BytesSent, r.BytesReceived)
+	}
+	return nil
+}
+
+// decodeProgress decodes `train --json` output into (step, eval loss) points
+// for the lines that carry an eval loss.
+func decodeProgress(r io.Reader) ([]progress, error) {
+	var out []progress
+	err := decodeLines(r, func(line []byte) error {
+		var p progress
+		if err := json.Unmarshal(line, &p); err != nil {
+			return err
+		}
+		if p.EvalLoss == nil {
+			return nil
+		}
+		if p.Step < 0 || !finite(*p.EvalLoss) {
+			return fmt.Errorf("step %d eval loss %v", p.Step, *p.EvalLoss)
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// point is one evaluation of a configuration's global model.
+type point struct {
+	Step     int     // outer step (DiLoCo) or optimizer step / H (single node)
+	Tokens   int64   // training tokens folded into the evaluated model
+	EvalLoss float64 // mean over the nodes (they hold identical models)
+	Spread   float64 // max − min eval loss over the nodes (0 when bit-identical)
+}
+
+// result is one configuration's outcome.
+type result struct {
+	cfg      config
+	points   []point
+	nodes    int
+	sentPer  float64 // mean bytes sent per node per outer step (all-reduce)
+	recvPer  float64 // mean bytes received per node per outer step
+	hashesOK bool    // every node ended every step with the same model hash
+	arSec    float64 // mean all-reduce seconds per outer step
+}
+
+// collect reads the histories of every configuration.
+func collect(s *setup, cfgs []config) ([]result, error) {
+	var out []result
+	for _, c := range cfgs {
+		var r result
+		var err error
+		if c.Single {
+			r, err = collectSingle(s, c)
+		} else {
+			r, err = collectCluster(s, c)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func readFile[T any](path string, decode func(io.Reader) ([]T, error)) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	v, err := decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+func collectSingle(s *setup, c config) (result, error) {
+	ps, err := readFile(filepath.Join(s.configDir(c), "node0.log"), decodeProgress)
+	if err != nil {
+		return result{}, err
+	}
+	r := result{cfg: c, nodes: 1, hashesOK: true}
+	for _, p := range ps {
+		if p.Step == 0 || p.Step%s.inner != 0 {
+			continue
+		}
+		r.points = append(r.points, point{Step: p.Step / s.inner, EvalLoss: *p.EvalLoss,
+			Tokens: int64(p.Step) * int64(s.tokensPerStep*s.nodes)})
+	}
+	if len(r.points) == 0 {
+		return r, fmt.Errorf("%w: no evaluations", ErrBadHistory)
+	}
+	return r, nil
+}
+
+func collectCluster(s *setup, c config) (result, error) {
+	var hists [][]record
+	for i := range s.nodes {
+		h, err := readFile(filepath.Join(s.configDir(c), fmt.Sprintf("node%d", i), "history.jsonl"), decodeHistory)
+		if err != nil {
+			return result{}, err
+		}
+		hists = append(hists, h)
+	}
+	return mergeHistories(c, hists, s.inner, s.tokensPerStep)
+}
+
+// mergeHistories turns the nodes' histories into one series: per outer step
+// the mean eval loss, and the tokens folded into the model so far (members ×
+// H × tokens per inner step, summed over steps). Byte counts are averaged
+// over nodes and steps.
+func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (result, error) {
+	r := result{cfg: c, nodes: len(hists), hashesOK: true}
+	bySteps := map[uint64][]record{}
+	var sent, recv, ar float64
+	var n int
+	for _, h := range hists {
+		for _, rec := range h {
+			bySteps[rec.Step] = append(bySteps[rec.Step], rec)
+			sent += float64(rec.BytesSent)
+			recv += float64(rec.BytesReceived)
+			ar += rec.AllReduceSec
+			n++
+		}
+	}
+	if n == 0 {
+		return r, fmt.Errorf("%w: empty histories", ErrBadHistory)
+	}
+	r.sentPer, r.recvPer, r.arSec = sent/float64(n), recv/float64(n), ar/float64(n)
+	steps := make([]uint64, 0, len(bySteps))
+	for st := range bySteps {
+		steps = append(steps, st)
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i] < steps[j] })
+	var tokens int64
+	for _, st := range steps {
+		p, members, ok := stepPoint(bySteps[st])
+		r.hashesOK = r.hashesOK && ok && len(bySteps[st]) == len(hists)
+		tokens += int64(members) * int64(inner) * int64(tokensPerStep)
+		p.Step, p.Tokens = int(st), tokens
+		r.points = append(r.points, p)
+	}
+	return r, nil
+}
+
+// stepPoint summarises the nodes' records of one outer step: the mean and
+// spread of their eval losses, the ring size, and whether they agree on the
+// model hash.
+func stepPoint(recs []record) (point, int, bool) {
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	members, ok := 0, true
+	for _, rec := range recs {
+		lo, hi, sum = min(lo, rec.EvalLoss), max(hi, rec.EvalLoss), sum+rec.EvalLoss
+		members = max(members, rec.Members)
+		ok = ok && rec.ModelHash == recs[0].ModelHash
+	}
+	return point{EvalLoss: sum / float64(len(recs)), Spread: hi - lo}, members, ok
+}
