@@ -87,10 +87,10 @@ func meshBetter(c1 int, k1 meshKey, c2 int, k2 meshKey) bool {
 func (m *Mesh) checkLineage() {
 	switch m.state {
 	case StateSyncing:
-		if m.tick-m.fetchAt < uint64(m.cfg.SyncTimeoutTicks) {
+		if !m.syncFailed && m.tick-m.fetchAt < uint64(m.cfg.SyncTimeoutTicks) {
 			return
 		}
-		m.fetch = nil
+		m.fetch, m.syncFailed = nil, false
 		m.setState(StateJoining)
 		m.chooseFetch()
 	case StateJoining:

@@ -81,12 +81,13 @@ type Mesh struct {
 	inner       uint32
 	established bool // took part in a completed ring, or synced from peers
 
-	peers   map[PeerID]*meshPeer
-	ag      meshAgreement
-	ring    *Ring // decided ring of the current step while reducing
-	last    *Ring // last decided ring, for Status
-	fetch   *Fetch
-	fetchAt uint64
+	peers      map[PeerID]*meshPeer
+	ag         meshAgreement
+	ring       *Ring // decided ring of the current step while reducing
+	last       *Ring // last decided ring, for Status
+	fetch      *Fetch
+	fetchAt    uint64
+	syncFailed bool
 
 	out       Ready
 	prevState State
@@ -354,11 +355,22 @@ func (m *Mesh) Synced(step uint64, hash string) {
 	m.moveTo(step, hash, prev)
 }
 
+// SyncFailed tells the mesh that the last Fetch or Adopt failed (donors
+// gone or moved on, bad data). It chooses a model and donors again at the
+// next tick instead of after SyncTimeoutTicks. Ignored unless Syncing.
+func (m *Mesh) SyncFailed() {
+	if m.state != StateSyncing {
+		return
+	}
+	m.syncFailed = true
+	m.lineDue = m.tick
+}
+
 func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	m.step, m.hash, m.prevHash = step, hash, prevHash
 	m.inner = 0
 	m.established = true
-	m.ring, m.fetch = nil, nil
+	m.ring, m.fetch, m.syncFailed = nil, nil, false
 	m.resetAgreement()
 	m.setState(StateTraining)
 	m.heartbeat()

@@ -231,3 +231,40 @@ func TestAdoptTieBreak(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncFailedChoosesAgain: after SyncFailed the mesh asks for a fetch
+// again at the next tick, with what it knows now.
+func TestSyncFailedChoosesAgain(t *testing.T) {
+	m, _ := New(Config{ID: "j", HeartbeatTicks: 2, DeadTicks: 5, SyncTimeoutTicks: 1000}, 0, "")
+	hb := func(step uint64, hash, prev string) {
+		if err := m.Step(Message{Type: MsgHeartbeat, From: "a", State: StateTraining, Step: step, Hash: hash, PrevHash: prev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetches := func() (out []*Fetch) {
+		for _, rd := range drain(m) {
+			if rd.Fetch != nil {
+				out = append(out, rd.Fetch)
+			}
+		}
+		return out
+	}
+	hb(3, "x3", "x2")
+	m.Tick()
+	m.Tick()
+	if f := fetches(); len(f) != 1 || f[0].Step != 3 {
+		t.Fatalf("first fetch %+v", f)
+	}
+	hb(4, "x4", "x3") // the donor moved on; the fetch of step 3 fails
+	m.SyncFailed()
+	m.Tick()
+	if f := fetches(); len(f) != 1 || f[0].Step != 4 || f[0].Hash != "x4" {
+		t.Fatalf("fetch after SyncFailed %+v", f)
+	}
+	m.SyncFailed()
+	m.Synced(4, "x4")
+	m.Tick()
+	if f := fetches(); len(f) != 0 || m.State() != StateTraining {
+		t.Fatalf("after Synced: %v, fetches %+v", m.State(), f)
+	}
+}

@@ -63,8 +63,9 @@ func meshRingID(step uint64, round uint32, members []Member) string {
 // whose θ₀ hash is Hash, from the peers From (in the order to try them),
 // and to verify it against the hash the donors gossip. A donor holds only
 // its current θ₀: if it moved on meanwhile, a newer model from it is as
-// good. node then calls Mesh.Synced with the step and hash it obtained. If
-// no Synced comes within SyncTimeoutTicks, the mesh chooses again.
+// good. node then calls Mesh.Synced with the step and hash it obtained, or
+// Mesh.SyncFailed, and the mesh chooses again at once (without either,
+// after SyncTimeoutTicks).
 type Fetch struct {
 	Step     uint64
 	Hash     string

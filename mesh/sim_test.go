@@ -269,9 +269,9 @@ func (s *simNet) finishFetch(n *simNode) {
 		if dn == nil || !dn.up || !s.linked(n.id, d) {
 			continue
 		}
-		// A donor serves the θ₀ it holds now: the asked-for model, or a
-		// newer one of the same line if it moved on meanwhile.
-		if step, hash := dn.m.Model(); hash != "" && dn.m.State().hasModel() && step >= f.Step {
+		// A donor serves the θ₀ it holds now; node fetches exactly the
+		// model named (step and hash) or fails and says SyncFailed.
+		if step, hash := dn.m.Model(); hash == f.Hash && dn.m.State().hasModel() && step == f.Step {
 			n.m.Synced(step, hash)
 			n.ckStep, n.ckHash = step, hash
 			n.syncs++
@@ -280,6 +280,7 @@ func (s *simNet) finishFetch(n *simNode) {
 		}
 	}
 	s.logf("%s fetch of step %d failed", n.id, f.Step)
+	n.m.SyncFailed()
 }
 
 func (s *simNet) flush(n *simNode) {
