@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -25,7 +27,7 @@ import (
 // options are the command's flags.
 type options struct {
 	out, work, bin, run, preset, only, replot string
-	nodes, inner, outer                       int
+	nodes, inner, outer, parallel             int
 	timeout                                   time.Duration
 }
 
@@ -41,6 +43,7 @@ func main() {
 	flag.IntVar(&o.nodes, "nodes", 4, "nodes of each DiLoCo configuration (the single node gets this many times the batch)")
 	flag.IntVar(&o.inner, "inner", 20, "inner steps per outer step (H)")
 	flag.IntVar(&o.outer, "outer", 30, "outer steps of every configuration")
+	flag.IntVar(&o.parallel, "parallel", 1, "configurations run at the same time (their losses at equal tokens do not depend on speed)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "limit on one configuration's run")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -53,8 +56,8 @@ func main() {
 }
 
 func run(ctx context.Context, o options, log *slog.Logger) error {
-	if o.nodes < 2 || o.inner < 1 || o.outer < 1 {
-		return fmt.Errorf("want -nodes ≥ 2, -inner ≥ 1, -outer ≥ 1")
+	if o.nodes < 2 || o.inner < 1 || o.outer < 1 || o.parallel < 1 {
+		return fmt.Errorf("want -nodes ≥ 2, -inner ≥ 1, -outer ≥ 1, -parallel ≥ 1")
 	}
 	cfgs, err := selectConfigs(o.only)
 	if err != nil {
@@ -70,10 +73,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		if err := prepare(ctx, &o, setup, log); err != nil {
 			return err
 		}
-		for _, c := range cfgs {
-			if err := runConfig(ctx, o, setup, c, log); err != nil {
-				return fmt.Errorf("%s: %w", c.Name, err)
-			}
+		if err := runConfigs(ctx, o, setup, cfgs, log); err != nil {
+			return err
 		}
 	}
 	results, err := collect(setup, cfgs)
@@ -110,4 +111,25 @@ func prepare(ctx context.Context, o *options, s *setup, log *slog.Logger) error 
 	log.Info("experiments", "work", s.work, "nodes", o.nodes, "H", o.inner, "outer_steps", o.outer,
 		"params", s.params, "tokens_per_inner_step", s.tokensPerStep)
 	return nil
+}
+
+// runConfigs runs the configurations, o.parallel at a time, and returns the
+// first failure after all have ended.
+func runConfigs(ctx context.Context, o options, s *setup, cfgs []config, log *slog.Logger) error {
+	sem := make(chan struct{}, o.parallel)
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i, c := range cfgs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := runConfig(ctx, o, s, c, log); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", c.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
