@@ -399,3 +399,28 @@ func TestSgemmConcurrentCalls(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSgemm checks every kernel against SgemmRef on fuzzer-chosen shapes,
+// transpositions, scalars and padding (sizes bounded to keep each input fast).
+func FuzzSgemm(f *testing.F) {
+	f.Add(uint8(13), uint8(31), uint8(33), uint8(0), uint8(0), uint64(1))
+	f.Add(uint8(1), uint8(1), uint8(1), uint8(3), uint8(2), uint64(2))
+	f.Add(uint8(29), uint8(65), uint8(17), uint8(1), uint8(5), uint64(3))
+	f.Add(uint8(70), uint8(7), uint8(0), uint8(2), uint8(1), uint64(4))
+	f.Fuzz(func(t *testing.T, m, n, k, flags, pad uint8, seed uint64) {
+		tc := gemmCase{
+			transA: flags&1 != 0, transB: flags&2 != 0,
+			m: int(m % 72), n: int(n % 72), k: int(k % 72),
+			alpha: []float32{1, -0.5, 0, 2}[flags>>2&3],
+			beta:  []float32{0, 1, 0.5, -2}[flags>>4&3],
+			pad:   int(pad % 8),
+		}
+		if tc.m == 0 || tc.n == 0 {
+			return // C is empty: nothing to compare
+		}
+		rng := rand.New(rand.NewPCG(seed, 7))
+		for _, kern := range gemmTestKernels() {
+			checkGemm(t, kern, tc, rng)
+		}
+	})
+}
