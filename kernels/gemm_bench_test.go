@@ -92,7 +92,8 @@ func (d gemmBenchData) run(impl gemmImpl, s gemmShape) {
 }
 
 // BenchmarkGemm measures each shape with each micro-kernel this CPU runs
-// (the portable one only on small shapes) and the baseline, in GFLOP/s.
+// (the portable one only on small shapes), the baseline, and SgemmRef (small
+// shapes only), in GFLOP/s.
 func BenchmarkGemm(b *testing.B) {
 	impls := []gemmImpl{}
 	for _, k := range gemmKernels {
@@ -101,11 +102,12 @@ func BenchmarkGemm(b *testing.B) {
 	if !slices.ContainsFunc(impls, func(i gemmImpl) bool { return i.name == gemmBaseline.name }) {
 		impls = append(impls, gemmBaseline)
 	}
+	impls = append(impls, gemmImpl{name: "ref", call: SgemmRef})
 	for _, s := range gemmShapes {
 		d := newGemmBenchData(s)
 		for _, impl := range impls {
-			if impl.name == "go" && s.flops() > 1e9 {
-				continue // minutes per op
+			if (impl.name == "go" && s.flops() > 1e9) || (impl.name == "ref" && s.flops() > 1e8) {
+				continue // seconds to minutes per op
 			}
 			b.Run(s.name+"/"+impl.name, func(b *testing.B) {
 				for b.Loop() {
