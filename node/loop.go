@@ -197,6 +197,8 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.
 	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", rank)
 	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
 	defer cancel()
+	actx = n.inflight.begin(actx, r)
+	defer n.inflight.end()
 	copy(n.work, src)
 	var t mesh.Transport = tr
 	if n.sendRate != nil {
@@ -208,6 +210,10 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.
 		residual = append([]float32(nil), n.residual...)
 	}
 	if _, err := mesh.AllReduce(actx, t, rank, r.Weights, n.work, residual, cfg); err != nil {
+		var dead *deadMemberError
+		if errors.As(context.Cause(actx), &dead) {
+			err = dead // aborted by the mesh: name the member it declared dead
+		}
 		return tr.Stats(), err
 	}
 	if residual != nil {
@@ -224,7 +230,10 @@ func (n *Node) culprit(r *mesh.Ring, err error) mesh.PeerID {
 	bad := (rank - 1 + k) % k
 	var pe *mesh.PeerError
 	var rpe *p2p.RingPeerError
+	var dead *deadMemberError
 	switch {
+	case errors.As(err, &dead):
+		return dead.peer
 	case errors.As(err, &rpe) && rpe.Rank >= 0 && rpe.Rank < k:
 		bad = rpe.Rank
 	case errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < k:

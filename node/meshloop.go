@@ -75,6 +75,7 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 	}
 	if len(rd.Dead) > 0 {
 		log.Info("peers gone", "peers", rd.Dead)
+		n.inflight.abortIfMember(rd.Dead)
 	}
 	if rd.StateChanged {
 		n.board.update(func(s *Status) { s.State = rd.State.String() })

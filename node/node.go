@@ -49,6 +49,8 @@ type Node struct {
 	snapMu sync.Mutex
 	snap   *p2p.Snapshot // what donors serve: θ₀ and v of the current step
 
+	inflight inflight // the all-reduce attempt running now, if any
+
 	wg sync.WaitGroup
 }
 
@@ -208,7 +210,10 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.start(loopCtx); err != nil {
 		return err
 	}
-	err := n.trainLoop(ctx)
+	err := n.evalInitial()
+	if err == nil {
+		err = n.trainLoop(ctx)
+	}
 	n.leave()
 	if cerr := n.saveCheckpoint(); cerr != nil {
 		n.log.Error("final checkpoint", "err", cerr)
@@ -227,6 +232,24 @@ func (n *Node) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// evalInitial records the held-out loss of the run's initial model (outer
+// step 0), the reference a run's progress is measured against.
+func (n *Node) evalInitial() error {
+	if n.step != 0 {
+		return nil
+	}
+	eval, err := n.engine.Eval()
+	if err != nil {
+		return fmt.Errorf("node: eval: %w", err)
+	}
+	rec := OuterRecord{Step: 0, Time: time.Now(), EvalLoss: eval, ModelHash: n.hash}
+	n.board.record(rec)
+	n.board.update(func(s *Status) { s.EvalLoss = eval })
+	n.appendHistory(rec)
+	n.log.Info("initial model", "eval_loss", fmt.Sprintf("%.4f", eval), "hash", short(n.hash))
+	return nil
 }
 
 // start brings up the API, the stream protocols, the host's discovery and
@@ -252,6 +275,8 @@ func (n *Node) start(ctx context.Context) error {
 	m, err := mesh.New(mesh.Config{
 		ID: n.self, Addrs: n.host.Addrs(), MinMembers: n.cfg.MinMembers,
 		Seed: int64(workerID(n.host.ID())),
+		// A restarted node's old votes and Ready are dropped by its peers.
+		Incarnation: uint64(time.Now().UnixNano()),
 	}, n.step, n.hash)
 	if err != nil {
 		return err

@@ -52,7 +52,8 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		n.log.Warn("model fetch failed; the mesh will pick donors again", "step", f.Step, "err", err)
+		n.log.Warn("model fetch failed; the mesh picks donors again", "step", f.Step, "err", err)
+		n.mesh((*mesh.Mesh).SyncFailed)
 		return nil
 	}
 	theta0, v, _, err := p2p.DecodeSnapshot(data)
@@ -64,6 +65,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	}
 	if err != nil {
 		n.log.Error("fetched model unusable", "step", f.Step, "err", err)
+		n.mesh((*mesh.Mesh).SyncFailed)
 		return nil
 	}
 	if err := n.engine.SetParams(theta0); err != nil {

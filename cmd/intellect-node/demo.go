@@ -140,7 +140,6 @@ func (d *demo) run(ctx context.Context, initial int, outer uint64) error {
 	}
 	joinAt, leaveAt := outer/3, 2*outer/3
 	joined, left := false, false
-	var firstEval float64
 	lastPrinted := ^uint64(0)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -159,9 +158,6 @@ func (d *demo) run(ctx context.Context, initial int, outer uint64) error {
 		if step != lastPrinted {
 			lastPrinted = step
 			d.printRow(step, st)
-			if s := st[0]; s != nil && s.OuterStep == 1 {
-				firstEval = s.EvalLoss
-			}
 		}
 		if !joined && step >= joinAt {
 			joined = true
@@ -176,7 +172,7 @@ func (d *demo) run(ctx context.Context, initial int, outer uint64) error {
 			d.nodes[1].cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	return d.summary(firstEval)
+	return d.summary()
 }
 
 // poll reads every running node's status; st[i] is nil for a stopped node.
@@ -246,34 +242,52 @@ func (d *demo) waitStatus(ctx context.Context, n *demoNode, cond func(demoStatus
 	}
 }
 
-func (d *demo) summary(firstEval float64) error {
+func (d *demo) summary() error {
 	hashes := map[string][]string{}
-	var lastEval float64
+	first, last := -1.0, 0.0
 	for _, n := range d.nodes {
-		h, err := os.ReadFile(filepath.Join(n.home, "history.jsonl"))
-		if err != nil {
+		recs, err := readHistory(filepath.Join(n.home, "history.jsonl"))
+		if err != nil || len(recs) == 0 {
 			continue
 		}
-		lines := strings.Split(strings.TrimSpace(string(h)), "\n")
-		last := lines[len(lines)-1]
-		var r struct {
-			Step      uint64  `json:"step"`
-			EvalLoss  float64 `json:"eval_loss"`
-			ModelHash string  `json:"model_hash"`
+		if recs[0].Step == 0 && first < 0 {
+			first = recs[0].EvalLoss
 		}
-		if json.Unmarshal([]byte(last), &r) == nil {
-			key := fmt.Sprintf("step %d hash %.12s", r.Step, r.ModelHash)
-			hashes[key] = append(hashes[key], n.name)
-			lastEval = r.EvalLoss
-		}
+		r := recs[len(recs)-1]
+		key := fmt.Sprintf("outer step %d, hash %.12s", r.Step, r.ModelHash)
+		hashes[key] = append(hashes[key], n.name)
+		last = r.EvalLoss
 	}
 	fmt.Println("final models:")
 	for k, v := range hashes {
 		fmt.Printf("  %s: %s\n", k, strings.Join(v, ", "))
 	}
-	if firstEval > 0 {
-		fmt.Printf("held-out loss: %.3f after outer step 1 → %.3f at the end (%.0f %%)\n", firstEval, lastEval, 100*lastEval/firstEval)
+	if first > 0 {
+		fmt.Printf("held-out loss: %.3f for the initial model → %.3f at the end (%.0f %% of the first value)\n", first, last, 100*last/first)
 	}
-	fmt.Printf("logs and checkpoints are in %s\n", d.dir)
+	fmt.Printf("logs, histories and checkpoints are in %s\n", d.dir)
 	return nil
+}
+
+// historyRecord is the part of a node's history.jsonl line the demo reads.
+type historyRecord struct {
+	Step      uint64  `json:"step"`
+	EvalLoss  float64 `json:"eval_loss"`
+	ModelHash string  `json:"model_hash"`
+}
+
+func readHistory(path string) ([]historyRecord, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var recs []historyRecord
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r historyRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
 }
