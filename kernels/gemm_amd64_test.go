@@ -11,3 +11,21 @@ func BenchmarkGemmFMAPeak(b *testing.B) {
 	const iters = 1000
 	reportCPU(b, 768*iters, func() { fmaPeakAVX512(iters) })
 }
+
+// TestGatherPackersRefuseHugeLd checks that the gather packers decline
+// leading dimensions whose int32 lane offsets would overflow, leaving the
+// panel to the portable loop.
+func TestGatherPackersRefuseHugeLd(t *testing.T) {
+	src, dst := make([]float32, 64), make([]float32, 32*4)
+	if packA14(4, src, maxGatherLd+1, 14, dst) {
+		t.Error("packA14 accepted ld > maxGatherLd")
+	}
+	if packB32(4, src, maxGatherLd+1, 32, dst) {
+		t.Error("packB32 accepted ld > maxGatherLd")
+	}
+	for _, v := range dst {
+		if v != 0 {
+			t.Fatal("a refused pack wrote to dst")
+		}
+	}
+}
