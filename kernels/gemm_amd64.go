@@ -134,7 +134,16 @@ func packB32(kc int, src []float32, ld, cols int, dst []float32) bool {
 	}
 	checkPanel(cols, 32)
 	_, _ = src[(cols-1)*ld+kc-1], dst[32*kc-1]
-	packRows32AVX512(kc, &src[0], ld, cols, &dst[0])
+	done := 0
+	if cols == 32 && kc >= 16 { // whole 16-depth blocks: register transposes
+		blocks := kc / 16
+		transpose16AVX512(blocks, &src[0], ld, &dst[0])
+		transpose16AVX512(blocks, &src[16*ld], ld, &dst[16])
+		done = 16 * blocks
+	}
+	if done < kc { // the rest (and partial panels): gathers
+		packRows32AVX512(kc-done, &src[done], ld, cols, &dst[32*done])
+	}
 	return true
 }
 
@@ -158,3 +167,10 @@ func packDepthB32(kc int, src []float32, ld, cols int, dst []float32) {
 //
 //go:noescape
 func transpose14AVX512(blocks int, a *float32, lda int, dst *float32)
+
+// transpose16AVX512 sets dst[p*32+j] = b[j*ldb+p] for j < 16 and
+// p < 16·blocks, blocks ≥ 1, by in-register 16×16 transposes
+// (gemm_pack_amd64.s). Requires AVX-512F.
+//
+//go:noescape
+func transpose16AVX512(blocks int, b *float32, ldb int, dst *float32)
