@@ -135,6 +135,7 @@ func blockedGemm(kern *gemmKernel, g *gemmArgs, workers int) {
 				p.beta = 1 // later blocks of k accumulate onto the first
 			}
 			p.next.Store(0)
+			p.nextB.Store(0)
 			if workers == 1 {
 				p.packB(0)
 				p.multiply(0)
@@ -159,16 +160,25 @@ type gemmPass struct {
 	rowBlocks      int // blocks of consecutive panels handed out per pass
 	beta           float32
 	next           atomic.Int64 // next row block to take
+	nextB          atomic.Int64 // next chunk of B panels to pack
 }
 
-// packB packs worker w's share of the panels of the current block of B.
-func (p *gemmPass) packB(w int) {
+// packChunk is how many panels of B a worker packs per turn.
+const packChunk = 4
+
+// packB takes chunks of panels of the current block of B from a common
+// counter until none is left and packs them: whichever workers the scheduler
+// runs share the packing, so one descheduled thread does not hold it up.
+func (p *gemmPass) packB(int) {
 	nr := p.kern.nr
-	lo, hi := p.panels*w/p.workers, p.panels*(w+1)/p.workers
-	if lo == hi {
-		return
+	for {
+		lo := (int(p.nextB.Add(1)) - 1) * packChunk
+		if lo >= p.panels {
+			return
+		}
+		hi := min(lo+packChunk, p.panels)
+		packB(p.bufs.bp[lo*p.kc*nr:], &p.g, p.kern, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr)
 	}
-	packB(p.bufs.bp[lo*p.kc*nr:], &p.g, p.kern, p.pc, p.kc, p.jc+lo*nr, min(p.nc, hi*nr)-lo*nr)
 }
 
 // multiply takes row blocks until none is left, packs each into worker w's
