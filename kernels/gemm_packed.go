@@ -15,9 +15,9 @@ const parallelGemmWork = 1 << 20
 //
 // With enough rows, the threads share each packed block of B (they pack it
 // together) and take blocks of mc rows of A from a common counter, which
-// keeps them balanced when the machine is shared. With few rows and many
-// columns, each thread instead takes its own range of columns and packs the
-// (small) A itself.
+// keeps them balanced when the machine is shared. With fewer blocks of rows
+// than threads (m ≤ mc) and many columns, each thread instead takes its own
+// range of columns and packs the small A itself.
 func sgemmPacked(kern *gemmKernel, g *gemmArgs) {
 	workers := 1
 	if g.m*g.n*g.k >= parallelGemmWork {
@@ -26,7 +26,7 @@ func sgemmPacked(kern *gemmKernel, g *gemmArgs) {
 	_, mc, _ := kern.blocks(g)
 	rowBlocks := (g.m + mc - 1) / mc
 	colPanels := (g.n + kern.nr - 1) / kern.nr
-	if workers > 1 && rowBlocks < 2*workers && colPanels >= 2*workers {
+	if workers > 1 && rowBlocks < workers && colPanels >= 2*workers {
 		splitColumns(kern, g, workers, colPanels)
 		return
 	}
