@@ -19,6 +19,7 @@ type meshAgreement struct {
 	voted   bool
 	round   uint32
 	vote    []Member
+	links   []uint32 // this node's link costs to the members of vote
 	roundAt uint64
 }
 
@@ -53,7 +54,7 @@ func (m *Mesh) noteReady(id PeerID, step uint64, hash string, inner uint32) {
 
 func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round,
-		members: slices.Clone(msg.Members), excluded: slices.Clone(msg.Excluded)}
+		members: slices.Clone(msg.Members), excluded: slices.Clone(msg.Excluded), links: slices.Clone(msg.Links)}
 	if old := p.votes[v.step]; old != nil && old.hash == v.hash && old.round > v.round {
 		return // a late copy of an older vote
 	}
@@ -213,6 +214,7 @@ func (m *Mesh) vote(round uint32) {
 	m.ag.round = round
 	m.ag.maxRound = max(m.ag.maxRound, m.ag.round)
 	m.ag.vote = members
+	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
 	m.setState(StateAgreeing)
 	m.send(m.proposeMsg())
@@ -225,7 +227,7 @@ func (m *Mesh) proposeMsg() Message {
 	}
 	return Message{
 		Type: MsgPropose, From: m.cfg.ID, State: m.state, Step: m.ag.step, Hash: m.ag.hash,
-		Round: m.ag.round, Members: slices.Clone(m.ag.vote), Excluded: ex,
+		Round: m.ag.round, Members: slices.Clone(m.ag.vote), Excluded: ex, Links: slices.Clone(m.ag.links),
 	}
 }
 
@@ -277,7 +279,7 @@ func (m *Mesh) refuted() bool {
 }
 
 func (m *Mesh) decide() {
-	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote)
+	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote, m.voteLinks())
 	m.ring, m.last = &r, &r
 	m.out.Ring = &r
 	m.setState(StateReducing)

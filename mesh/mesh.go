@@ -63,6 +63,7 @@ type meshVote struct {
 	round    uint32
 	members  []Member
 	excluded []PeerID
+	links    []uint32 // the voter's link costs to members (Message.Links)
 }
 
 // Mesh is the membership and epoch state machine of one node. It is not safe
@@ -88,6 +89,8 @@ type Mesh struct {
 	fetch      *Fetch
 	fetchAt    uint64
 	syncFailed bool
+
+	linkCost map[PeerID]uint32 // measured link costs to peers (SetLinkCosts)
 
 	out       Ready
 	prevState State

@@ -31,7 +31,7 @@ const (
 	// Topic is the gossipsub topic of a run's mesh messages: fmt.Sprintf(Topic, run).
 	Topic = "/intellect/%s/mesh/1"
 	// WireVersion is the first byte of every encoded message.
-	WireVersion = 1
+	WireVersion = 2
 	// MaxMessageSize bounds an encoded message; gossipsub's cap is 1 MiB.
 	MaxMessageSize = 32 << 10
 	// MaxMembers bounds the members plus excluded peers named in one message,
@@ -155,7 +155,15 @@ type Message struct {
 	Members     []Member // propose: the proposed ring, sorted by ID, unique
 	Excluded    []PeerID // propose: peers excluded from Step, sorted, unique
 	Addrs       []string // heartbeat, join: the sender's multiaddrs
+	// Links (propose): the voter's measured cost of the link to each of
+	// Members, aligned with Members, in LinkUnit (0: unknown); empty when it
+	// has measured nothing. Every decider holds every member's vote of the
+	// deciding round, so all compute the same ring order from these rows.
+	Links []uint32
 }
+
+// LinkUnit is the unit of Message.Links: round-trip time in 100 µs steps.
+const LinkUnit = 100 // µs
 
 // Errors returned by Decode and Message.Validate.
 var (
@@ -217,6 +225,9 @@ func (m *Message) validateLists() error {
 		if len(a) > MaxAddrLen {
 			return fmt.Errorf("%w: addr of %d bytes", ErrTooLarge, len(a))
 		}
+	}
+	if len(m.Links) != 0 && (m.Type != MsgPropose || len(m.Links) != len(m.Members)) {
+		return fmt.Errorf("%w: %d link costs for %d members of a %v", ErrInvalid, len(m.Links), len(m.Members), m.Type)
 	}
 	return nil
 }
@@ -280,6 +291,10 @@ func Encode(m Message) ([]byte, error) {
 	for _, a := range m.Addrs {
 		b = meshAppendString(b, a)
 	}
+	b = binary.AppendUvarint(b, uint64(len(m.Links)))
+	for _, c := range m.Links {
+		b = binary.AppendUvarint(b, uint64(c))
+	}
 	if len(b) > MaxMessageSize {
 		return nil, fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, len(b), MaxMessageSize)
 	}
@@ -335,7 +350,21 @@ func (d *meshDecoder) message() Message {
 	m.Members = d.members()
 	m.Excluded = d.excluded(MaxMembers - len(m.Members))
 	m.Addrs = d.addrs()
+	m.Links = d.links(len(m.Members))
 	return m
+}
+
+// links reads at most max link costs (one per member).
+func (d *meshDecoder) links(max int) []uint32 {
+	n := d.uvarint(uint64(max))
+	if n == 0 || !d.room(n, 1) {
+		return nil
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(d.uvarint(1<<32 - 1))
+	}
+	return out
 }
 
 func (d *meshDecoder) members() []Member {

@@ -68,6 +68,9 @@ func TestCodecWorstCaseFits(t *testing.T) {
 	for range MaxAddrs {
 		m.Addrs = append(m.Addrs, strings.Repeat("a", MaxAddrLen))
 	}
+	for range m.Members {
+		m.Links = append(m.Links, 1<<32-1)
+	}
 	b, err := Encode(m)
 	if err != nil {
 		t.Fatal(err)
@@ -89,10 +92,10 @@ func TestCodecRejects(t *testing.T) {
 		{"type", append([]byte{WireVersion, 77}, good[2:]...), ErrInvalid},
 		{"too big", make([]byte, MaxMessageSize+1), ErrTooLarge},
 		// version, type, from "b", incarnation, state, step, hash, prev, inner, round, then 2^20 members
-		{"member count", []byte{1, 5, 1, 'b', 0, 0, 0, 1, 'h', 0, 0, 0, 0x80, 0x80, 0x40}, ErrTooLarge},
-		{"count beyond bytes", []byte{1, 5, 1, 'b', 0, 0, 0, 1, 'h', 0, 0, 0, 200, 1}, ErrMalformed},
-		{"long from", append([]byte{1, 1, 100}, make([]byte, 100)...), ErrTooLarge},
-		{"bad varint", []byte{1, 1, 1, 'a', 0, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, ErrMalformed},
+		{"member count", []byte{WireVersion, 5, 1, 'b', 0, 0, 0, 1, 'h', 0, 0, 0, 0x80, 0x80, 0x40}, ErrTooLarge},
+		{"count beyond bytes", []byte{WireVersion, 5, 1, 'b', 0, 0, 0, 1, 'h', 0, 0, 0, 200, 1}, ErrMalformed},
+		{"long from", append([]byte{WireVersion, 1, 100}, make([]byte, 100)...), ErrTooLarge},
+		{"bad varint", []byte{WireVersion, 1, 1, 'a', 0, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, ErrMalformed},
 	}
 	for _, c := range cases {
 		if _, err := Decode(c.b); !errors.Is(err, c.want) {

@@ -16,34 +16,41 @@ type Ring struct {
 	Step uint64
 	// Round is the agreement round that decided it.
 	Round uint32
-	// Members are sorted; ring order is this order.
+	// Members in ring order: member i sends to member i+1. The order
+	// maximises the slowest link by the costs members put in their votes
+	// (mesh/order.go); with no costs known it is sorted by ID.
 	Members []PeerID
 	// Weights[i] is the number of inner steps Members[i] contributes.
 	Weights []float32
 }
 
-// Rank returns id's position in Members, or -1 if it is not a member.
+// Rank returns id's position in Members (its ring rank), or -1 if it is
+// not a member.
 func (r Ring) Rank(id PeerID) int {
-	i, ok := slices.BinarySearch(r.Members, id)
-	if !ok {
-		return -1
-	}
-	return i
+	return slices.Index(r.Members, id)
 }
 
-// meshNewRing builds the ring of a decided vote; members are sorted.
-func meshNewRing(step uint64, round uint32, members []Member) Ring {
+// meshNewRing builds the ring of a decided vote. members are sorted; links[i]
+// is member i's row of link costs (nil if unknown). The ring's order is
+// meshRingOrder of those rows: the identity when nothing is known, and then
+// the id is hash(step, round, sorted members) as before.
+func meshNewRing(step uint64, round uint32, members []Member, links [][]uint32) Ring {
+	order := meshRingOrder(len(members), links)
+	ordered := make([]Member, len(members))
+	for pos, i := range order {
+		ordered[pos] = members[i]
+	}
 	r := Ring{Step: step, Round: round, Members: make([]PeerID, len(members)), Weights: make([]float32, len(members))}
-	for i, mb := range members {
+	for i, mb := range ordered {
 		r.Members[i] = mb.ID
 		r.Weights[i] = float32(mb.InnerSteps)
 	}
-	r.ID = meshRingID(step, round, members)
+	r.ID = meshRingID(step, round, ordered)
 	return r
 }
 
 // meshRingID is the hex of the first 16 bytes of SHA-256 over a domain tag,
-// step, round and the length-prefixed members with their weights.
+// step, round and the length-prefixed members (in ring order) with their weights.
 func meshRingID(step uint64, round uint32, members []Member) string {
 	h := sha256.New()
 	b := []byte("intellect/mesh/ring/1\x00")

@@ -75,6 +75,11 @@ type Config struct {
 	// (0: only at exit). Default 10. KeepCheckpoints is how many to keep (3).
 	CheckpointEvery int
 	KeepCheckpoints int
+	// RingOrder is how ring members are ordered: "latency" (default) puts in
+	// each vote the measured round-trip times to the other members, and all
+	// members order the ring to maximise its slowest link; "sorted" orders
+	// by peer id.
+	RingOrder string
 	// MaxSendRate caps the all-reduce's send rate in bytes per second (0:
 	// unlimited), for links shared with other traffic.
 	MaxSendRate float64
@@ -131,6 +136,9 @@ func (c *Config) Validate() error {
 	if c.OuterMomentum == 0 {
 		c.OuterMomentum = 0.9
 	}
+	if c.RingOrder == "" {
+		c.RingOrder = "latency"
+	}
 	if c.Tick == 0 {
 		c.Tick = 100 * time.Millisecond
 	}
@@ -150,6 +158,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
 	case c.Device == "sim" && c.SimStep <= 0:
 		return fmt.Errorf("%w: --device sim needs --sim-step > 0", ErrBadConfig)
+	case c.RingOrder != "latency" && c.RingOrder != "sorted":
+		return fmt.Errorf("%w: --ring-order %q: want latency or sorted", ErrBadConfig, c.RingOrder)
 	case c.MaxSendRate < 0:
 		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
 	case c.CheckpointEvery < 0 || c.KeepCheckpoints < 1:

@@ -51,7 +51,10 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 		}
 		if time.Since(lastPeers) > time.Second {
 			lastPeers = time.Now()
-			n.updatePeers(m.Status())
+			costs := n.updatePeers(m.Status())
+			if n.cfg.RingOrder == "latency" {
+				m.SetLinkCosts(costs)
+			}
 		}
 	}
 }
@@ -99,12 +102,18 @@ func (n *Node) sendEvent(ctx context.Context, ev meshEvent) {
 	}
 }
 
-// updatePeers refreshes the peer table of the REST API.
-func (n *Node) updatePeers(st mesh.Status) {
+// updatePeers refreshes the peer table of the REST API and returns the
+// measured link costs to the peers (round-trip time in mesh.LinkUnit).
+func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 	now := time.Now()
 	ps := make([]PeerStatus, 0, len(st.Peers))
+	costs := make(map[mesh.PeerID]uint32, len(st.Peers))
 	for _, p := range st.Peers {
-		ps = append(ps, n.peerStatus(p, st.Tick, now))
+		s := n.peerStatus(p, st.Tick, now)
+		ps = append(ps, s)
+		if s.LatencyMs > 0 {
+			costs[p.ID] = uint32(max(1, s.LatencyMs*1000/mesh.LinkUnit))
+		}
 	}
 	n.board.setPeers(ps)
 	var members []string
@@ -121,6 +130,7 @@ func (n *Node) updatePeers(st mesh.Status) {
 		tr := n.host.TotalBandwidth()
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
 	})
+	return costs
 }
 
 func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerStatus {

@@ -34,6 +34,7 @@ func runStart(args []string) error {
 	fs.IntVar(&c.Shards, "shards", 4, "parallel rings (streams per neighbour) of the all-reduce")
 	fs.BoolVar(&c.FP32, "fp32", false, "all-reduce in float32 instead of int8 (4× the traffic; for comparisons)")
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient")
+	fs.StringVar(&c.RingOrder, "ring-order", "latency", "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", 10, "write a checkpoint every `N` outer steps")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")

@@ -1,0 +1,173 @@
+package mesh
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// twoRegions is the cost matrix of 6 members with regions interleaved by id
+// (0, 2, 4 in one; 1, 3, 5 in the other): 10 within a region, 300 across,
+// except two cheaper crossings (4–1: 150, 5–0: 160). The best ring crosses
+// only at those two: bottleneck 160. Sorted order crosses six times: 300.
+func twoRegions() [][]uint32 {
+	rows := make([][]uint32, 6)
+	for i := range rows {
+		rows[i] = make([]uint32, 6)
+		for j := range rows[i] {
+			switch {
+			case i == j:
+			case i%2 == j%2:
+				rows[i][j] = 10
+			default:
+				rows[i][j] = 300
+			}
+		}
+	}
+	rows[4][1], rows[1][4] = 150, 150
+	rows[5][0], rows[0][5] = 160, 160
+	return rows
+}
+
+func bottleneck(rows [][]uint32, order []int) uint64 {
+	c, _ := meshSymmetricCosts(rows)
+	b, _ := meshCycleCost(c, order)
+	return b
+}
+
+func TestRingOrderMaximisesSlowestLink(t *testing.T) {
+	rows := twoRegions()
+	order := meshRingOrder(6, rows)
+	if got := bottleneck(rows, order); got != 160 {
+		t.Fatalf("order %v has bottleneck %d, want 160", order, got)
+	}
+	if got := bottleneck(rows, []int{0, 1, 2, 3, 4, 5}); got != 300 {
+		t.Fatalf("sorted order bottleneck %d, want 300", got)
+	}
+	if again := meshRingOrder(6, rows); !slices.Equal(again, order) {
+		t.Fatalf("not deterministic: %v then %v", order, again)
+	}
+}
+
+func TestRingOrderUnknownIsIdentity(t *testing.T) {
+	for _, rows := range [][][]uint32{nil, {nil, nil, nil, nil}, {{0, 0}, {0, 0}, {0, 0}, {0, 0}}} {
+		if got := meshRingOrder(4, rows); !slices.Equal(got, []int{0, 1, 2, 3}) {
+			t.Fatalf("rows %v: order %v, want identity", rows, got)
+		}
+	}
+}
+
+// TestRingOrderExactMatchesBruteForce compares the DP with every cyclic
+// order on random matrices, some entries unknown.
+func TestRingOrderExactMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 60; trial++ {
+		k := 4 + trial%4
+		rows := make([][]uint32, k)
+		for i := range rows {
+			rows[i] = make([]uint32, k)
+			for j := range rows[i] {
+				if i != j && rng.IntN(8) != 0 {
+					rows[i][j] = uint32(1 + rng.IntN(50))
+				}
+			}
+		}
+		got := bottleneck(rows, meshRingOrder(k, rows))
+		best := ^uint64(0)
+		perm := make([]int, k)
+		for i := range perm {
+			perm[i] = i
+		}
+		permute(perm, 1, func(p []int) { best = min(best, bottleneck(rows, p)) })
+		if got != best {
+			t.Fatalf("trial %d (k=%d): bottleneck %d, brute force %d", trial, k, got, best)
+		}
+	}
+}
+
+func permute(p []int, i int, f func([]int)) {
+	if i == len(p) {
+		f(p)
+		return
+	}
+	for j := i; j < len(p); j++ {
+		p[i], p[j] = p[j], p[i]
+		permute(p, i+1, f)
+		p[i], p[j] = p[j], p[i]
+	}
+}
+
+// TestRingOrderLargeUsesTwoOpt: above the exact limit the order is still a
+// permutation and no worse than sorted order.
+func TestRingOrderLargeUsesTwoOpt(t *testing.T) {
+	k := 20
+	rows := make([][]uint32, k)
+	for i := range rows {
+		rows[i] = make([]uint32, k)
+		for j := range rows[i] {
+			if i != j {
+				rows[i][j] = 10
+				if i%2 != j%2 {
+					rows[i][j] = 300
+				}
+			}
+		}
+	}
+	order := meshRingOrder(k, rows)
+	seen := slices.Clone(order)
+	slices.Sort(seen)
+	for i, v := range seen {
+		if v != i {
+			t.Fatalf("not a permutation: %v", order)
+		}
+	}
+	identity := make([]int, k)
+	for i := range identity {
+		identity[i] = i
+	}
+	c, _ := meshSymmetricCosts(rows)
+	b, s := meshCycleCost(c, order)
+	ib, is := meshCycleCost(c, identity)
+	if meshCheaperCycle(ib, is, b, s) {
+		t.Fatalf("2-opt order (%d, %d) worse than sorted (%d, %d)", b, s, ib, is)
+	}
+	if s >= is {
+		t.Fatalf("2-opt did not reduce the crossings: sum %d vs sorted %d", s, is)
+	}
+}
+
+// TestSimRingOrder: members that measured their links all decide the same,
+// bottleneck-optimal ring order, every step, with no failed attempt.
+func TestSimRingOrder(t *testing.T) {
+	rows := twoRegions()
+	s := newSimNet(t, 11)
+	s.addN(6, nil)
+	for i, id := range s.ids {
+		costs := map[PeerID]uint32{}
+		for j, other := range s.ids {
+			costs[other] = rows[i][j]
+		}
+		s.nodes[id].m.SetLinkCosts(costs)
+	}
+	s.runUntil(3000, "4 steps done", func() bool { return s.minStep() >= 4 })
+	if len(s.done) < 4 {
+		t.Fatalf("%d rings completed", len(s.done))
+	}
+	for _, d := range s.done {
+		if len(d.ring.Members) != 6 {
+			t.Fatalf("step %d: ring of %d", d.step, len(d.ring.Members))
+		}
+		order := make([]int, 6)
+		for pos, id := range d.ring.Members {
+			order[pos] = slices.Index(s.ids, id)
+		}
+		if b := bottleneck(rows, order); b != 160 {
+			t.Fatalf("step %d: ring order %v bottleneck %d, want 160", d.step, d.ring.Members, b)
+		}
+	}
+	for _, id := range s.ids {
+		if f := s.nodes[id].m.Status().Failures; f != 0 {
+			t.Fatalf("%s reported %d all-reduce failures: orders disagreed", id, f)
+		}
+	}
+}

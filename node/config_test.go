@@ -1,0 +1,36 @@
+package node
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	var c Config
+	c.Home = t.TempDir()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.InnerSteps != 20 || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != 0.7 || c.Tick != 100*time.Millisecond {
+		t.Fatalf("defaults not filled: %+v", c)
+	}
+	bad := []func(*Config){
+		func(c *Config) { c.InnerSteps = -1 },
+		func(c *Config) { c.MinMembers = -2 },
+		func(c *Config) { c.Shards = 65 },
+		func(c *Config) { c.OuterMomentum = 1 },
+		func(c *Config) { c.StatusAddr = "nonsense" },
+		func(c *Config) { c.RingOrder = "random" },
+		func(c *Config) { c.MaxSendRate = -1 },
+		func(c *Config) { c.Device = "sim" }, // needs --sim-step
+		func(c *Config) { c.KeepCheckpoints = -1 },
+	}
+	for i, f := range bad {
+		c := Config{Home: t.TempDir()}
+		f(&c)
+		if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("case %d: err = %v, want ErrBadConfig", i, err)
+		}
+	}
+}
