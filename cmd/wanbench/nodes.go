@@ -99,6 +99,9 @@ func cmdNodes(ctx context.Context, args []string) error {
 			fmt.Printf("note: %s %s: %s\n", r.Profile, r.Mode, r.Note)
 		}
 	}
+	for _, l := range relativeNotes(rows) {
+		fmt.Println("vs nocomm:", l)
+	}
 	if len(rows) > 0 {
 		fmt.Println()
 		if werr := writeTable(os.Stdout, rows); werr != nil {
@@ -117,8 +120,8 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs.StringVar(&c.Dir, "dir", "", "work dir for homes and logs (default: a new temp dir)")
 	fs.StringVar(&c.Preset, "preset", "small", "model preset: sets the all-reduced vector's size")
 	fs.IntVar(&c.Inner, "inner-steps", 20, "inner steps per outer step (H)")
-	fs.DurationVar(&c.SimStep, "sim-step", 500*time.Millisecond, "simulated duration of one inner step")
-	fs.Uint64Var(&c.Outer, "outer-steps", 5, "outer steps per run")
+	fs.DurationVar(&c.SimStep, "sim-step", 750*time.Millisecond, "simulated duration of one inner step")
+	fs.Uint64Var(&c.Outer, "outer-steps", 3, "outer steps per run")
 	fs.Uint64Var(&c.Warmup, "warmup", 1, "first outer steps not counted")
 	fs.IntVar(&c.Shards, "shards", 4, "parallel rings of the all-reduce (--shards)")
 	fs.IntVar(&c.Nodes, "nodes", 0, "nodes per run (0: one per host of the profile; more widens the profile)")
@@ -409,7 +412,15 @@ func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
 	}
 	var rows []tableRow
 	rw, err := summarize(profile, r.mode, hist, r.c.Warmup, len(r.n.Hosts))
-	rw.Nodes = len(r.n.Hosts)
+	if err != nil {
+		// No step had every node in the ring: report the largest ring that
+		// formed, marked, rather than nothing.
+		if k := largestRing(hist, r.c.Warmup); k > 0 {
+			if rw, err = summarize(profile, r.mode, hist, r.c.Warmup, k); err == nil {
+				rw.Note = fmt.Sprintf("only %d of %d nodes were in the ring after warm-up; nodes = ring size", k, len(r.n.Hosts))
+			}
+		}
+	}
 	if err == nil {
 		rows = append(rows, rw)
 	}

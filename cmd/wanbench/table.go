@@ -130,6 +130,38 @@ func summarize(profile, mode string, nodes [][]record, warmup uint64, minMembers
 	return rw, nil
 }
 
+// largestRing is the most members any ring had after the warm-up, 0 if none.
+func largestRing(nodes [][]record, warmup uint64) int {
+	k := 0
+	for _, recs := range nodes {
+		for _, r := range recs {
+			if r.Step > warmup {
+				k = max(k, r.Members)
+			}
+		}
+	}
+	return k
+}
+
+// relativeNotes says, per profile with a nocomm row, each mode's utilization
+// as a fraction of the nocomm node's: the share of the local ceiling (sim
+// compute plus this machine's CPU overheads) that communication left.
+func relativeNotes(rows []tableRow) []string {
+	ref := map[string]float64{}
+	for _, r := range rows {
+		if r.Mode == modeNocomm {
+			ref[r.Profile] = r.Utilization
+		}
+	}
+	var out []string
+	for _, r := range rows {
+		if u, ok := ref[r.Profile]; ok && r.Mode != modeNocomm && u > 0 {
+			out = append(out, fmt.Sprintf("%s %s: utilization %.2f %% of nocomm's %.2f %% = %.3f", r.Profile, r.Mode, 100*r.Utilization, 100*u, r.Utilization/u))
+		}
+	}
+	return out
+}
+
 // quantile returns the q-quantile (0 ≤ q ≤ 1) of xs by linear interpolation
 // between closest ranks (the "R-7" definition of R and NumPy's default); xs is
 // not modified. It is NaN for an empty slice.

@@ -207,3 +207,21 @@ func FuzzParseHistory(f *testing.F) {
 		}
 	})
 }
+
+func TestLargestRingAndRelative(t *testing.T) {
+	nodes := [][]record{{{Step: 1, Members: 6}, {Step: 2, Members: 4}}, {{Step: 3, Members: 3}}}
+	if k := largestRing(nodes, 1); k != 4 {
+		t.Errorf("largest ring after warm-up = %d, want 4", k)
+	}
+	if k := largestRing(nodes, 3); k != 0 {
+		t.Errorf("largest ring with everything in warm-up = %d, want 0", k)
+	}
+	notes := relativeNotes([]tableRow{
+		{Profile: "usa", Mode: modeBlocking, Utilization: 0.45},
+		{Profile: "usa", Mode: modeNocomm, Utilization: 0.9},
+		{Profile: "global", Mode: modeBlocking, Utilization: 0.5}, // no reference: no note
+	})
+	if len(notes) != 1 || !strings.HasSuffix(notes[0], "= 0.500") || !strings.HasPrefix(notes[0], "usa blocking") {
+		t.Errorf("notes = %q", notes)
+	}
+}
