@@ -33,6 +33,8 @@ type summaryRow struct {
 	LessThanDDP float64 // DDP bytes over the same H inner steps / SentPer
 	AtH100      float64 // the same at H = 100 (DiLoCo's bytes per outer step do not depend on H)
 	HashesOK    bool
+	MinRing     int  // smallest ring of any outer step
+	Single      bool // the single-node baseline
 	ARSec       float64
 }
 
@@ -48,7 +50,7 @@ func summarize(s *setup, results []result) []summaryRow {
 	for _, r := range results {
 		last := r.points[len(r.points)-1]
 		row := summaryRow{Name: r.cfg.Name, Label: r.cfg.Label, Final: last.EvalLoss, Tokens: last.Tokens,
-			VsBaseline: last.EvalLoss/base - 1, SentPer: r.sentPer, HashesOK: r.hashesOK, ARSec: r.arSec,
+			VsBaseline: last.EvalLoss/base - 1, SentPer: r.sentPer, HashesOK: r.hashesOK, MinRing: r.minRing, Single: r.cfg.Single, ARSec: r.arSec,
 			LessThanDDP: math.NaN(), AtH100: math.NaN()}
 		if r.cfg.Name == baselineName {
 			row.VsBaseline = math.NaN()
@@ -68,11 +70,16 @@ func summarize(s *setup, results []result) []summaryRow {
 func writeTable(w io.Writer, s *setup, rows []summaryRow) {
 	fmt.Fprintf(w, "tiny preset, %d params; %d nodes; H = %d; %d outer steps; %d tokens per inner step per node\n\n",
 		s.params, s.nodes, s.inner, s.outer, s.tokensPerStep)
-	fmt.Fprintln(w, "| configuration | tokens | final eval loss | perplexity | vs blocking int8 | bytes sent / node / outer step | × less than DDP (this H) | × less than DDP at H=100 | hashes agree | all-reduce s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| configuration | tokens | final eval loss | perplexity | vs blocking int8 | bytes sent / node / outer step | × less than DDP (this H) | × less than DDP at H=100 | hashes agree | smallest ring | all-reduce s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	var warnings []string
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %d | %.4f | %.3f | %s | %s | %s | %s | %v | %s |\n", r.Label, r.Tokens, r.Final, math.Exp(r.Final),
-			pct(r.VsBaseline), bytesOrDash(r.SentPer), ratioOrDash(r.LessThanDDP), ratioOrDash(r.AtH100), r.HashesOK, secOrDash(r.ARSec))
+		fmt.Fprintf(w, "| %s | %d | %.4f | %.3f | %s | %s | %s | %s | %v | %d | %s |\n", r.Label, r.Tokens, r.Final, math.Exp(r.Final),
+			pct(r.VsBaseline), bytesOrDash(r.SentPer), ratioOrDash(r.LessThanDDP), ratioOrDash(r.AtH100), r.HashesOK, r.MinRing, secOrDash(r.ARSec))
+		if r.MinRing < s.nodes && !r.Single {
+			warnings = append(warnings, fmt.Sprintf("- WARNING: %s broke up (a ring of %d < %d nodes): its curve is not the %d-node run asked for\n",
+				r.Name, r.MinRing, s.nodes, s.nodes))
+		}
 	}
 	fmt.Fprintln(w)
 	byName := map[string]summaryRow{}
@@ -95,6 +102,9 @@ func writeTable(w io.Writer, s *setup, rows []summaryRow) {
 	compare("DiLoCo ×4 fp32 / 1 node 4× batch", "blocking-fp32", "single-4x-batch")
 	fmt.Fprintf(w, "- DDP reference: %.0f bytes sent per member per inner step (ring, fp32 gradients), %.0f per %d inner steps\n",
 		ddpBytes(s.nodes, s.params), float64(s.inner)*ddpBytes(s.nodes, s.params), s.inner)
+	for _, wn := range warnings {
+		io.WriteString(w, wn)
+	}
 }
 
 func pct(x float64) string {
@@ -182,10 +192,10 @@ func writeSeriesCSV(w io.Writer, r result) error {
 func writeSummaryCSV(w io.Writer, rows []summaryRow) error {
 	c := csv.NewWriter(w)
 	c.Write([]string{"configuration", "tokens", "final_eval_loss", "perplexity", "vs_blocking_int8", "bytes_sent_per_node_per_outer_step",
-		"less_than_ddp", "less_than_ddp_at_h100", "hashes_agree", "allreduce_sec"})
+		"less_than_ddp", "less_than_ddp_at_h100", "hashes_agree", "smallest_ring", "allreduce_sec"})
 	for _, r := range rows {
 		c.Write([]string{r.Name, strconv.FormatInt(r.Tokens, 10), fmtF(r.Final), fmtF(math.Exp(r.Final)), fmtF(r.VsBaseline),
-			fmtF(r.SentPer), fmtF(r.LessThanDDP), fmtF(r.AtH100), strconv.FormatBool(r.HashesOK), fmtF(r.ARSec)})
+			fmtF(r.SentPer), fmtF(r.LessThanDDP), fmtF(r.AtH100), strconv.FormatBool(r.HashesOK), strconv.Itoa(r.MinRing), fmtF(r.ARSec)})
 	}
 	c.Flush()
 	return c.Error()

@@ -30,9 +30,9 @@ func testResults() []result {
 		return p
 	}
 	return []result{
-		{cfg: configs[0], points: pts(3, 2), nodes: 4, sentPer: 1.5e6, hashesOK: true},
-		{cfg: configs[1], points: pts(3.1, 2.02), nodes: 4, sentPer: 1.5e6, hashesOK: true},
-		{cfg: configs[4], points: pts(3.5, 2.2), nodes: 1, hashesOK: true},
+		{cfg: configs[0], points: pts(3, 2), nodes: 4, sentPer: 1.5e6, hashesOK: true, minRing: 4},
+		{cfg: configs[1], points: pts(3.1, 2.02), nodes: 4, sentPer: 1.5e6, hashesOK: true, minRing: 3},
+		{cfg: configs[4], points: pts(3.5, 2.2), nodes: 1, hashesOK: true, minRing: 1},
 	}
 }
 
@@ -55,6 +55,9 @@ func TestSummarize(t *testing.T) {
 	}
 	var b strings.Builder
 	writeTable(&b, s, rows)
+	if strings.Count(b.String(), "WARNING") != 1 || !strings.Contains(b.String(), "overlap-int8 broke up (a ring of 3 < 4 nodes)") {
+		t.Errorf("want one break-up warning, for overlap-int8:\n%s", b.String())
+	}
 	for _, want := range []string{"+1.00 %", "80.0×", "400.0×", "overlapped / blocking (int8): eval loss 2.0200 vs 2.0000 (+1.00 %)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())

@@ -136,6 +136,7 @@ type result struct {
 	sentPer  float64 // mean bytes sent per node per outer step (all-reduce)
 	recvPer  float64 // mean bytes received per node per outer step
 	hashesOK bool    // every node ended every step with the same model hash
+	minRing  int     // smallest ring of any outer step (nodes when none broke up)
 	arSec    float64 // mean all-reduce seconds per outer step
 }
 
@@ -176,7 +177,7 @@ func collectSingle(s *setup, c config) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	r := result{cfg: c, nodes: 1, hashesOK: true}
+	r := result{cfg: c, nodes: 1, hashesOK: true, minRing: 1}
 	for _, p := range ps {
 		if p.Step == 0 || p.Step%s.inner != 0 {
 			continue
@@ -207,12 +208,13 @@ func collectCluster(s *setup, c config) (result, error) {
 // H × tokens per inner step, summed over steps). Byte counts are averaged
 // over nodes and steps.
 func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (result, error) {
-	r := result{cfg: c, nodes: len(hists), hashesOK: true}
+	r := result{cfg: c, nodes: len(hists), hashesOK: true, minRing: len(hists)}
 	bySteps := map[uint64][]record{}
 	var sent, recv, ar float64
 	var n int
 	for _, h := range hists {
 		for _, rec := range h {
+			r.minRing = min(r.minRing, rec.Members)
 			bySteps[rec.Step] = append(bySteps[rec.Step], rec)
 			sent += float64(rec.BytesSent)
 			recv += float64(rec.BytesReceived)

@@ -123,7 +123,7 @@ func TestMergeHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.hashesOK || r.sentPer != 200 || r.recvPer != 400 || r.arSec != 1 {
+	if !r.hashesOK || r.minRing != 2 || r.sentPer != 200 || r.recvPer != 400 || r.arSec != 1 {
 		t.Fatalf("got %+v", r)
 	}
 	want := []point{{Step: 1, Tokens: 2 * 10 * 64, EvalLoss: 3}, {Step: 2, Tokens: 2 * 2 * 10 * 64, EvalLoss: 2}}
@@ -137,6 +137,9 @@ func TestMergeHistories(t *testing.T) {
 	r, err = mergeHistories(config{Name: "x"}, [][]record{a, c}, 10, 64)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.minRing != 1 {
+		t.Fatalf("smallest ring %d, want 1", r.minRing)
 	}
 	if r.hashesOK || math.Abs(r.points[0].Spread-0.5) > 1e-12 || math.Abs(r.points[0].EvalLoss-3.25) > 1e-12 {
 		t.Fatalf("got %+v", r)
