@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,8 +57,11 @@ type nodesConfig struct {
 	Shards   int
 	Nodes    int    // 0: one per host of the profile; more: the profile is widened (see widenProfile)
 	SVG      string // plot path; "" for none
-	Extra    string // RingOrderFlag etc.: extra argument for mode overlapped+order
-	Log      *slog.Logger
+	// OrderProfiles get an extra run in mode overlapped+order when the
+	// binary has --ring-order; the other modes then pin --ring-order sorted.
+	OrderProfiles []string
+	hasOrder      bool // the binary has --ring-order
+	Log           *slog.Logger
 }
 
 // outerStep is the compute time of one outer step.
@@ -126,13 +130,14 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs.IntVar(&c.Shards, "shards", 4, "parallel rings of the all-reduce (--shards)")
 	fs.IntVar(&c.Nodes, "nodes", 0, "nodes per run (0: one per host of the profile; more widens the profile)")
 	fs.StringVar(&c.SVG, "svg", "", "write the utilization plot here")
-	fs.StringVar(&c.Extra, "order-flag", "--ring-order", "node flag that turns on bandwidth-aware ring order (mode overlapped+order)")
+	orderProfiles := fs.String("order-profiles", "global", "profiles that also run mode overlapped+order (--ring-order latency; the other modes use --ring-order sorted) when the binary has --ring-order")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.Profiles = splitList(*profiles)
 	c.Modes = splitList(*modes)
+	c.OrderProfiles = splitList(*orderProfiles)
 	if *verbose {
 		c.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	} else {
@@ -191,6 +196,7 @@ func runNodes(ctx context.Context, c nodesConfig) ([]tableRow, error) {
 			return nil, err
 		}
 	}
+	c.hasOrder = hasFlag(c.Bin, "ring-order")
 	bytes, _ := c.modelBytes()
 	scale := wan.RateScale(bytes, c.outerStep())
 	fmt.Printf("nodes: preset %s (%.0f int8 bytes/outer step), H=%d × %v = %v compute/outer step, rate scale %.4f, %d outer steps (first %d warm-up), work dir %s\n",
@@ -204,7 +210,7 @@ func runNodes(ctx context.Context, c nodesConfig) ([]tableRow, error) {
 				return rows, err
 			}
 		}
-		for _, mode := range c.Modes {
+		for _, mode := range c.modesFor(pn) {
 			if ctx.Err() != nil {
 				return rows, errors.Join(append(errs, ctx.Err())...)
 			}
@@ -280,7 +286,10 @@ func (r *nodeRun) nodeArgs(i int) []string {
 	case modeOverlapped:
 		args = append(args, "--overlap")
 	case modeOrder:
-		args = append(args, "--overlap", c.Extra)
+		return append(args, "--overlap", "--ring-order", "latency")
+	}
+	if c.hasOrder {
+		args = append(args, "--ring-order", "sorted")
 	}
 	return args
 }
@@ -468,4 +477,20 @@ func getPeerID(get func(string) (*http.Response, error), url string) (string, er
 		return "", err
 	}
 	return st.PeerID, nil
+}
+
+// modesFor is the modes run on profile pn: -modes, plus overlapped+order
+// where -order-profiles asks for it and the binary supports it.
+func (c nodesConfig) modesFor(pn string) []string {
+	modes := append([]string(nil), c.Modes...)
+	if c.hasOrder && slices.Contains(c.OrderProfiles, pn) && !slices.Contains(modes, modeOrder) {
+		modes = append(modes, modeOrder)
+	}
+	return modes
+}
+
+// hasFlag reports whether `bin start -h` lists --name.
+func hasFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "start", "-h").CombinedOutput()
+	return strings.Contains(string(out), "  -"+name+" ")
 }
