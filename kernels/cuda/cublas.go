@@ -10,7 +10,6 @@ package cuda
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"unsafe"
@@ -22,18 +21,6 @@ import (
 // (a full path to libcublas.so.N); unset, libcublas.so.13, .12 and .11 are
 // tried in that order on the loader's search path.
 const EnvCublas = "INTELLECT_CUBLAS"
-
-// ErrCublas is wrapped by every cuBLAS failure.
-var ErrCublas = errors.New("cuda: cublas")
-
-// DType is a cuBLAS element type (cudaDataType).
-type DType int
-
-// Element types the matmuls use.
-const (
-	F32   DType = C.IC_R_32F
-	BF16T DType = C.IC_R_16BF
-)
 
 // Blas is a cuBLAS handle bound to one Device and its stream.
 type Blas struct {
@@ -78,14 +65,6 @@ func (b *Blas) close() error {
 		return fmt.Errorf("%w: cublasDestroy: status %d", ErrCublas, int(st))
 	}
 	return nil
-}
-
-// Mat is a row-major matrix operand in device memory: element type, base
-// pointer and leading dimension (elements between rows).
-type Mat struct {
-	T  DType
-	P  cu.DevicePtr
-	LD int
 }
 
 func op(t bool) C.int {

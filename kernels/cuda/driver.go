@@ -17,7 +17,6 @@ static int ic_func_max_dyn_smem(void* fn, int bytes) {
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -26,8 +25,8 @@ import (
 	"gorgonia.org/cu"
 )
 
-// ErrDriver is wrapped by every CUDA driver failure.
-var ErrDriver = errors.New("cuda: driver")
+// DevicePtr is an address in device memory.
+type DevicePtr = cu.DevicePtr
 
 // blasWorkspace is the cuBLAS workspace size (cuBLAS ≥ 12 on Hopper wants 32 MiB).
 const blasWorkspace = 32 << 20
@@ -287,50 +286,6 @@ func (d *Device) SetMaxDynamicShared(name string, bytes int) error {
 	return nil
 }
 
-// Args holds kernel arguments, each in its own 8-byte slot: gorgonia's Launch
-// reads 8 bytes per argument, and the driver then takes as many bytes as the
-// kernel's parameter has, so 4-byte ints and floats sit in the low half of
-// their slot (little-endian). Reuse one Args with Reset to avoid allocations.
-type Args struct {
-	slots [16]uint64
-	ptrs  [16]unsafe.Pointer
-	n     int
-}
-
-// Reset empties a.
-func (a *Args) Reset() *Args { a.n = 0; return a }
-
-func (a *Args) put(v uint64) *Args {
-	if a.n == len(a.slots) {
-		panic("cuda: more than 16 kernel arguments")
-	}
-	a.slots[a.n] = v
-	a.n++
-	return a
-}
-
-// P appends a device pointer.
-func (a *Args) P(p cu.DevicePtr) *Args { return a.put(uint64(p)) }
-
-// I appends an int argument (C int, 32 bits).
-func (a *Args) I(v int) *Args { return a.put(uint64(uint32(int32(v)))) }
-
-// L appends a long long argument (64 bits).
-func (a *Args) L(v int64) *Args { return a.put(uint64(v)) }
-
-// F appends a float argument (32 bits).
-func (a *Args) F(v float32) *Args { return a.put(uint64(math32bits(v))) }
-
-func (a *Args) params() []unsafe.Pointer {
-	for i := 0; i < a.n; i++ {
-		a.ptrs[i] = unsafe.Pointer(&a.slots[i])
-	}
-	return a.ptrs[:a.n]
-}
-
-// Dim3 is a grid or block shape.
-type Dim3 struct{ X, Y, Z int }
-
 // Launch runs kernel name with the given grid, block, dynamic shared memory
 // and arguments on the device's stream (inside Do). Launch errors are
 // reported here; faults inside the kernel surface at the next Sync.
@@ -344,10 +299,6 @@ func (d *Device) Launch(name string, grid, block Dim3, smem int, a *Args) error 
 		return fmt.Errorf("%w: launch %s grid %v block %v: %v", ErrDriver, name, g, b, err)
 	}
 	return nil
-}
-
-func norm3(d Dim3) Dim3 {
-	return Dim3{max(d.X, 1), max(d.Y, 1), max(d.Z, 1)}
 }
 
 // Timer measures stream time between Start and Stop with CUDA events.

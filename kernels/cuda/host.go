@@ -66,5 +66,3 @@ type GemmShape struct {
 func (g GemmShape) Colmajor() (transa, transb bool, m, n, k int) {
 	return g.TransB, g.TransA, g.N, g.M, g.K
 }
-
-func math32bits(f float32) uint32 { return math.Float32bits(f) }

@@ -37,11 +37,6 @@ var Kernels = []string{
 	"attn_fwd_tc_hd128", "attn_bwd_dq_tc_hd128", "attn_bwd_dkdv_tc_hd128", "attn_tc_smem_hd128",
 }
 
-// NormBlocks is the fixed grid of sumsq_partial: the gradient norm is the
-// sum of that many per-block partial sums, added in a fixed order, so it is
-// the same on every run.
-const NormBlocks = 1024
-
 // AttnHeadDims are the head sizes the attention kernels are instantiated for.
 var AttnHeadDims = []int{32, 64, 128}
 

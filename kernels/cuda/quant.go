@@ -1,12 +1,10 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package cuda
 
 import (
 	"errors"
 	"fmt"
-
-	"gorgonia.org/cu"
 )
 
 // ErrNonFinite reports a NaN or ±Inf in a vector given to QuantizeInt8.
@@ -22,7 +20,7 @@ const QuantTableSize = 256
 // into tables (⌈n/chunk⌉ × 256). Codes follow mesh's bucket rule exactly, so
 // the bytes on the wire mean the same whichever device encoded them. It waits
 // for the result and returns ErrNonFinite if x held a NaN or ±Inf (inside Do).
-func (d *Device) QuantizeInt8(codes, tables, x cu.DevicePtr, n int64, chunk int) error {
+func (d *Device) QuantizeInt8(codes, tables, x DevicePtr, n int64, chunk int) error {
 	if n <= 0 || chunk <= 0 {
 		return fmt.Errorf("%w: quantize %d values in chunks of %d", ErrUnsupported, n, chunk)
 	}
@@ -54,7 +52,7 @@ func (d *Device) QuantizeInt8(codes, tables, x cu.DevicePtr, n int64, chunk int)
 
 // DequantizeInt8 decodes n values (codes and tables as QuantizeInt8 writes
 // them) into dst, adding to it when add is true (inside Do, asynchronous).
-func (d *Device) DequantizeInt8(dst, codes, tables cu.DevicePtr, n int64, chunk int, add bool) error {
+func (d *Device) DequantizeInt8(dst, codes, tables DevicePtr, n int64, chunk int, add bool) error {
 	if n <= 0 || chunk <= 0 {
 		return fmt.Errorf("%w: dequantize %d values in chunks of %d", ErrUnsupported, n, chunk)
 	}

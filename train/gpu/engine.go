@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package gpu
 
@@ -9,8 +9,6 @@ import (
 	"math"
 	"os"
 	"time"
-
-	"gorgonia.org/cu"
 
 	"github.com/intellect-node/intellect-node/kernels"
 	"github.com/intellect-node/intellect-node/kernels/cuda"
@@ -55,9 +53,9 @@ type Engine struct {
 	dev      *cuda.Device
 	lay      layout
 	B, T     int
-	n        int          // parameters
-	p, pb, g cu.DevicePtr // fp32 master, bf16 copy, fp32 gradient
-	m, v     cu.DevicePtr // AdamW moments
+	n        int            // parameters
+	p, pb, g cuda.DevicePtr // fp32 master, bf16 copy, fp32 gradient
+	m, v     cuda.DevicePtr // AdamW moments
 	a        acts
 	host     []float32 // pinned mirror of p, handed out by Params
 	dirty    bool      // host was handed out and may have changed
@@ -368,7 +366,7 @@ func (e *Engine) adamw(lr float64, gscale float32) error {
 		if t.norm {
 			wd = 0
 		}
-		a.Reset().P(at(e.p, t.off)).P(e.pb + cu.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
+		a.Reset().P(at(e.p, t.off)).P(e.pb + cuda.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
 			L(int64(t.size)).F(float32(lr)).F(b1).F(1 - b1).F(b2).F(1 - b2).F(ib1).F(ib2).F(float32(o.Eps)).F(wd).F(gscale)
 		if err := e.dev.Launch("adamw", cuda.Dim3{X: cuda.Grid1D(int64(t.size), ewBlock, maxBlocks)}, cuda.Dim3{X: ewBlock}, 0, &a); err != nil {
 			return err

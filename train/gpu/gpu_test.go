@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package gpu
 
@@ -42,6 +42,15 @@ func newPair(t *testing.T, o train.Options, attn string) (*train.Trainer, *Engin
 	return cpu, gpu
 }
 
+// matchCase is one configuration of TestMatchesCPU (the lists are in
+// cases_cuda_test.go and cases_emu_test.go: the emulator is slow).
+type matchCase struct {
+	preset     string
+	batch, seq int
+	attn       string
+	steps      int
+}
+
 func rel(a, b float64) float64 { return math.Abs(a-b) / math.Max(math.Abs(b), 1e-12) }
 
 // l2dist returns ‖a − b‖₂.
@@ -60,11 +69,7 @@ func l2dist(a, b []float32) float64 {
 // tolerance. tiny has head size 32, small 64 (grouped-query in both); both
 // attention implementations are run.
 func TestMatchesCPU(t *testing.T) {
-	for _, c := range []struct {
-		preset     string
-		batch, seq int
-		attn       string
-	}{{"tiny", 4, 64, "tc"}, {"tiny", 4, 64, "simple"}, {"small", 2, 96, "tc"}, {"small", 2, 96, "simple"}} {
+	for _, c := range matchCases {
 		t.Run(c.preset+"/"+c.attn, func(t *testing.T) {
 			o := smallOpts(t, c.preset, c.batch, c.seq)
 			cpu, gpu := newPair(t, o, c.attn)
@@ -81,7 +86,7 @@ func TestMatchesCPU(t *testing.T) {
 			if rel(eg, ec) > 5e-3 {
 				t.Errorf("eval loss: gpu %.6f, cpu %.6f", eg, ec)
 			}
-			for s := 0; s < 5; s++ {
+			for s := 0; s < c.steps; s++ {
 				sc, _ := cpu.Step()
 				sg, err := gpu.Step()
 				if err != nil {
@@ -94,7 +99,7 @@ func TestMatchesCPU(t *testing.T) {
 			}
 			moved := l2dist(cpu.Params(), theta0)
 			apart := l2dist(gpu.Params(), cpu.Params())
-			t.Logf("after 5 steps: ‖θgpu−θcpu‖ / ‖θcpu−θ0‖ = %.4f", apart/moved)
+			t.Logf("after %d steps: ‖θgpu−θcpu‖ / ‖θcpu−θ0‖ = %.4f", c.steps, apart/moved)
 			if apart > 0.3*moved {
 				t.Errorf("parameters diverged: ‖θgpu−θcpu‖ = %.4g vs ‖θcpu−θ0‖ = %.4g", apart, moved)
 			}

@@ -1,10 +1,8 @@
-//go:build cuda
+//go:build cuda || cudaemu
 
 package gpu
 
 import (
-	"gorgonia.org/cu"
-
 	"github.com/intellect-node/intellect-node/kernels/cuda"
 )
 
@@ -46,24 +44,24 @@ func (k *launcher) gemm(ta, tb bool, m, n, kk int, A, B cuda.Mat, beta float32, 
 }
 
 // matmul: out (N, OC) = inp (N, IC) · wᵀ + beta·out; w (OC, IC) bf16 at element offset woff.
-func (k *launcher) matmul(out cuda.Mat, inp cu.DevicePtr, woff, N, IC, OC int, beta float32) {
+func (k *launcher) matmul(out cuda.Mat, inp cuda.DevicePtr, woff, N, IC, OC int, beta float32) {
 	k.gemm(false, true, N, OC, IC, bf16(inp, 0, IC), bf16(k.e.pb, woff, IC), beta, out)
 }
 
 // matmulBackward: dinp (N, IC) bf16 = dout (N, OC) · w; dw (OC, IC) f32 += doutᵀ · inp.
-func (k *launcher) matmulBackward(dinp, dout, inp cu.DevicePtr, woff, N, IC, OC int) {
+func (k *launcher) matmulBackward(dinp, dout, inp cuda.DevicePtr, woff, N, IC, OC int) {
 	k.gemm(false, false, N, IC, OC, bf16(dout, 0, OC), bf16(k.e.pb, woff, IC), 0, bf16(dinp, 0, IC))
 	k.gemm(true, false, OC, IC, N, bf16(dout, 0, OC), bf16(inp, 0, IC), 1, f32(k.e.g, woff, IC))
 }
 
-func (k *launcher) rmsnorm(out, rstd, inp cu.DevicePtr, woff, N, C int) {
+func (k *launcher) rmsnorm(out, rstd, inp cuda.DevicePtr, woff, N, C int) {
 	e := k.e
 	k.run("rmsnorm_forward", cuda.Dim3{X: N}, cuda.Dim3{X: rowBlock},
 		k.args.Reset().P(out).P(rstd).P(inp).P(at(e.p, woff)).I(N).I(C).F(float32(e.cfg.NormEps)))
 }
 
 // rmsnormBackward: dresid += ∂/∂inp, g[woff:] += ∂/∂w, from dout (bf16).
-func (k *launcher) rmsnormBackward(dresid, dout, inp, rstd cu.DevicePtr, woff, N, C int) {
+func (k *launcher) rmsnormBackward(dresid, dout, inp, rstd cuda.DevicePtr, woff, N, C int) {
 	e := k.e
 	k.run("rmsnorm_backward_dx", cuda.Dim3{X: N}, cuda.Dim3{X: rowBlock},
 		k.args.Reset().P(dresid).P(dout).P(inp).P(at(e.p, woff)).P(rstd).I(N).I(C))
@@ -71,7 +69,7 @@ func (k *launcher) rmsnormBackward(dresid, dout, inp, rstd cu.DevicePtr, woff, N
 		k.args.Reset().P(at(e.g, woff)).P(dout).P(inp).P(rstd).I(N).I(C).I(dwRows))
 }
 
-func (k *launcher) rope(x cu.DevicePtr, sign float32) {
+func (k *launcher) rope(x cuda.DevicePtr, sign float32) {
 	e, c := k.e, k.e.cfg
 	hd, N := c.HeadDim(), e.B*e.T
 	W := (c.Heads + 2*c.KVHeads) * hd
@@ -118,7 +116,7 @@ func (e *Engine) forward(withGrad bool, scale float32) error {
 	}
 	k.rmsnorm(a.lnf, a.rstdf, a.resid[c.Layers], e.lay.lnf, N, C)
 	k.matmul(f32(a.logits, 0, c.Vocab), a.lnf, e.lay.lm, N, C, c.Vocab, 0)
-	var dl cu.DevicePtr
+	var dl cuda.DevicePtr
 	if withGrad {
 		dl = a.dlogits
 	}
@@ -161,7 +159,7 @@ func (e *Engine) backward() error {
 	return k.err
 }
 
-func (k *launcher) copy(dst, src cu.DevicePtr, bytes int64) {
+func (k *launcher) copy(dst, src cuda.DevicePtr, bytes int64) {
 	if k.err == nil {
 		k.err = k.e.dev.CopyD(dst, src, bytes)
 	}

@@ -44,7 +44,8 @@ struct EmuThread {
 	unsigned dyn_size;
 };
 inline thread_local EmuThread emu_t;
-inline dim3 emu_block_idx, emu_block_dim, emu_grid_dim;
+inline thread_local dim3 emu_block_idx;
+inline dim3 emu_block_dim, emu_grid_dim;
 #define threadIdx (emu_t.tid)
 #define blockIdx (emu_block_idx)
 #define blockDim (emu_block_dim)
@@ -190,7 +191,29 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const f
 }  // namespace wmma
 }  // namespace nvcuda
 
-// emu_launch runs body for every thread of every block of grid × block.
+// emu_launch_seq runs a kernel that has no barriers, shuffles or shared
+// memory (element-wise kernels) in the calling thread, thread after thread.
+static inline void emu_launch_seq(dim3 grid, dim3 block, const std::function<void()>& body) {
+	emu_grid_dim = grid;
+	emu_block_dim = block;
+	const unsigned nt = block.x * block.y * block.z, nb = grid.x * grid.y * grid.z;
+	for (unsigned b = 0; b < nb; b++) {
+		emu_block_idx = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+		for (unsigned t = 0; t < nt; t++) {
+			emu_t.tid = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+			emu_t.block_bar = nullptr;  // a barrier here would crash: the kernel is not barrier-free
+			emu_t.warp_bar = nullptr;
+			body();
+		}
+	}
+}
+
+// emu_launch runs body for every thread of every block of grid × block. One
+// worker thread per thread of a block is created per launch; the workers run
+// the blocks one after another (a barrier between blocks keeps `static`
+// shared memory private to the running block). Each block gets fresh
+// barriers, from which a thread drops out when it returns, as exited threads
+// do on the device.
 static inline void emu_launch(dim3 grid, dim3 block, unsigned smem, const std::function<void()>& body) {
 	const unsigned nt = block.x * block.y * block.z;
 	if (nt % 32 != 0 && nt != 1) {
@@ -199,32 +222,33 @@ static inline void emu_launch(dim3 grid, dim3 block, unsigned smem, const std::f
 	}
 	emu_grid_dim = grid;
 	emu_block_dim = block;
+	const unsigned nb = grid.x * grid.y * grid.z, nw = (nt + 31) / 32;
 	std::vector<unsigned char> dyn(smem + 128);
 	unsigned char* dynp = dyn.data() + (128 - (reinterpret_cast<uintptr_t>(dyn.data()) & 127));
-	for (unsigned bz = 0; bz < grid.z; bz++)
-		for (unsigned by = 0; by < grid.y; by++)
-			for (unsigned bx = 0; bx < grid.x; bx++) {
-				emu_block_idx = {bx, by, bz};
-				std::memset(dynp, 0xcd, smem);  // garbage, as on the device
-				std::barrier<> bar(nt);
-				const unsigned nw = (nt + 31) / 32;
-				std::vector<std::unique_ptr<std::barrier<>>> wbars;
-				for (unsigned w = 0; w < nw; w++) wbars.emplace_back(new std::barrier<>(std::min(32u, nt - 32 * w)));
-				std::vector<uint64_t> wbuf(32 * nw);
-				std::vector<std::thread> ts;
-				for (unsigned t = 0; t < nt; t++)
-					ts.emplace_back([&, t] {
-						emu_t.tid = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-						emu_t.block_bar = &bar;
-						emu_t.warp_bar = wbars[t / 32].get();
-						emu_t.warp_buf = &wbuf[32 * (t / 32)];
-						emu_t.dyn = dynp;
-						emu_t.dyn_size = smem;
-						body();
-						// threads that finish early must not block their warp's or block's barriers
-						emu_t.block_bar->arrive_and_drop();
-						emu_t.warp_bar->arrive_and_drop();
-					});
-				for (auto& t : ts) t.join();
+	std::memset(dynp, 0xcd, smem);  // garbage, as on the device
+	std::barrier<> step(nt);
+	std::vector<std::unique_ptr<std::barrier<>>> bbars, wbars;
+	for (unsigned b = 0; b < nb; b++) {
+		bbars.emplace_back(new std::barrier<>(nt));
+		for (unsigned w = 0; w < nw; w++) wbars.emplace_back(new std::barrier<>(std::min(32u, nt - 32 * w)));
+	}
+	std::vector<uint64_t> wbuf(32 * nw);
+	std::vector<std::thread> ts;
+	for (unsigned t = 0; t < nt; t++)
+		ts.emplace_back([&, t] {
+			emu_t.tid = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+			emu_t.warp_buf = &wbuf[32 * (t / 32)];
+			emu_t.dyn = dynp;
+			emu_t.dyn_size = smem;
+			for (unsigned b = 0; b < nb; b++) {
+				emu_block_idx = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+				emu_t.block_bar = bbars[b].get();
+				emu_t.warp_bar = wbars[b * nw + t / 32].get();
+				body();
+				emu_t.block_bar->arrive_and_drop();
+				emu_t.warp_bar->arrive_and_drop();
+				step.arrive_and_wait();
 			}
+		});
+	for (auto& t : ts) t.join();
 }
