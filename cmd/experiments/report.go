@@ -28,32 +28,35 @@ type summaryRow struct {
 	Label       string
 	Final       float64 // final eval loss
 	Tokens      int64   // tokens at the final evaluation
-	VsBaseline  float64 // Final / baseline's Final − 1 (NaN for the baseline or without it)
+	VsBaseline  float64 // eval loss / baseline's − 1 at the largest equal token count (NaN for the baseline or without one)
 	SentPer     float64 // bytes sent per node per outer step (0 for the single node)
 	LessThanDDP float64 // DDP bytes over the same H inner steps / SentPer
 	AtH100      float64 // the same at H = 100 (DiLoCo's bytes per outer step do not depend on H)
 	HashesOK    bool
 	MinRing     int  // smallest ring of any outer step
 	Single      bool // the single-node baseline
+	points      []point
 	ARSec       float64
 }
 
 // summarize computes the table from the results.
 func summarize(s *setup, results []result) []summaryRow {
-	base := math.NaN()
-	for _, r := range results {
-		if r.cfg.Name == baselineName && len(r.points) > 0 {
-			base = r.points[len(r.points)-1].EvalLoss
+	var base *result
+	for i := range results {
+		if results[i].cfg.Name == baselineName && len(results[i].points) > 0 {
+			base = &results[i]
 		}
 	}
 	var rows []summaryRow
 	for _, r := range results {
 		last := r.points[len(r.points)-1]
 		row := summaryRow{Name: r.cfg.Name, Label: r.cfg.Label, Final: last.EvalLoss, Tokens: last.Tokens,
-			VsBaseline: last.EvalLoss/base - 1, SentPer: r.sentPer, HashesOK: r.hashesOK, MinRing: r.minRing, Single: r.cfg.Single, ARSec: r.arSec,
-			LessThanDDP: math.NaN(), AtH100: math.NaN()}
-		if r.cfg.Name == baselineName {
-			row.VsBaseline = math.NaN()
+			VsBaseline: math.NaN(), SentPer: r.sentPer, HashesOK: r.hashesOK, MinRing: r.minRing, Single: r.cfg.Single, ARSec: r.arSec,
+			LessThanDDP: math.NaN(), AtH100: math.NaN(), points: r.points}
+		if base != nil && r.cfg.Name != baselineName {
+			if _, a, b, ok := equalTokens(r.points, base.points); ok {
+				row.VsBaseline = a/b - 1
+			}
 		}
 		if !r.cfg.Single && r.sentPer > 0 {
 			ddp := ddpBytes(r.nodes, s.params)
@@ -65,12 +68,28 @@ func summarize(s *setup, results []result) []summaryRow {
 	return rows
 }
 
+// equalTokens returns the eval losses of a and b at the largest token count
+// both series reached exactly (a ring that lost a member folds in fewer
+// tokens per step, so its later points match no point of a full run).
+func equalTokens(a, b []point) (tokens int64, la, lb float64, ok bool) {
+	inB := map[int64]float64{}
+	for _, p := range b {
+		inB[p.Tokens] = p.EvalLoss
+	}
+	for _, p := range a {
+		if l, found := inB[p.Tokens]; found && p.Tokens >= tokens {
+			tokens, la, lb, ok = p.Tokens, p.EvalLoss, l, true
+		}
+	}
+	return tokens, la, lb, ok
+}
+
 // writeTable prints the summary as a Markdown table with the comparisons of
 // issue 5 below it.
 func writeTable(w io.Writer, s *setup, rows []summaryRow) {
 	fmt.Fprintf(w, "tiny preset, %d params; %d nodes; H = %d; %d outer steps; %d tokens per inner step per node\n\n",
 		s.params, s.nodes, s.inner, s.outer, s.tokensPerStep)
-	fmt.Fprintln(w, "| configuration | tokens | final eval loss | perplexity | vs blocking int8 | bytes sent / node / outer step | × less than DDP (this H) | × less than DDP at H=100 | hashes agree | smallest ring | all-reduce s |")
+	fmt.Fprintln(w, "| configuration | tokens | final eval loss | perplexity | vs blocking int8 at equal tokens | bytes sent / node / outer step | × less than DDP (this H) | × less than DDP at H=100 | hashes agree | smallest ring | all-reduce s |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	var warnings []string
 	for _, r := range rows {
@@ -92,8 +111,13 @@ func writeTable(w io.Writer, s *setup, rows []summaryRow) {
 		if !okA || !okB {
 			return
 		}
-		fmt.Fprintf(w, "- %s: eval loss %.4f vs %.4f (%s), perplexity %.3f vs %.3f\n", what, ra.Final, rb.Final,
-			pct(ra.Final/rb.Final-1), math.Exp(ra.Final), math.Exp(rb.Final))
+		tok, la, lb, ok := equalTokens(ra.points, rb.points)
+		if !ok {
+			fmt.Fprintf(w, "- %s: no equal token count\n", what)
+			return
+		}
+		fmt.Fprintf(w, "- %s, at %d tokens: eval loss %.4f vs %.4f (%s), perplexity %.3f vs %.3f\n", what, tok, la, lb,
+			pct(la/lb-1), math.Exp(la), math.Exp(lb))
 	}
 	compare("overlapped / blocking (int8)", "overlap-int8", "blocking-int8")
 	compare("int8 / fp32 (blocking)", "blocking-int8", "blocking-fp32")

@@ -58,10 +58,23 @@ func TestSummarize(t *testing.T) {
 	if strings.Count(b.String(), "WARNING") != 1 || !strings.Contains(b.String(), "overlap-int8 broke up (a ring of 3 < 4 nodes)") {
 		t.Errorf("want one break-up warning, for overlap-int8:\n%s", b.String())
 	}
-	for _, want := range []string{"+1.00 %", "80.0×", "400.0×", "overlapped / blocking (int8): eval loss 2.0200 vs 2.0000 (+1.00 %)"} {
+	for _, want := range []string{"+1.00 %", "80.0×", "400.0×", "overlapped / blocking (int8), at 2000 tokens: eval loss 2.0200 vs 2.0000 (+1.00 %)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestEqualTokens(t *testing.T) {
+	full := []point{{Tokens: 100, EvalLoss: 3}, {Tokens: 200, EvalLoss: 2}, {Tokens: 300, EvalLoss: 1.5}}
+	// A ring that lost a member: 100, 200, then 275 and 350 tokens.
+	broken := []point{{Tokens: 100, EvalLoss: 3.1}, {Tokens: 200, EvalLoss: 2.2}, {Tokens: 275, EvalLoss: 1.7}, {Tokens: 350, EvalLoss: 1.6}}
+	tok, a, b, ok := equalTokens(broken, full)
+	if !ok || tok != 200 || a != 2.2 || b != 2 {
+		t.Fatalf("equalTokens = %d %v %v %v", tok, a, b, ok)
+	}
+	if _, _, _, ok := equalTokens(broken[2:], full); ok {
+		t.Fatal("no common token count, but ok")
 	}
 }
 
