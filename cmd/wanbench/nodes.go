@@ -281,7 +281,7 @@ func (r *nodeRun) nodeArgs(i int) []string {
 		"--inner-steps", fmt.Sprint(c.Inner), "--max-outer-steps", fmt.Sprint(c.Outer),
 		"--min-members", fmt.Sprint(len(r.n.Hosts)), "--shards", fmt.Sprint(c.Shards),
 		"--listen", fmt.Sprintf("/ip4/{addr}/tcp/%d", nodePort), "--status", fmt.Sprintf("127.0.0.1:%d", statusPort),
-		"--home", r.home(name), "--run", "wan-" + r.n.Profile.Name + "-" + r.mode, "--checkpoint-every", "1000000"}
+		"--home", r.home(name), "--run", "wan-" + r.n.Profile.Name + "-" + strings.ReplaceAll(r.mode, "+", "-"), "--checkpoint-every", "1000000"}
 	switch r.mode {
 	case modeOverlapped:
 		args = append(args, "--overlap")
