@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"encoding/xml"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -150,6 +152,16 @@ func TestUtilizationSVG(t *testing.T) {
 	}
 	if strings.Contains(s, "<x>") {
 		t.Error("profile name not escaped")
+	}
+	d := xml.NewDecoder(strings.NewReader(s))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
 	}
 }
 
