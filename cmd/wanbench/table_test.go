@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"math"
