@@ -22,7 +22,7 @@ func sgemmKernelAVX512Edge(kc int, a, b, c *float32, ldc int, alpha, beta float3
 
 // avx512Gemm and avx2Gemm are the assembly micro-kernels.
 var (
-	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 512, mc: 14 * 16, aBlock: 14 * 16 * 512, nc: 2048, tile: tileAVX512,
+	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 512, mc: 14 * 16, aBlock: 14 * 16 * 512, nc: 512, tile: tileAVX512,
 		packRowsA: packA14, packRowsB: packB32, packDepthA: packDepthA14, packDepthB: packDepthB32,
 		edgeTile: tileAVX512Edge}
 	avx2Gemm = &gemmKernel{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 6 * 16, aBlock: 6 * 16 * 256, nc: 2048, tile: tileAVX2}
