@@ -6,7 +6,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/...
 
 .PHONY: all build vet test test-short demo demo-train bench bench-gemm bench-train bench-net \
-	bench-wan wan-cleanup bench-convergence build-cuda vet-cuda clean
+	fuzz bench-wan wan-cleanup bench-convergence build-cuda vet-cuda ptx generate clean
 
 all: build
 
@@ -17,9 +17,27 @@ vet:
 	$(GO) vet ./...
 
 # The whole suite, as CI runs it (.ci/run). Bounded: see docs/testing.md.
-test: vet
+# It also vets and builds the cuda-tagged binary (no GPU needed) so it cannot rot.
+test: vet vet-cuda
 	$(GO) test -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS)
+
+# The cuda binary (--device cuda): fetches cuda.h and the libcuda stub from
+# Debian's nvidia-cuda-dev into .cuda-headers/ once; no nvcc, no GPU. See docs/cuda.md.
+build-cuda:
+	kernels/cuda/build.sh build
+
+vet-cuda:
+	kernels/cuda/build.sh vet
+	kernels/cuda/build.sh build
+
+# Regenerate the embedded PTX (needs nvcc: apt-get install nvidia-cuda-toolkit).
+ptx:
+	kernels/cuda/build.sh ptx
+
+# Regenerate the SGEMM assembly micro-kernels.
+generate:
+	$(GO) generate -run gemmgen ./kernels/
 
 # The quick subset (skips multi-process and long numeric checks).
 test-short:
@@ -48,8 +66,24 @@ bench-train:
 	$(GO) test ./kernels -run XXX -bench Attention -benchtime 3x
 
 bench-net:
-	$(GO) test ./mesh -run XXX -bench 'Int8Codec' -benchtime 20x
-	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback|StreamThroughput|CkptJoin|CkptDonorCompute' -benchtime 3x
+	$(GO) test ./mesh -run XXX -bench 'Int8Codec|SimAgreement|Codec$$'
+	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback' -benchtime 5x
+	$(GO) test ./p2p -run XXX -bench 'StreamThroughput|GossipLatency|Join' -benchtime 10x
+	$(GO) test ./p2p -run XXX -bench 'CkptJoin' -benchtime 10x
+	$(GO) test ./p2p -run XXX -bench 'CkptDonorCompute' -benchtime 20x
+
+# Fuzz every decoder of peer input for a while (30 s each).
+fuzz:
+	$(GO) test ./mesh -run XXX -fuzz '^FuzzDecode$$' -fuzztime 30s
+	$(GO) test ./mesh -run XXX -fuzz '^FuzzStep$$' -fuzztime 30s
+	$(GO) test ./mesh -run XXX -fuzz '^FuzzChunkDecode$$' -fuzztime 30s
+	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
+	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeIdentity$$' -fuzztime 30s
+	$(GO) test ./p2p -run XXX -fuzz '^FuzzCkptDecodeManifest$$' -fuzztime 30s
+	$(GO) test ./p2p -run XXX -fuzz '^FuzzCkptDecodeSnapshot$$' -fuzztime 30s
+	$(GO) test ./p2p -run XXX -fuzz '^FuzzReadFrame$$' -fuzztime 30s
+	$(GO) test ./train -run XXX -fuzz '^FuzzParseSafetensors$$' -fuzztime 30s
+	$(GO) test ./train -run XXX -fuzz '^FuzzParseShard$$' -fuzztime 30s
 
 clean:
 	rm -rf $(BIN)
