@@ -206,26 +206,32 @@ func collectCluster(s *setup, c config) (result, error) {
 // mergeHistories turns the nodes' histories into one series: per outer step
 // the mean eval loss, and the tokens folded into the model so far (members ×
 // H × tokens per inner step, summed over steps). Byte counts are averaged
-// over nodes and steps.
+// over the nodes and steps whose ring held every node.
 func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (result, error) {
 	r := result{cfg: c, nodes: len(hists), hashesOK: true, minRing: len(hists)}
 	bySteps := map[uint64][]record{}
 	var sent, recv, ar float64
-	var n int
+	var n, full int
 	for _, h := range hists {
 		for _, rec := range h {
 			r.minRing = min(r.minRing, rec.Members)
 			bySteps[rec.Step] = append(bySteps[rec.Step], rec)
+			n++
+			if rec.Members != len(hists) {
+				continue // bytes of a smaller ring are not the configuration's
+			}
 			sent += float64(rec.BytesSent)
 			recv += float64(rec.BytesReceived)
 			ar += rec.AllReduceSec
-			n++
+			full++
 		}
 	}
 	if n == 0 {
 		return r, fmt.Errorf("%w: empty histories", ErrBadHistory)
 	}
-	r.sentPer, r.recvPer, r.arSec = sent/float64(n), recv/float64(n), ar/float64(n)
+	if full > 0 {
+		r.sentPer, r.recvPer, r.arSec = sent/float64(full), recv/float64(full), ar/float64(full)
+	}
 	steps := make([]uint64, 0, len(bySteps))
 	for st := range bySteps {
 		steps = append(steps, st)

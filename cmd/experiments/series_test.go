@@ -141,6 +141,9 @@ func TestMergeHistories(t *testing.T) {
 	if r.minRing != 1 {
 		t.Fatalf("smallest ring %d, want 1", r.minRing)
 	}
+	if r.sentPer != 100 { // the ring of one (step 2 of c) is left out of the byte figures
+		t.Fatalf("sent per step %v, want 100", r.sentPer)
+	}
 	if r.hashesOK || math.Abs(r.points[0].Spread-0.5) > 1e-12 || math.Abs(r.points[0].EvalLoss-3.25) > 1e-12 {
 		t.Fatalf("got %+v", r)
 	}
