@@ -202,7 +202,7 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.
 	copy(n.work, src)
 	var t mesh.Transport = tr
 	if n.sendRate != nil {
-		t = limitedTransport{RingTransport: tr, b: n.sendRate}
+		t = limitedTransport{RingTransport: tr, l: n.sendRate}
 	}
 	var residual []float32
 	if n.residual != nil {

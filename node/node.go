@@ -44,7 +44,7 @@ type Node struct {
 
 	meshCmds chan meshCmd
 	events   chan meshEvent
-	sendRate *bucket // nil: unlimited
+	sendRate *p2p.Limiter // nil: unlimited
 
 	snapMu sync.Mutex
 	snap   *p2p.Snapshot // what donors serve: θ₀ and v of the current step
@@ -85,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		events:   make(chan meshEvent, 16),
 	}
 	if cfg.MaxSendRate > 0 {
-		n.sendRate = newBucket(cfg.MaxSendRate)
+		n.sendRate = newSendLimiter(cfg.MaxSendRate)
 	}
 	h, err := p2p.New(ctx, p2p.Config{
 		Home:      cfg.Home,

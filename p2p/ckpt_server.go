@@ -97,7 +97,7 @@ type CkptServer struct {
 	get    func() *Snapshot
 	cfg    CkptServeConfig
 	log    *slog.Logger
-	bucket *ckptBucket // nil when unlimited
+	bucket *Limiter // nil when unlimited
 	slots  chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -135,7 +135,7 @@ func ServeCheckpoints(h host.Host, get func() *Snapshot, cfg CkptServeConfig) (*
 		streams: make(map[network.Stream]struct{}),
 	}
 	if cfg.Rate > 0 {
-		cs.bucket = newCkptBucket(cfg.Rate, cfg.Burst, time.Now)
+		cs.bucket = NewLimiter(cfg.Rate, cfg.Burst)
 	}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	h.SetStreamHandler(CkptProtocolID, cs.handle)
@@ -344,7 +344,7 @@ func (w *ckptPacedWriter) Write(p []byte) (int, error) {
 	for done < len(p) {
 		n := min(len(p)-done, ckptWritePiece)
 		if w.cs.bucket != nil {
-			if err := w.cs.bucket.wait(w.cs.ctx, n); err != nil {
+			if err := w.cs.bucket.Wait(w.cs.ctx, n); err != nil {
 				return done, err
 			}
 		}
