@@ -47,6 +47,9 @@ func runDemo(args []string) error {
 		}
 		*dir = d
 	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -211,7 +214,7 @@ func (d *demo) printRow(step uint64, st []*demoStatus) {
 		switch {
 		case s == nil:
 			fmt.Fprintf(&b, " %s: -- |", d.nodes[i].name)
-		case s.Download != nil && s.Download.BytesTotal > 0 && s.State != "member":
+		case s.Download != nil && s.Download.BytesTotal > 0 && (s.State == "joining" || s.State == "syncing"):
 			fmt.Fprintf(&b, " %s: %s %d%% |", d.nodes[i].name, s.State, 100*s.Download.BytesDone/s.Download.BytesTotal)
 		default:
 			h := s.ModelHash
