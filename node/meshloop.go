@@ -136,7 +136,7 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerStatus {
 	state := p.State.String()
 	if p.Dead {
-		state = "dead"
+		state = "gone" // left, or missed its heartbeats
 	}
 	ps := PeerStatus{ID: string(p.ID), Addrs: p.Addrs, State: state, OuterStep: p.Step, ModelHash: p.Hash,
 		LastSeen: now.Add(-time.Duration(tick-min(p.LastSeen, tick)) * n.cfg.Tick)}
