@@ -69,15 +69,18 @@ func summarize(s *setup, results []result) []summaryRow {
 }
 
 // equalTokens returns the eval losses of a and b at the largest token count
-// both series reached exactly (a ring that lost a member folds in fewer
-// tokens per step, so its later points match no point of a full run).
+// both series reached exactly while every ring still held all the nodes (a
+// ring that lost a member is no longer the configuration asked for, even
+// where its token count happens to match).
 func equalTokens(a, b []point) (tokens int64, la, lb float64, ok bool) {
 	inB := map[int64]float64{}
 	for _, p := range b {
-		inB[p.Tokens] = p.EvalLoss
+		if p.Full {
+			inB[p.Tokens] = p.EvalLoss
+		}
 	}
 	for _, p := range a {
-		if l, found := inB[p.Tokens]; found && p.Tokens >= tokens {
+		if l, found := inB[p.Tokens]; found && p.Full && p.Tokens >= tokens {
 			tokens, la, lb, ok = p.Tokens, p.EvalLoss, l, true
 		}
 	}

@@ -25,7 +25,7 @@ func testResults() []result {
 	pts := func(losses ...float64) []point {
 		var p []point
 		for i, l := range losses {
-			p = append(p, point{Step: i + 1, Tokens: int64(i+1) * 1000, EvalLoss: l})
+			p = append(p, point{Step: i + 1, Tokens: int64(i+1) * 1000, EvalLoss: l, Full: true})
 		}
 		return p
 	}
@@ -66,9 +66,10 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestEqualTokens(t *testing.T) {
-	full := []point{{Tokens: 100, EvalLoss: 3}, {Tokens: 200, EvalLoss: 2}, {Tokens: 300, EvalLoss: 1.5}}
-	// A ring that lost a member: 100, 200, then 275 and 350 tokens.
-	broken := []point{{Tokens: 100, EvalLoss: 3.1}, {Tokens: 200, EvalLoss: 2.2}, {Tokens: 275, EvalLoss: 1.7}, {Tokens: 350, EvalLoss: 1.6}}
+	full := []point{{Tokens: 100, EvalLoss: 3, Full: true}, {Tokens: 200, EvalLoss: 2, Full: true}, {Tokens: 300, EvalLoss: 1.5, Full: true}}
+	// A ring that lost a member: 100, 200, then 250 and 300 tokens; 300
+	// matches the full run's count but is not the same configuration.
+	broken := []point{{Tokens: 100, EvalLoss: 3.1, Full: true}, {Tokens: 200, EvalLoss: 2.2, Full: true}, {Tokens: 250, EvalLoss: 1.7}, {Tokens: 300, EvalLoss: 1.6}}
 	tok, a, b, ok := equalTokens(broken, full)
 	if !ok || tok != 200 || a != 2.2 || b != 2 {
 		t.Fatalf("equalTokens = %d %v %v %v", tok, a, b, ok)

@@ -126,6 +126,7 @@ type point struct {
 	Tokens   int64   // training tokens folded into the evaluated model
 	EvalLoss float64 // mean over the nodes (they hold identical models)
 	Spread   float64 // max − min eval loss over the nodes (0 when bit-identical)
+	Full     bool    // this and every earlier outer step had a ring of all the nodes
 }
 
 // result is one configuration's outcome.
@@ -182,7 +183,7 @@ func collectSingle(s *setup, c config) (result, error) {
 		if p.Step == 0 || p.Step%s.inner != 0 {
 			continue
 		}
-		r.points = append(r.points, point{Step: p.Step / s.inner, EvalLoss: *p.EvalLoss,
+		r.points = append(r.points, point{Step: p.Step / s.inner, EvalLoss: *p.EvalLoss, Full: true,
 			Tokens: int64(p.Step) * int64(s.tokensPerStep*s.nodes)})
 	}
 	if len(r.points) == 0 {
@@ -238,11 +239,13 @@ func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (resul
 	}
 	sort.Slice(steps, func(i, j int) bool { return steps[i] < steps[j] })
 	var tokens int64
-	for _, st := range steps {
+	allIn := true
+	for i, st := range steps {
 		p, members, ok := stepPoint(bySteps[st])
 		r.hashesOK = r.hashesOK && ok && len(bySteps[st]) == len(hists)
+		allIn = allIn && st == uint64(i+1) && members == len(hists) && len(bySteps[st]) == len(hists)
 		tokens += int64(members) * int64(inner) * int64(tokensPerStep)
-		p.Step, p.Tokens = int(st), tokens
+		p.Step, p.Tokens, p.Full = int(st), tokens, allIn
 		r.points = append(r.points, p)
 	}
 	return r, nil

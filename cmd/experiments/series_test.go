@@ -126,7 +126,7 @@ func TestMergeHistories(t *testing.T) {
 	if !r.hashesOK || r.minRing != 2 || r.sentPer != 200 || r.recvPer != 400 || r.arSec != 1 {
 		t.Fatalf("got %+v", r)
 	}
-	want := []point{{Step: 1, Tokens: 2 * 10 * 64, EvalLoss: 3}, {Step: 2, Tokens: 2 * 2 * 10 * 64, EvalLoss: 2}}
+	want := []point{{Step: 1, Tokens: 2 * 10 * 64, EvalLoss: 3, Full: true}, {Step: 2, Tokens: 2 * 2 * 10 * 64, EvalLoss: 2, Full: true}}
 	if fmt.Sprint(r.points) != fmt.Sprint(want) {
 		t.Fatalf("points %v, want %v", r.points, want)
 	}
@@ -140,6 +140,9 @@ func TestMergeHistories(t *testing.T) {
 	}
 	if r.minRing != 1 {
 		t.Fatalf("smallest ring %d, want 1", r.minRing)
+	}
+	if !r.points[0].Full || r.points[1].Full {
+		t.Fatalf("full flags %v %v, want true false", r.points[0].Full, r.points[1].Full)
 	}
 	if r.sentPer != 100 { // the ring of one (step 2 of c) is left out of the byte figures
 		t.Fatalf("sent per step %v, want 100", r.sentPer)
