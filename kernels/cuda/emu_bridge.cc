@@ -138,3 +138,6 @@ extern "C" void ic_emu_h2d(u64 dst, const void* src, u64 n) { std::memcpy((void*
 extern "C" void ic_emu_d2h(void* dst, u64 src, u64 n) { std::memcpy(dst, (const void*)src, n); }
 extern "C" void ic_emu_d2d(u64 dst, u64 src, u64 n) { std::memmove((void*)dst, (const void*)src, n); }
 extern "C" void ic_emu_zero(u64 dst, u64 n) { std::memset((void*)dst, 0, n); }
+// ic_emu_fill writes 0xff bytes: NaN as fp32 and bf16, −1 as int32 — like the
+// garbage of fresh device memory, but loud.
+extern "C" void ic_emu_fill(u64 dst, u64 n) { std::memset((void*)dst, 0xff, n); }

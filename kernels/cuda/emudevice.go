@@ -25,6 +25,7 @@ void ic_emu_h2d(unsigned long long dst, const void* src, unsigned long long n);
 void ic_emu_d2h(void* dst, unsigned long long src, unsigned long long n);
 void ic_emu_d2d(unsigned long long dst, unsigned long long src, unsigned long long n);
 void ic_emu_zero(unsigned long long dst, unsigned long long n);
+void ic_emu_fill(unsigned long long dst, unsigned long long n);
 */
 import "C"
 
@@ -84,7 +85,7 @@ func (d *Device) Alloc(bytes int64) (DevicePtr, error) {
 	if p == 0 {
 		return 0, fmt.Errorf("%w: alloc %d bytes", ErrDriver, bytes)
 	}
-	C.ic_emu_zero(C.ulonglong(p), C.ulonglong(bytes)) // the emulator's memory starts as zeros, not garbage
+	C.ic_emu_fill(C.ulonglong(p), C.ulonglong(bytes)) // NaN bytes: reading memory nobody wrote shows
 	d.live[p] = bytes
 	d.used += bytes
 	return p, nil
