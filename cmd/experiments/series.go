@@ -243,7 +243,10 @@ func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (resul
 	for i, st := range steps {
 		p, members, ok := stepPoint(bySteps[st])
 		r.hashesOK = r.hashesOK && ok && len(bySteps[st]) == len(hists)
-		allIn = allIn && st == uint64(i+1) && members == len(hists) && len(bySteps[st]) == len(hists)
+		allIn = allIn && st == uint64(i+1) && len(bySteps[st]) == len(hists)
+		for _, rec := range bySteps[st] {
+			allIn = allIn && rec.Members == len(hists)
+		}
 		tokens += int64(members) * int64(inner) * int64(tokensPerStep)
 		p.Step, p.Tokens, p.Full = int(st), tokens, allIn
 		r.points = append(r.points, p)
