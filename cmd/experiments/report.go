@@ -232,7 +232,8 @@ func fmtF(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
 
 // plots returns the figures by file name: eval loss against tokens (whole
 // run and its second half), and each configuration's eval loss relative to
-// blocking int8 at the same outer step (equal tokens).
+// blocking int8 at equal tokens. A configuration whose ring lost a node is
+// drawn only up to the last step with every node in the ring.
 func plots(results []result) map[string]plot {
 	all := plot{Title: "Held-out loss vs tokens (tiny, embedded data)", XLabel: "training tokens", YLabel: "eval loss", XMin: math.NaN()}
 	var base *result
@@ -247,6 +248,10 @@ func plots(results []result) map[string]plot {
 	for _, r := range results {
 		l := line{Label: r.cfg.Label, Color: r.cfg.Color, Dashed: r.cfg.Single}
 		for _, p := range r.points {
+			if !p.Full {
+				l.Label += fmt.Sprintf(" (full ring until step %d only)", p.Step-1)
+				break
+			}
 			l.X, l.Y = append(l.X, float64(p.Tokens)), append(l.Y, p.EvalLoss)
 			maxTok = max(maxTok, float64(p.Tokens))
 		}
@@ -268,11 +273,13 @@ func plots(results []result) map[string]plot {
 func relativeLine(r, base result) line {
 	byTok := map[int64]float64{}
 	for _, p := range base.points {
-		byTok[p.Tokens] = p.EvalLoss
+		if p.Full {
+			byTok[p.Tokens] = p.EvalLoss
+		}
 	}
 	l := line{Label: r.cfg.Label, Color: r.cfg.Color, Dashed: r.cfg.Single}
 	for _, p := range r.points {
-		if b, ok := byTok[p.Tokens]; ok {
+		if b, ok := byTok[p.Tokens]; ok && p.Full {
 			l.X, l.Y = append(l.X, float64(p.Tokens)), append(l.Y, 100*(p.EvalLoss/b-1))
 		}
 	}
