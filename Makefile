@@ -6,7 +6,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/...
 
 .PHONY: all build vet test test-short demo demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan wan-cleanup bench-convergence build-cuda vet-cuda ptx generate clean
+	fuzz bench-wan wan-cleanup bench-convergence build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -27,9 +27,19 @@ test: vet vet-cuda
 build-cuda:
 	kernels/cuda/build.sh build
 
+# CI: vet the cuda packages, build the cuda binary and the GPU test binaries.
 vet-cuda:
 	kernels/cuda/build.sh vet
-	kernels/cuda/build.sh build
+	kernels/cuda/build.sh test-build
+
+# On a GPU machine, after vet-cuda (carry bin/): kernels and engine against the
+# CPU, PyTorch's LlamaForCausalLM, and the MFU benchmark. See docs/cuda.md.
+test-gpu:
+	kernels/cuda/build.sh gpu-test
+
+# The GPU engine against the CPU trainer on the CPU emulation of CUDA (slow).
+test-cudaemu:
+	$(GO) test -tags cudaemu -count=1 -timeout 60m -run 'TestMatchesCPU/tiny/tc' -v ./train/gpu
 
 # Regenerate the embedded PTX (needs nvcc: apt-get install nvidia-cuda-toolkit).
 ptx:
