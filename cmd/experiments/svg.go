@@ -25,10 +25,10 @@ type plot struct {
 
 // Plot geometry, in SVG user units.
 const (
-	svgW, svgH                   = 760, 460
-	padL, padR, padT, padB       = 70, 20, 40, 130
-	plotW, plotH                 = svgW - padL - padR, svgH - padT - padB
-	legendRowH, legendX, legendY = 18, padL, svgH - padB + 50
+	svgW                         = 760
+	padL, padR, padT             = 70, 20, 40
+	plotW, plotH                 = svgW - padL - padR, 290
+	legendRowH, legendX, legendY = 18, padL, padT + plotH + 62 // one legend row per line below the x label
 )
 
 // bounds returns the data range of the plot, padded by 5 % vertically.
@@ -100,6 +100,7 @@ func (p plot) writeSVG(w io.Writer) error {
 	x0, x1, y0, y1 := p.bounds()
 	sx := func(x float64) float64 { return padL + (x-x0)/(x1-x0)*plotW }
 	sy := func(y float64) float64 { return padT + (1-(y-y0)/(y1-y0))*plotH }
+	svgH := legendY + len(p.Lines)*legendRowH
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", svgW, svgH, svgW, svgH)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, svgH)
@@ -120,8 +121,7 @@ func (p plot) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<text transform="translate(18,%d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", padT+plotH/2, html.EscapeString(p.YLabel))
 	for i, l := range p.Lines {
 		p.writeLine(&b, l, sx, sy)
-		ly := legendY + (i/2)*legendRowH
-		lx := legendX + (i%2)*(plotW/2)
+		ly, lx := legendY+i*legendRowH, legendX
 		dash := ""
 		if l.Dashed {
 			dash = ` stroke-dasharray="6 4"`
