@@ -40,7 +40,7 @@ const (
 	nocommStatus = 8081
 )
 
-// ErrNodes is returned when a node run did not produce a usable table tableRow.
+// ErrNodes is returned when a node run did not produce a usable table row.
 var ErrNodes = errors.New("wanbench nodes: run failed")
 
 // nodesConfig is everything `wanbench nodes` needs; flags fill it.
@@ -119,7 +119,7 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
 	var c nodesConfig
 	profiles := fs.String("profiles", "usa,usa-europe,global", "comma-separated profiles")
-	modes := fs.String("modes", "blocking,overlapped", "comma-separated modes: blocking, overlapped, overlapped+order (a nocomm tableRow comes with blocking)")
+	modes := fs.String("modes", "blocking,overlapped", "comma-separated modes: blocking, overlapped, overlapped+order (a nocomm row comes with blocking)")
 	fs.StringVar(&c.Bin, "bin", "intellect-node", "intellect-node binary")
 	fs.StringVar(&c.Dir, "dir", "", "work dir for homes and logs (default: a new temp dir)")
 	fs.StringVar(&c.Preset, "preset", "small", "model preset: sets the all-reduced vector's size")
@@ -406,8 +406,8 @@ func (r *nodeRun) fidelity() string {
 	return fmt.Sprintf(", link queue drops %d, random-loss drops %d, host TUN drops %d (non-zero: emulator fell behind)", queueDrops, lossDrops, hostDrops)
 }
 
-// summarize reads every node's history and returns the mode's tableRow and,
-// beside a blocking run, the nocomm tableRow.
+// summarize reads every node's history and returns the mode's row and,
+// beside a blocking run, the nocomm row.
 func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
 	var hist [][]record
 	var errs []error

@@ -13,7 +13,7 @@ import (
 )
 
 // The pure half of `wanbench nodes`: reading the nodes' history.jsonl files,
-// reducing them to one tableRow per profile and mode, and printing the table.
+// reducing them to one row per profile and mode, and printing the table.
 
 // Limits on a history file: it is written by our own node, but read as
 // untrusted input all the same.
@@ -103,7 +103,7 @@ type tableRow struct {
 // summarize reduces the histories of the nodes of one run (one slice per
 // node) to a tableRow, dropping every step ≤ warmup. Steps with fewer than
 // minMembers members (a ring formed before everybody joined, or after one
-// left) are dropped too, so that every tableRow describes the full ring.
+// left) are dropped too, so that every row describes the full ring.
 func summarize(profile, mode string, nodes [][]record, warmup uint64, minMembers int) (tableRow, error) {
 	rw := tableRow{Profile: profile, Mode: mode, Nodes: len(nodes)}
 	var ar, bytes []float64
@@ -182,14 +182,14 @@ func quantile(xs []float64, q float64) float64 {
 // tableHeader is the header line of the table, in the order of formatRow.
 var tableHeader = []string{"profile", "mode", "nodes", "allreduce_median_s", "allreduce_p90_s", "utilization_pct", "bytes_per_node"}
 
-// formatRow renders a tableRow's fields as the table prints them.
+// formatRow renders a row's fields as the table prints them.
 func formatRow(r tableRow) []string {
 	return []string{r.Profile, r.Mode, fmt.Sprint(r.Nodes), fmt.Sprintf("%.3f", r.AllReduceMedian),
 		fmt.Sprintf("%.3f", r.AllReduceP90), fmt.Sprintf("%.2f", 100*r.Utilization), fmt.Sprintf("%.0f", r.BytesPerNode)}
 }
 
 // writeTable prints the header and one line per tableRow, columns aligned with
-// spaces; nothing follows the last tableRow.
+// spaces; nothing follows the last row.
 func writeTable(w io.Writer, rows []tableRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
