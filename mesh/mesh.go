@@ -431,3 +431,14 @@ func meshDropFirst[T any](s []T, n int) []T {
 	}
 	return slices.Clone(s[n:])
 }
+
+// SetStragglerTicks changes how long a Ready node waits for live peers of
+// its step that are not Ready yet (Config.StragglerTicks) from the next
+// check on. node/ raises it in overlapped mode, where a faster member is
+// Ready a whole phase before a slower one and waiting costs no compute.
+// Values below 1 are ignored.
+func (m *Mesh) SetStragglerTicks(n int) {
+	if n >= 1 {
+		m.cfg.StragglerTicks = n
+	}
+}

@@ -268,3 +268,18 @@ func TestSyncFailedChoosesAgain(t *testing.T) {
 		t.Fatalf("after Synced: %v, fetches %+v", m.State(), f)
 	}
 }
+
+func TestSetStragglerTicks(t *testing.T) {
+	m, err := New(Config{ID: "a"}, 0, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetStragglerTicks(0)
+	if m.cfg.StragglerTicks != DefaultStragglerTicks {
+		t.Fatalf("0 accepted: %d", m.cfg.StragglerTicks)
+	}
+	m.SetStragglerTicks(250)
+	if m.cfg.StragglerTicks != 250 {
+		t.Fatalf("StragglerTicks = %d, want 250", m.cfg.StragglerTicks)
+	}
+}
