@@ -30,6 +30,7 @@ var configs = []config{
 	{Name: "blocking-fp32", Label: "DiLoCo ×4, blocking, fp32", Flags: []string{"--fp32"}, Color: "#2ca02c"},
 	{Name: "blocking-int8-ef", Label: "DiLoCo ×4, blocking, int8 + error feedback", Flags: []string{"--error-feedback"}, Color: "#9467bd"},
 	{Name: "single-4x-batch", Label: "1 node, 4× batch (no DiLoCo)", Single: true, Color: "#7f7f7f"},
+	{Name: "overlap-int8-mu05", Label: "DiLoCo ×4, overlapped, int8, outer momentum 0.5", Flags: []string{"--overlap", "--outer-momentum", "0.5"}, Color: "#ff7f0e"},
 }
 
 func configNames() []string {

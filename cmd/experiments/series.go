@@ -66,13 +66,17 @@ func decodeLines(r io.Reader, fn func(line []byte) error) error {
 	return nil
 }
 
-// decodeHistory decodes a node's history.jsonl, checking every record.
+// decodeHistory decodes a node's history.jsonl, checking every record; the
+// initial model's record (step 0, no ring) is skipped.
 func decodeHistory(r io.Reader) ([]record, error) {
 	var out []record
 	err := decodeLines(r, func(line []byte) error {
 		var rec record
 		if err := json.Unmarshal(line, &rec); err != nil {
 			return err
+		}
+		if rec.Step == 0 && rec.Members == 0 && finite(rec.EvalLoss) {
+			return nil // the initial model's record: a held-out loss and nothing else
 		}
 		if err := rec.check(); err != nil {
 			return err

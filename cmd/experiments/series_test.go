@@ -25,6 +25,14 @@ func TestDecodeHistory(t *testing.T) {
 	}
 }
 
+func TestDecodeHistorySkipsInitialRecord(t *testing.T) {
+	in := `{"step":0,"members":0,"eval_loss":5.5,"model_hash":"i"}` + "\n" + historyLine(1, 4, 2.5, 1, "a")
+	recs, err := decodeHistory(strings.NewReader(in))
+	if err != nil || len(recs) != 1 || recs[0].Step != 1 {
+		t.Fatalf("got %+v, %v", recs, err)
+	}
+}
+
 func TestDecodeHistoryRejects(t *testing.T) {
 	for name, in := range map[string]string{
 		"step 0":         historyLine(0, 4, 2.5, 1, "a"),
