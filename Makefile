@@ -95,5 +95,24 @@ fuzz:
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseSafetensors$$' -fuzztime 30s
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseShard$$' -fuzztime 30s
 
+# Root: the link emulator's checks, then INTELLECT-1's utilization table
+# (blocking / overlapped / nocomm per profile, sim nodes in network namespaces),
+# ≈ 8–9 min; its last lines are the table. See docs/wan.md, docs/wan-results.md.
+bench-wan: build
+	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: bench-wan needs root (network namespaces, TUN devices)"; exit 0; fi; \
+	set -e; \
+	$(GO) build -o $(BIN)/wanbench ./cmd/wanbench; \
+	$(GO) test -count=1 ./cmd/linkemu/... ./cmd/wanbench/...; \
+	timeout -s INT 14m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -svg docs/figures/wan-utilization.svg
+
+# Removes network namespaces and processes left by an interrupted WAN run.
+wan-cleanup:
+	$(GO) run ./cmd/wanbench cleanup
+
+# 4-node DiLoCo (blocking/overlapped int8, fp32, error feedback) vs 1 node with
+# a 4× batch at equal tokens, as real processes on 127.0.0.1 (docs/convergence.md).
+bench-convergence:
+	$(GO) run ./cmd/experiments -out docs/figures
+
 clean:
 	rm -rf $(BIN)

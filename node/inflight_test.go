@@ -49,3 +49,24 @@ func TestCulpritPrefersDeadMember(t *testing.T) {
 		t.Fatal("culprit is never this node itself")
 	}
 }
+
+func TestRingCaughtUp(t *testing.T) {
+	ring := &mesh.Ring{Members: []mesh.PeerID{"a", "b", "c"}}
+	st := mesh.Status{ID: "a", Step: 5, Ring: ring, Peers: []mesh.PeerStatus{
+		{ID: "b", Step: 5}, {ID: "c", Step: 4},
+	}}
+	if ringCaughtUp(st) {
+		t.Fatal("c is still at step 4")
+	}
+	st.Peers[1].Dead = true
+	if !ringCaughtUp(st) {
+		t.Fatal("a dead member does not hold the drain")
+	}
+	st.Peers[1] = mesh.PeerStatus{ID: "c", Step: 4, State: mesh.StateLeft}
+	if !ringCaughtUp(st) {
+		t.Fatal("a member that left does not hold the drain")
+	}
+	if !ringCaughtUp(mesh.Status{Step: 1}) {
+		t.Fatal("no ring yet: nothing to wait for")
+	}
+}

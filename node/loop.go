@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -31,14 +32,73 @@ func (n *Node) trainLoop(ctx context.Context) error {
 		return n.overlapLoop(ctx)
 	}
 	for {
-		if n.cfg.MaxOuterSteps > 0 && n.step >= n.cfg.MaxOuterSteps {
-			n.log.Info("reached --max-outer-steps", "outer_step", n.step)
+		if n.reachedMax(ctx) {
 			return errLeft
 		}
 		if err := n.outerStep(ctx); err != nil {
 			return err
 		}
 	}
+}
+
+// drainTimeout bounds how long a node that reached --max-outer-steps waits
+// for the other members of its last ring before it leaves.
+const drainTimeout = 10 * time.Second
+
+// reachedMax reports whether --max-outer-steps is reached. If so, it first
+// drains: it waits until every other member of the last ring is seen at this
+// node's step or gone (or drainTimeout passes). A member whose all-reduce
+// returned has written all its bytes, but they may still be on their way to
+// a slower neighbour; leaving at once would cut them off.
+func (n *Node) reachedMax(ctx context.Context) bool {
+	if n.cfg.MaxOuterSteps == 0 || n.step < n.cfg.MaxOuterSteps {
+		return false
+	}
+	n.log.Info("reached --max-outer-steps", "outer_step", n.step)
+	tick := time.NewTicker(n.cfg.Tick)
+	defer tick.Stop()
+	deadline := time.After(drainTimeout)
+	for {
+		res := make(chan bool, 1)
+		n.mesh(func(m *mesh.Mesh) { res <- ringCaughtUp(m.Status()) })
+		select {
+		case ok := <-res:
+			if ok {
+				return true
+			}
+		case <-ctx.Done():
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			n.log.Warn("leaving before every member of the last ring was seen at this step")
+			return true
+		case <-ctx.Done():
+			return true
+		}
+	}
+}
+
+// ringCaughtUp reports whether every other member of the last decided ring
+// is known to be at st.Step or beyond, or gone.
+func ringCaughtUp(st mesh.Status) bool {
+	if st.Ring == nil {
+		return true
+	}
+	for _, id := range st.Ring.Members {
+		if id == st.ID {
+			continue
+		}
+		i := slices.IndexFunc(st.Peers, func(p mesh.PeerStatus) bool { return p.ID == id })
+		if i < 0 {
+			continue // forgotten: long gone
+		}
+		if p := st.Peers[i]; !p.Dead && p.State != mesh.StateLeft && p.Step < st.Step {
+			return false
+		}
+	}
+	return true
 }
 
 // outerStep trains the inner steps of the current outer step, agrees on a

@@ -59,8 +59,7 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 	}()
 	for {
 		if bg == nil {
-			if n.cfg.MaxOuterSteps > 0 && n.step >= n.cfg.MaxOuterSteps {
-				n.log.Info("reached --max-outer-steps", "outer_step", n.step)
+			if n.reachedMax(ctx) {
 				return errLeft
 			}
 			if ev, ok := n.pollEvent(); ok && ev.fetch != nil {
