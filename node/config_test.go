@@ -15,6 +15,10 @@ func TestConfigValidate(t *testing.T) {
 	if c.InnerSteps != 20 || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != 0.7 || c.Tick != 100*time.Millisecond {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
+	o := Config{Home: t.TempDir(), Overlap: true}
+	if err := o.Validate(); err != nil || o.OuterMomentum != 0.5 {
+		t.Fatalf("overlapped default momentum %v (%v), want 0.5", o.OuterMomentum, err)
+	}
 	bad := []func(*Config){
 		func(c *Config) { c.InnerSteps = -1 },
 		func(c *Config) { c.MinMembers = -2 },

@@ -30,7 +30,7 @@ func runStart(args []string) error {
 	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps (applied one step late)")
 	fs.IntVar(&c.InnerSteps, "inner-steps", 20, "inner AdamW steps per outer step (H)")
 	outerLR := fs.Float64("outer-lr", 0.7, "outer (Nesterov) learning `rate`; every member must use the same")
-	outerMom := fs.Float64("outer-momentum", 0.9, "outer Nesterov `momentum` (0 means the default); every member must use the same")
+	outerMom := fs.Float64("outer-momentum", 0, "outer Nesterov `momentum`; 0: 0.9, or 0.5 with --overlap; every member must use the same")
 	fs.IntVar(&c.MinMembers, "min-members", 1, "hold the first outer step until `N` members agree on a ring")
 	fs.Uint64Var(&c.MaxOuterSteps, "max-outer-steps", 0, "leave gracefully and exit after outer step `N` (0: run until stopped)")
 	fs.IntVar(&c.Shards, "shards", 4, "parallel rings (streams per neighbour) of the all-reduce")
