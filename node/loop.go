@@ -12,7 +12,6 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/p2p"
-	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -147,9 +146,8 @@ func (n *Node) outerStep(ctx context.Context) error {
 // commitOuter makes n.theta0, already updated, the global model of outer step
 // t+1: hash, donor snapshot, mesh, record, log, checkpoint.
 func (n *Node) commitOuter(t uint64, ot outerTimes, res reduceResult, arTime time.Duration, eval float64) {
-	n.hash = train.Hash(n.theta0)
 	n.step = t + 1
-	n.publishSnapshot()
+	n.hash = n.publishSnapshot() // the snapshot hashes θ₀ anyway: once per step
 	hash := n.hash
 	n.mesh(func(m *mesh.Mesh) { m.Completed(t, hash) })
 	n.finishOuter(ot, res, arTime, eval)

@@ -319,13 +319,15 @@ func (n *Node) snapshot() *p2p.Snapshot {
 	return n.snap
 }
 
-// publishSnapshot makes θ₀ and v of the current step what donors serve.
-func (n *Node) publishSnapshot() {
+// publishSnapshot makes θ₀ and v of the current step what donors serve, and
+// returns the hash of θ₀ (train.Hash(θ₀), computed while encoding).
+func (n *Node) publishSnapshot() string {
 	state := fmt.Appendf(nil, `{"run":%q,"step":%d,"params":%d}`, n.cfg.Run, n.step, n.params)
 	s := p2p.EncodeSnapshot(n.step, n.theta0, n.outer.V, state)
 	n.snapMu.Lock()
 	n.snap = s
 	n.snapMu.Unlock()
+	return s.Hash
 }
 
 // leave announces a graceful leave and waits (briefly) until it is published.

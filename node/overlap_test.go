@@ -37,3 +37,17 @@ func TestEagerStartIsOuterStepWithOwnDelta(t *testing.T) {
 		t.Fatal("eager start changed the outer momentum")
 	}
 }
+
+// TestSnapshotHashIsModelHash: the node takes the gossiped model hash from
+// the donor snapshot it encodes anyway; both must be train.Hash(θ₀).
+func TestSnapshotHashIsModelHash(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	theta := make([]float32, 4097)
+	for i := range theta {
+		theta[i] = rng.Float32() - 0.5
+	}
+	nd := &Node{theta0: theta, outer: train.NewOuter(len(theta), 0.7, 0.9), params: int64(len(theta))}
+	if got, want := nd.publishSnapshot(), train.Hash(theta); got != want {
+		t.Fatalf("snapshot hash %s, train.Hash %s", got, want)
+	}
+}
