@@ -12,6 +12,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -128,11 +129,13 @@ func (n *Node) outerStep(ctx context.Context) error {
 		return n.fetch(ctx, fetch.fetch, fetch.adopt)
 	}
 	arTime := time.Since(arStart)
-	n.outer.Apply(params, n.theta0, n.work)
+	n.setModel(t+1, func() {
+		n.outer.Apply(params, n.theta0, n.work)
+		copy(n.theta0, params)
+	})
 	if err := n.engine.SetParams(params); err != nil {
 		return err
 	}
-	copy(n.theta0, params)
 	evalStart := time.Now()
 	eval, err := n.engine.Eval()
 	if err != nil {
@@ -143,11 +146,20 @@ func (n *Node) outerStep(ctx context.Context) error {
 	return nil
 }
 
-// commitOuter makes n.theta0, already updated, the global model of outer step
-// t+1: hash, donor snapshot, mesh, record, log, checkpoint.
+// setModel runs update, which changes θ₀ and v, and makes the result the
+// global model of outer step `step` (with its hash), as one change under
+// modelMu, so a donor encoding a snapshot sees either all of it or none.
+func (n *Node) setModel(step uint64, update func()) {
+	n.modelMu.Lock()
+	defer n.modelMu.Unlock()
+	update()
+	n.step = step
+	n.hash = train.Hash(n.theta0)
+}
+
+// commitOuter records that n.theta0, already updated by setModel, is the
+// global model of outer step t+1: mesh, record, log, checkpoint.
 func (n *Node) commitOuter(t uint64, ot outerTimes, res reduceResult, arTime time.Duration, eval float64) {
-	n.step = t + 1
-	n.hash = n.publishSnapshot() // the snapshot hashes θ₀ anyway: once per step
 	hash := n.hash
 	n.mesh(func(m *mesh.Mesh) { m.Completed(t, hash) })
 	n.finishOuter(ot, res, arTime, eval)

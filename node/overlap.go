@@ -143,7 +143,7 @@ func (n *Node) startBackground(ctx context.Context, t uint64, inner int, buf []f
 // G_{t+1}, evaluates it, and records the outer step. The engine's local
 // parameters are left as they were.
 func (n *Node) applyBackground(bg *background, ot *outerTimes, stash []float32) error {
-	n.outer.Apply(n.theta0, n.theta0, n.work)
+	n.setModel(bg.t+1, func() { n.outer.Apply(n.theta0, n.theta0, n.work) })
 	evalStart := time.Now()
 	copy(stash, n.engine.Params())
 	if err := n.engine.SetParams(n.theta0); err != nil {

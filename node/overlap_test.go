@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -38,16 +39,30 @@ func TestEagerStartIsOuterStepWithOwnDelta(t *testing.T) {
 	}
 }
 
-// TestSnapshotHashIsModelHash: the node takes the gossiped model hash from
-// the donor snapshot it encodes anyway; both must be train.Hash(θ₀).
-func TestSnapshotHashIsModelHash(t *testing.T) {
+// TestSnapshotLazyAndConsistent: donors get θ₀ and v of the current step,
+// encoded once per step, and the snapshot's hash is the gossiped model hash.
+func TestSnapshotLazyAndConsistent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	theta := make([]float32, 4097)
 	for i := range theta {
 		theta[i] = rng.Float32() - 0.5
 	}
 	nd := &Node{theta0: theta, outer: train.NewOuter(len(theta), 0.7, 0.9), params: int64(len(theta))}
-	if got, want := nd.publishSnapshot(), train.Hash(theta); got != want {
-		t.Fatalf("snapshot hash %s, train.Hash %s", got, want)
+	nd.setModel(3, func() {})
+	s := nd.snapshot()
+	if s.Step != 3 || s.Hash != train.Hash(theta) || s.Hash != nd.hash {
+		t.Fatalf("snapshot step %d hash %s; model hash %s", s.Step, s.Hash, nd.hash)
+	}
+	if nd.snapshot() != s {
+		t.Fatal("encoded twice in one step")
+	}
+	nd.setModel(4, func() { nd.theta0[0]++ })
+	s2 := nd.snapshot()
+	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(nd.theta0) {
+		t.Fatalf("stale snapshot after the model changed: step %d", s2.Step)
+	}
+	th, _, _, err := p2p.DecodeSnapshot(s2.Data)
+	if err != nil || !slices.Equal(th, nd.theta0) {
+		t.Fatalf("decoded θ₀ differs: %v", err)
 	}
 }

@@ -71,9 +71,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	if err := n.engine.SetParams(theta0); err != nil {
 		return err
 	}
-	n.theta0, n.outer.V = theta0, v
-	n.step, n.hash = f.Step, f.Hash
-	n.publishSnapshot()
+	n.setModel(f.Step, func() { n.theta0, n.outer.V = theta0, v })
 	step, hash := n.step, n.hash
 	n.mesh(func(m *mesh.Mesh) { m.Synced(step, hash) })
 	n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
