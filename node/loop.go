@@ -22,7 +22,6 @@ type outerTimes struct {
 	compute  time.Duration
 	loss     float64
 	losses   int
-	tokens   int
 	attempts int
 }
 
@@ -183,7 +182,6 @@ func (n *Node) innerSteps(ctx context.Context, ot *outerTimes) (int, error) {
 		ot.compute += st.Compute
 		ot.loss += st.Loss
 		ot.losses++
-		ot.tokens += st.Tokens
 		n.board.update(func(s *Status) {
 			s.InnerStep, s.Loss = inner, st.Loss
 			s.TokensPerSec = float64(st.Tokens) / st.Compute.Seconds()
