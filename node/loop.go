@@ -2,11 +2,8 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -365,15 +362,3 @@ func (n *Node) finishOuter(ot outerTimes, res reduceResult, arTime time.Duration
 }
 
 func fmtDur(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }
-
-// appendHistory appends rec to <home>/history.jsonl.
-func (n *Node) appendHistory(rec OuterRecord) {
-	b, _ := json.Marshal(rec)
-	f, err := os.OpenFile(filepath.Join(n.cfg.Home, "history.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		n.log.Warn("history", "err", err)
-		return
-	}
-	defer f.Close()
-	f.Write(append(b, '\n'))
-}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
 func init() {
@@ -249,7 +250,7 @@ func (d *demo) summary() error {
 	hashes := map[string][]string{}
 	first, last := -1.0, 0.0
 	for _, n := range d.nodes {
-		recs, err := readHistory(filepath.Join(n.home, "history.jsonl"))
+		recs, err := node.ReadHistory(n.home)
 		if err != nil || len(recs) == 0 {
 			continue
 		}
@@ -270,27 +271,4 @@ func (d *demo) summary() error {
 	}
 	fmt.Printf("logs, histories and checkpoints are in %s\n", d.dir)
 	return nil
-}
-
-// historyRecord is the part of a node's history.jsonl line the demo reads.
-type historyRecord struct {
-	Step      uint64  `json:"step"`
-	EvalLoss  float64 `json:"eval_loss"`
-	ModelHash string  `json:"model_hash"`
-}
-
-func readHistory(path string) ([]historyRecord, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var recs []historyRecord
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var r historyRecord
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs, nil
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
 var binPath string
@@ -117,24 +119,14 @@ type nodeStatus struct {
 	InnerSteps int      `json:"inner_steps"`
 }
 
-type outerRecord struct {
-	Step          uint64  `json:"step"`
-	Members       int     `json:"members"`
-	EvalLoss      float64 `json:"eval_loss"`
-	ModelHash     string  `json:"model_hash"`
-	BytesSent     int64   `json:"bytes_sent"`
-	BytesReceived int64   `json:"bytes_received"`
-	Attempts      int     `json:"attempts"`
-}
-
 func (p *proc) status() (nodeStatus, error) {
 	var s nodeStatus
 	err := getJSONFrom(p.api(), "/v1/status", &s)
 	return s, err
 }
 
-func (p *proc) history() []outerRecord {
-	var h []outerRecord
+func (p *proc) history() []node.OuterRecord {
+	var h []node.OuterRecord
 	if err := getJSONFrom(p.api(), "/v1/history", &h); err != nil {
 		p.t.Fatalf("%s history: %v", p.name, err)
 	}
@@ -187,8 +179,8 @@ func bootstrapAddr(t *testing.T, p *proc) string {
 }
 
 // byStep indexes a history by outer step.
-func byStep(h []outerRecord) map[uint64]outerRecord {
-	m := make(map[uint64]outerRecord, len(h))
+func byStep(h []node.OuterRecord) map[uint64]node.OuterRecord {
+	m := make(map[uint64]node.OuterRecord, len(h))
 	for _, r := range h {
 		m[r.Step] = r
 	}
@@ -222,7 +214,7 @@ func TestThreeNodesTrainOneModel(t *testing.T) {
 	}
 	// The processes have exited; their final history is in the log as JSON
 	// lines written at exit (the API is gone). Read it from the history file.
-	hist := make([]map[uint64]outerRecord, len(ps))
+	hist := make([]map[uint64]node.OuterRecord, len(ps))
 	for i, p := range ps {
 		hist[i] = byStep(readHistoryFile(t, p))
 	}
@@ -255,7 +247,7 @@ func TestThreeNodesTrainOneModel(t *testing.T) {
 
 // checkWireBytes checks that the bytes one member sends per outer step are
 // about a quarter of what an fp32 ring all-reduce would send.
-func checkWireBytes(t *testing.T, p *proc, h map[uint64]outerRecord, k int) {
+func checkWireBytes(t *testing.T, p *proc, h map[uint64]node.OuterRecord, k int) {
 	t.Helper()
 	var params int64
 	for _, l := range strings.Split(p.logText(), "\n") {
@@ -280,19 +272,11 @@ func checkWireBytes(t *testing.T, p *proc, h map[uint64]outerRecord, k int) {
 	}
 }
 
-func readHistoryFile(t *testing.T, p *proc) []outerRecord {
+func readHistoryFile(t *testing.T, p *proc) []node.OuterRecord {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(p.home, "history.jsonl"))
+	h, err := node.ReadHistory(p.home)
 	if err != nil {
 		t.Fatalf("%s: %v", p.name, err)
-	}
-	var h []outerRecord
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var r outerRecord
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
-			t.Fatalf("%s history line %q: %v", p.name, l, err)
-		}
-		h = append(h, r)
 	}
 	return h
 }
