@@ -56,9 +56,14 @@ func (v *attView) o(t int) []float32 { return v.out[(v.b*v.T+t)*v.H*v.hd+v.h*v.h
 //	lse (B, H, T)              written: log Σ_s exp(score_s) per query
 //	qkv (B, T, (H+2·KVH)·hd)
 func AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int) {
+	Workers(0).AttentionForward(out, lse, qkv, B, T, H, KVH, hd)
+}
+
+// AttentionForward is the package's AttentionForward on at most w goroutines.
+func (w Workers) AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int) {
 	W := (H + 2*KVH) * hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	layerJobs(B*H, func(job int) {
+	w.jobs(B*H, func(job int) {
 		v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: job / H, h: job % H}
 		v.kh = v.h / (H / KVH)
 		S := getScratch(min(attTile, T) * T)
@@ -66,12 +71,12 @@ func AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int) {
 		for t0 := 0; t0 < T; t0 += attTile {
 			t1 := min(t0+attTile, T)
 			tq := t1 - t0
-			Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, S, t1)
+			Workers(1).Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, S, t1)
 			for i := 0; i < tq; i++ {
 				row := S[i*t1 : (i+1)*t1]
 				lse[(v.b*H+v.h)*T+t0+i] = softmaxCausal(row, t0+i)
 			}
-			Sgemm(false, false, tq, hd, t1, 1, S, t1, v.v(), W, 0, v.o(t0), H*hd)
+			Workers(1).Sgemm(false, false, tq, hd, t1, 1, S, t1, v.v(), W, 0, v.o(t0), H*hd)
 		}
 	})
 }
@@ -112,10 +117,15 @@ func softmaxCausal(row []float32, t int) float32 {
 //	lse  (B, H, T)             from the forward pass
 //	qkv  (B, T, (H+2·KVH)·hd)
 func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int) {
+	Workers(0).AttentionBackward(dqkv, dout, out, lse, qkv, B, T, H, KVH, hd)
+}
+
+// AttentionBackward is the package's AttentionBackward on at most w goroutines.
+func (w Workers) AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int) {
 	W := (H + 2*KVH) * hd
 	grp := H / KVH
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	layerJobs(B*KVH, func(job int) {
+	w.jobs(B*KVH, func(job int) {
 		b, kh := job/KVH, job%KVH
 		for t := 0; t < T; t++ { // this job's dk and dv accumulate: zero them
 			row := dqkv[(b*T+t)*W:]
@@ -132,8 +142,8 @@ func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int
 			for t0 := 0; t0 < T; t0 += attTile {
 				t1 := min(t0+attTile, T)
 				tq := t1 - t0
-				Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, P, t1)
-				Sgemm(false, true, tq, t1, hd, 1, d.o(t0), H*hd, v.v(), W, 0, dP, t1)
+				Workers(1).Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, P, t1)
+				Workers(1).Sgemm(false, true, tq, t1, hd, 1, d.o(t0), H*hd, v.v(), W, 0, dP, t1)
 				for i := 0; i < tq; i++ {
 					t := t0 + i
 					p, dp := P[i*t1:(i+1)*t1], dP[i*t1:(i+1)*t1]
@@ -144,9 +154,9 @@ func AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd int
 						dp[s] = p[s] * (dp[s] - D) * scale // dS (0 where masked)
 					}
 				}
-				Sgemm(false, false, tq, hd, t1, 1, dP, t1, v.k(), W, 0, d.q(t0), W)
-				Sgemm(true, false, t1, hd, tq, 1, dP, t1, v.q(t0), W, 1, d.k(), W)
-				Sgemm(true, false, t1, hd, tq, 1, P, t1, d.o(t0), H*hd, 1, d.v(), W)
+				Workers(1).Sgemm(false, false, tq, hd, t1, 1, dP, t1, v.k(), W, 0, d.q(t0), W)
+				Workers(1).Sgemm(true, false, t1, hd, tq, 1, dP, t1, v.q(t0), W, 1, d.k(), W)
+				Workers(1).Sgemm(true, false, t1, hd, tq, 1, P, t1, d.o(t0), H*hd, 1, d.v(), W)
 			}
 		}
 	})

@@ -17,8 +17,14 @@ import "fmt"
 // those are bugs of the caller, and the assembly kernels must never write
 // outside C.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	Workers(0).Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Sgemm is the package's Sgemm on at most w goroutines. The result does not
+// depend on w: threads split rows or columns of C, never the depth.
+func (w Workers) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	g := gemmArgs{transA: transA, transB: transB, m: m, n: n, k: k,
-		alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+		alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc, workers: w}
 	if err := g.check(); err != nil {
 		panic(err)
 	}
@@ -67,6 +73,7 @@ type gemmArgs struct {
 	beta           float32
 	c              []float32
 	ldc            int
+	workers        Workers // goroutines it may use
 }
 
 // check reports whether the dimensions, leading dimensions and slice lengths

@@ -174,3 +174,13 @@ func transpose14AVX512(blocks int, a *float32, lda int, dst *float32)
 //
 //go:noescape
 func transpose16AVX512(blocks int, b *float32, ldb int, dst *float32)
+
+// fmaProbe runs iters iterations of the widest FMA throughput probe this
+// CPU has and returns the flops it did (0 when there is none).
+func fmaProbe(iters int) float64 {
+	if !cpu.avx512F {
+		return 0
+	}
+	fmaPeakAVX512(iters)
+	return 768 * float64(iters)
+}

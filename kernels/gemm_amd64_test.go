@@ -29,3 +29,17 @@ func TestGatherPackersRefuseHugeLd(t *testing.T) {
 		}
 	}
 }
+
+// TestFMAPeak: the probe reports a plausible per-core figure where it runs.
+func TestFMAPeak(t *testing.T) {
+	p := FMAPeak()
+	if !cpu.avx512F {
+		if p != 0 {
+			t.Fatalf("FMAPeak = %v without AVX-512, want 0", p)
+		}
+		return
+	}
+	if p < 1 || p > 2000 {
+		t.Fatalf("FMAPeak = %v GFLOP/s, implausible for one core", p)
+	}
+}

@@ -49,7 +49,7 @@ type gemmImpl struct {
 // kernelImpl runs Sgemm's checked path with one micro-kernel.
 func kernelImpl(kern *gemmKernel) gemmImpl {
 	return gemmImpl{name: kern.name, call: func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-		g := gemmArgs{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}
+		g := gemmArgs{transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0}
 		if err := g.check(); err != nil {
 			panic(err)
 		}

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -21,7 +20,7 @@ const parallelGemmWork = 1 << 20
 func sgemmPacked(kern *gemmKernel, g *gemmArgs) {
 	workers := 1
 	if g.m*g.n*g.k >= parallelGemmWork {
-		workers = runtime.GOMAXPROCS(0)
+		workers = g.workers.count()
 	}
 	_, mc, _ := kern.blocks(g)
 	rowBlocks := (g.m + mc - 1) / mc

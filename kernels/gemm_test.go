@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -80,7 +81,7 @@ func checkGemm(t *testing.T, kern *gemmKernel, tc gemmCase, rng *rand.Rand) {
 		got[i] = gemmPadSentinel
 	}
 	want := append([]float32(nil), o.c...)
-	g := gemmArgs{tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, got[:cLen], o.ldc}
+	g := gemmArgs{tc.transA, tc.transB, tc.m, tc.n, tc.k, tc.alpha, o.a, o.lda, o.b, o.ldb, tc.beta, got[:cLen], o.ldc, 0}
 	if err := g.check(); err != nil {
 		t.Fatalf("%v: %v", tc, err)
 	}
@@ -220,7 +221,7 @@ func TestSgemmBetaZeroIgnoresNaN(t *testing.T) {
 			for i := range c {
 				c[i] = float32(math.NaN())
 			}
-			g := gemmArgs{false, false, m, n, k, 1, a, k, b, n, 0, c, n}
+			g := gemmArgs{false, false, m, n, k, 1, a, k, b, n, 0, c, n, 0}
 			sgemm(kern, &g)
 			for i, v := range c {
 				if v != v {
@@ -423,4 +424,32 @@ func FuzzSgemm(f *testing.F) {
 			checkGemm(t, kern, tc, rng)
 		}
 	})
+}
+
+// TestWorkersSameBits: a product big enough to be split over goroutines, and
+// the attention kernels, give the same bits on one goroutine as on several
+// (threads split rows, columns or heads, never a sum).
+func TestWorkersSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	m, n, k := 301, 257, 129 // above parallelGemmWork, awkward edges
+	a, b := randSlice(r, m*k, 1), randSlice(r, k*n, 1)
+	c1, c3 := make([]float32, m*n), make([]float32, m*n)
+	Workers(1).Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c1, n)
+	Workers(3).Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c3, n)
+	if !slices.Equal(c1, c3) {
+		t.Fatal("Sgemm: one worker and three differ")
+	}
+	B, T, H, KVH, hd := 2, 37, 4, 2, 16
+	W := (H + 2*KVH) * hd
+	qkv, dout := randSlice(r, B*T*W, 1), randSlice(r, B*T*H*hd, 1)
+	out := [2][]float32{make([]float32, B*T*H*hd), make([]float32, B*T*H*hd)}
+	lse := [2][]float32{make([]float32, B*H*T), make([]float32, B*H*T)}
+	dqkv := [2][]float32{make([]float32, B*T*W), make([]float32, B*T*W)}
+	for i, w := range []Workers{1, 3} {
+		w.AttentionForward(out[i], lse[i], qkv, B, T, H, KVH, hd)
+		w.AttentionBackward(dqkv[i], dout, out[i], lse[i], qkv, B, T, H, KVH, hd)
+	}
+	if !slices.Equal(out[0], out[1]) || !slices.Equal(lse[0], lse[1]) || !slices.Equal(dqkv[0], dqkv[1]) {
+		t.Fatal("attention: one worker and three differ")
+	}
 }

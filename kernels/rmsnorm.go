@@ -11,7 +11,12 @@ import "math"
 //	inp    (N, C)
 //	weight (C)
 func RMSNormForward(out, rstd, inp, weight []float32, N, C int, eps float32) {
-	layerPar(N, 16, func(lo, hi int) {
+	Workers(0).RMSNormForward(out, rstd, inp, weight, N, C, eps)
+}
+
+// RMSNormForward is the package's RMSNormForward on at most w goroutines.
+func (w Workers) RMSNormForward(out, rstd, inp, weight []float32, N, C int, eps float32) {
+	w.par(N, 16, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			x := inp[n*C : (n+1)*C]
 			var ss float64
@@ -38,8 +43,13 @@ func RMSNormForward(out, rstd, inp, weight []float32, N, C int, eps float32) {
 //	weight  (C)
 //	rstd    (N)     from the forward pass
 func RMSNormBackward(dinp, dweight, dout, inp, weight, rstd []float32, N, C int) {
+	Workers(0).RMSNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C)
+}
+
+// RMSNormBackward is the package's RMSNormBackward on at most w goroutines.
+func (w Workers) RMSNormBackward(dinp, dweight, dout, inp, weight, rstd []float32, N, C int) {
 	// dinp: rows in parallel. dx_i = r·w_i·dy_i − r³/C · x_i · Σ_j dy_j·w_j·x_j
-	layerPar(N, 16, func(lo, hi int) {
+	w.par(N, 16, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			x, dy, dx := inp[n*C:(n+1)*C], dout[n*C:(n+1)*C], dinp[n*C:(n+1)*C]
 			r := rstd[n]
@@ -54,7 +64,7 @@ func RMSNormBackward(dinp, dweight, dout, inp, weight, rstd []float32, N, C int)
 		}
 	})
 	// dweight: columns in parallel so no two goroutines write the same element.
-	layerPar(C, 64, func(lo, hi int) {
+	w.par(C, 64, func(lo, hi int) {
 		for n := 0; n < N; n++ {
 			r := rstd[n]
 			x, dy := inp[n*C+lo:n*C+hi], dout[n*C+lo:n*C+hi]

@@ -29,19 +29,29 @@ func RoPETables(cos, sin []float32, T, hd int, theta float64) {
 //	x        (B, T, stride), heads in [0, nh·hd) of each row
 //	cos, sin (T, hd/2)
 func RoPEForward(x, cos, sin []float32, B, T, nh, hd, stride int) {
-	ropeApply(x, cos, sin, B, T, nh, hd, stride, 1)
+	Workers(0).ropeApply(x, cos, sin, B, T, nh, hd, stride, 1)
+}
+
+// RoPEForward is the package's RoPEForward on at most w goroutines.
+func (w Workers) RoPEForward(x, cos, sin []float32, B, T, nh, hd, stride int) {
+	w.ropeApply(x, cos, sin, B, T, nh, hd, stride, 1)
 }
 
 // RoPEBackward turns, in place, the gradient with respect to the rotated x into
 // the gradient with respect to x before RoPEForward: the rotation's transpose,
 // i.e. the rotation by −θ. Same shapes as RoPEForward.
 func RoPEBackward(dx, cos, sin []float32, B, T, nh, hd, stride int) {
-	ropeApply(dx, cos, sin, B, T, nh, hd, stride, -1)
+	Workers(0).ropeApply(dx, cos, sin, B, T, nh, hd, stride, -1)
 }
 
-func ropeApply(x, cos, sin []float32, B, T, nh, hd, stride int, sign float32) {
+// RoPEBackward is the package's RoPEBackward on at most w goroutines.
+func (w Workers) RoPEBackward(dx, cos, sin []float32, B, T, nh, hd, stride int) {
+	w.ropeApply(dx, cos, sin, B, T, nh, hd, stride, -1)
+}
+
+func (w Workers) ropeApply(x, cos, sin []float32, B, T, nh, hd, stride int, sign float32) {
 	half := hd / 2
-	layerPar(B*T, 16, func(lo, hi int) {
+	w.par(B*T, 16, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			t := n % T
 			c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]

@@ -10,11 +10,30 @@ import (
 // kernels (rmsnorm, rope, attention, xent, swiglu, adamw): a goroutine
 // fan-out over index ranges and unrolled float32 dot/axpy loops.
 
+// Workers is the number of goroutines a kernel call may use: 0 means
+// GOMAXPROCS, 1 runs it on the calling goroutine alone. The package-level
+// kernels (Sgemm, RMSNormForward, …) are Workers(0)'s methods; a caller that
+// runs several kernel streams side by side, like the trainer's batch lanes,
+// gives each its share so that the streams do not wake threads for each
+// other. The results do not depend on it.
+type Workers int
+
+// count returns the number of goroutines w stands for (at least 1).
+func (w Workers) count() int {
+	if w <= 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return int(w)
+}
+
 // layerPar runs f over [0, n) split into at most GOMAXPROCS contiguous ranges,
 // one goroutine each, and returns when all are done. Small n runs inline.
 // minPer is the least number of items worth a goroutine.
-func layerPar(n, minPer int, f func(lo, hi int)) {
-	workers := runtime.GOMAXPROCS(0)
+func layerPar(n, minPer int, f func(lo, hi int)) { Workers(0).par(n, minPer, f) }
+
+// par is layerPar with at most w goroutines.
+func (w Workers) par(n, minPer int, f func(lo, hi int)) {
+	workers := w.count()
 	if minPer < 1 {
 		minPer = 1
 	}
@@ -41,8 +60,11 @@ func layerPar(n, minPer int, f func(lo, hi int)) {
 // layerJobs runs f(i) for i in [0, n) on up to GOMAXPROCS goroutines that pull
 // indices from a shared counter, so uneven jobs balance. f must not write
 // memory another job writes.
-func layerJobs(n int, f func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
+func layerJobs(n int, f func(i int)) { Workers(0).jobs(n, f) }
+
+// jobs is layerJobs with at most w goroutines.
+func (w Workers) jobs(n int, f func(i int)) {
+	workers := min(w.count(), n)
 	if workers <= 1 {
 		for i := 0; i < n; i++ {
 			f(i)

@@ -8,8 +8,11 @@ import "math"
 //
 //	out (N, F)   written
 //	gu  (N, 2F)  [gate | up]
-func SwiGLUForward(out, gu []float32, N, F int) {
-	layerPar(N, 8, func(lo, hi int) {
+func SwiGLUForward(out, gu []float32, N, F int) { Workers(0).SwiGLUForward(out, gu, N, F) }
+
+// SwiGLUForward is the package's SwiGLUForward on at most w goroutines.
+func (w Workers) SwiGLUForward(out, gu []float32, N, F int) {
+	w.par(N, 8, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			g, u := gu[n*2*F:n*2*F+F], gu[n*2*F+F:(n+1)*2*F]
 			o := out[n*F : (n+1)*F]
@@ -28,7 +31,12 @@ func SwiGLUForward(out, gu []float32, N, F int) {
 //	dout (N, F)
 //	gu   (N, 2F)  from the forward pass
 func SwiGLUBackward(dgu, dout, gu []float32, N, F int) {
-	layerPar(N, 8, func(lo, hi int) {
+	Workers(0).SwiGLUBackward(dgu, dout, gu, N, F)
+}
+
+// SwiGLUBackward is the package's SwiGLUBackward on at most w goroutines.
+func (w Workers) SwiGLUBackward(dgu, dout, gu []float32, N, F int) {
+	w.par(N, 8, func(lo, hi int) {
 		for n := lo; n < hi; n++ {
 			g, u := gu[n*2*F:n*2*F+F], gu[n*2*F+F:(n+1)*2*F]
 			dg, du := dgu[n*2*F:n*2*F+F], dgu[n*2*F+F:(n+1)*2*F]

@@ -18,7 +18,12 @@ import "math"
 //	logits  (N, V)
 //	targets (N)
 func XEntForwardBackward(dlogits, losses, ce, logits []float32, targets []int32, N, V int, zcoef, scale float32) {
-	layerPar(N, 4, func(lo, hi int) {
+	Workers(0).XEntForwardBackward(dlogits, losses, ce, logits, targets, N, V, zcoef, scale)
+}
+
+// XEntForwardBackward is the package's XEntForwardBackward on at most w goroutines.
+func (w Workers) XEntForwardBackward(dlogits, losses, ce, logits []float32, targets []int32, N, V int, zcoef, scale float32) {
+	w.par(N, 4, func(lo, hi int) {
 		var scratch []float32
 		if dlogits == nil {
 			scratch = make([]float32, V)

@@ -56,7 +56,7 @@ func TestMatchesHFLlamaReference(t *testing.T) {
 	var maxDiff float64
 	for n, row := range ref.Logits {
 		for v, want := range row {
-			maxDiff = math.Max(maxDiff, math.Abs(float64(m.a.logits[n*c.Vocab+v])-want))
+			maxDiff = math.Max(maxDiff, math.Abs(float64(m.logits(n)[v])-want))
 		}
 	}
 	if maxDiff > 1e-4 {

@@ -3,6 +3,8 @@ package train
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/intellect-node/intellect-node/kernels"
@@ -12,17 +14,48 @@ import (
 // activations of one (B, T) batch, all allocated once. Forward is a flat list
 // of layer calls; backward runs them in reverse, accumulating parameter
 // gradients with +=, like llm.c.
+//
+// The batch is cut into lanes of whole rows that run forward and backward at
+// the same time on their own activations, each accumulating its own gradient
+// (lane 0 straight into grads); backward then adds the other lanes' gradients
+// into grads in lane order. On two cores this keeps both busy for the whole
+// step instead of waking a second thread for every product (the fork/join of
+// each ≈ 0.3 ms product cost up to half the second core). The number of
+// lanes depends on the shape only (laneCount), never on GOMAXPROCS, so a step
+// gives the same bits on every machine with the same kernels.
 type model struct {
-	cfg     Config
-	B, T    int
-	params  []float32 // one allocation carved into the tensors of cfg.Layout()
-	grads   []float32 // same layout as params
-	p, g    weights   // views into params and grads
-	a       acts
-	cos     []float32 // (T, hd/2) RoPE tables
-	sin     []float32
-	gemm    time.Duration // time spent in kernels.Sgemm since the last reset
-	timeGEM bool          // whether to measure gemm
+	cfg    Config
+	B, T   int
+	params []float32 // one allocation carved into the tensors of cfg.Layout()
+	grads  []float32 // same layout as params
+	p, g   weights   // views into params and grads
+	lanes  []*lane
+	cos    []float32 // (T, hd/2) RoPE tables
+	sin    []float32
+}
+
+// lane is one slice of the batch: B rows with their activations and, for
+// lanes after the first, a gradient buffer of their own.
+type lane struct {
+	B        int
+	a        acts
+	grads    []float32     // nil for lane 0, which accumulates into the model's
+	g        weights       // views into the gradient this lane accumulates into
+	ce, obj  float64       // sums over the lane's tokens of the last forward
+	gemm     time.Duration // time spent in kernels.Sgemm since the last reset
+	timeGEMM bool
+	w        kernels.Workers // the lane's share of GOMAXPROCS, set by eachLane
+}
+
+// laneCount is the number of lanes for batches of B rows of T tokens and n
+// parameters: two when the rows split evenly and each lane keeps at least 64
+// tokens (enough rows for the products to stay efficient), and the extra
+// gradient buffer stays under 1 GiB; else one.
+func laneCount(B, T int, n int64) int {
+	if B%2 == 0 && B*T >= 128 && n <= 1<<28 {
+		return 2
+	}
+	return 1
 }
 
 // layerW are the views of one block's tensors (fused where adjacent in memory).
@@ -84,17 +117,36 @@ func newModel(cfg Config, B, T int) (*model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return newModelLanes(cfg, B, T, laneCount(B, T, cfg.NumParams()))
+}
+
+// newModelLanes is newModel with an explicit number of lanes (it must divide B).
+func newModelLanes(cfg Config, B, T, lanes int) (*model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if B < 1 || T < 1 || T > cfg.SeqLen {
 		return nil, fmt.Errorf("%w: batch %d × seq %d (seq_len %d)", ErrConfig, B, T, cfg.SeqLen)
 	}
+	if lanes < 1 || B%lanes != 0 {
+		return nil, fmt.Errorf("%w: %d lanes do not divide batch %d", ErrConfig, lanes, B)
+	}
 	n := cfg.NumParams()
-	if need := 4*float64(n) + actFloats(cfg, B, T); need > maxCPUFloats {
+	if need := float64(3+lanes)*float64(n) + actFloats(cfg, B, T); need > maxCPUFloats {
 		return nil, fmt.Errorf("%w: %d parameters with batch %d×%d need %.0f GiB: too many for the CPU engine (limit %d GiB)",
 			ErrConfig, n, B, T, need*4/(1<<30), maxCPUFloats*4>>30)
 	}
 	m := &model{cfg: cfg, B: B, T: T, params: make([]float32, n), grads: make([]float32, n)}
 	m.p, m.g = carve(cfg, m.params), carve(cfg, m.grads)
-	m.allocActs()
+	for k := 0; k < lanes; k++ {
+		l := &lane{B: B / lanes, g: m.g}
+		if k > 0 {
+			l.grads = make([]float32, n)
+			l.g = carve(cfg, l.grads)
+		}
+		l.a = allocActs(cfg, l.B, T)
+		m.lanes = append(m.lanes, l)
+	}
 	hd := cfg.HeadDim()
 	m.cos, m.sin = make([]float32, T*hd/2), make([]float32, T*hd/2)
 	kernels.RoPETables(m.cos, m.sin, T, hd, cfg.RopeTheta)
@@ -119,8 +171,9 @@ func carve(cfg Config, flat []float32) weights {
 	return w
 }
 
-func (m *model) allocActs() {
-	c, L, N := m.cfg, m.cfg.Layers, m.B*m.T
+// allocActs allocates the activations of B rows of T tokens.
+func allocActs(c Config, B, T int) acts {
+	L, N := c.Layers, B*T
 	C, F, Q, W := c.Dim, c.FFN, c.Heads*c.HeadDim(), c.qkvDim()
 	f := func(n int) []float32 { return make([]float32, n) }
 	fl := func(k, n int) [][]float32 {
@@ -130,98 +183,165 @@ func (m *model) allocActs() {
 		}
 		return s
 	}
-	m.a = acts{
+	return acts{
 		resid: fl(L+1, N*C), mid: fl(L, N*C), ln1: fl(L, N*C), ln2: fl(L, N*C),
 		rstd1: fl(L, N), rstd2: fl(L, N), qkv: fl(L, N*W), att: fl(L, N*Q),
-		lse: fl(L, m.B*c.Heads*m.T), gu: fl(L, N*2*F), h: fl(L, N*F),
+		lse: fl(L, B*c.Heads*T), gu: fl(L, N*2*F), h: fl(L, N*F),
 		lnf: f(N * C), rstdf: f(N), logits: f(N * c.Vocab), losses: f(N), ce: f(N),
 		dresid: f(N * C), dln: f(N * C), dqkv: f(N * W), datt: f(N * Q), dh: f(N * F), dgu: f(N * 2 * F),
 	}
 }
 
 // matmul: out (N, OC) = inp (N, IC) · wᵀ + beta·out, w (OC, IC).
-func (m *model) matmul(out, inp, w []float32, N, IC, OC int, beta float32) {
+func (m *lane) matmul(out, inp, w []float32, N, IC, OC int, beta float32) {
 	m.sgemm(false, true, N, OC, IC, inp, IC, w, IC, beta, out, OC)
 }
 
 // matmulBackward: dinp (N, IC) = dout (N, OC) · w (overwritten);
 // dw (OC, IC) += doutᵀ · inp.
-func (m *model) matmulBackward(dinp, dw, dout, inp, w []float32, N, IC, OC int) {
+func (m *lane) matmulBackward(dinp, dw, dout, inp, w []float32, N, IC, OC int) {
 	if dinp != nil {
 		m.sgemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
 	}
 	m.sgemm(true, false, OC, IC, N, dout, OC, inp, IC, 1, dw, IC)
 }
 
-func (m *model) sgemm(ta, tb bool, M, N, K int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !m.timeGEM {
-		kernels.Sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, beta, c, ldc)
+func (m *lane) sgemm(ta, tb bool, M, N, K int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !m.timeGEMM {
+		m.w.Sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	t0 := time.Now()
-	kernels.Sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, beta, c, ldc)
+	m.w.Sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, beta, c, ldc)
 	m.gemm += time.Since(t0)
 }
 
 // forward runs the model on inputs (B, T) against targets (B, T) and returns
 // the mean cross-entropy and the mean training objective (cross-entropy plus
 // max-z-loss). With lossScale > 0 it also leaves dlogits = lossScale·∂(Σ
-// objective)/∂logits in a.logits for backward; with 0 it skips that.
+// objective)/∂logits in the lanes' logits for backward; with 0 it skips that.
 func (m *model) forward(inputs, targets []int32, lossScale float32) (ce, obj float64) {
-	c, a, N := m.cfg, &m.a, m.B*m.T
+	rows := len(inputs) / len(m.lanes)
+	m.eachLane(func(k int, l *lane) {
+		l.ce, l.obj = l.forward(m, inputs[k*rows:(k+1)*rows], targets[k*rows:(k+1)*rows], lossScale)
+	})
+	for _, l := range m.lanes { // in lane order: the same sums on every machine
+		ce += l.ce
+		obj += l.obj
+	}
+	N := float64(m.B * m.T)
+	return ce / N, obj / N
+}
+
+// backward accumulates into m.grads the gradient of the objective whose
+// dlogits the last forward (with lossScale > 0) left in the lanes' logits.
+func (m *model) backward(inputs []int32) {
+	rows := len(inputs) / len(m.lanes)
+	m.eachLane(func(k int, l *lane) { l.backward(m, inputs[k*rows:(k+1)*rows]) })
+	for _, l := range m.lanes[1:] {
+		kernels.AddAndClear(m.grads, l.grads)
+	}
+}
+
+// eachLane runs f on every lane at once, lane 0 on the calling goroutine, and
+// returns when all are done.
+func (m *model) eachLane(f func(k int, l *lane)) {
+	w := kernels.Workers(max(1, runtime.GOMAXPROCS(0)/len(m.lanes)))
+
+	for _, l := range m.lanes {
+		l.w = w
+	}
+	var wg sync.WaitGroup
+	for k, l := range m.lanes[1:] {
+		wg.Go(func() { f(k+1, l) })
+	}
+	f(0, m.lanes[0])
+	wg.Wait()
+}
+
+// setTiming turns the lanes' Sgemm timers on or off and resets them.
+func (m *model) setTiming(on bool) {
+	for _, l := range m.lanes {
+		l.timeGEMM, l.gemm = on, 0
+	}
+}
+
+// gemmTime is the lanes' mean time in Sgemm since setTiming: the wall time
+// the products took, as the lanes run side by side.
+func (m *model) gemmTime() time.Duration {
+	var d time.Duration
+	for _, l := range m.lanes {
+		d += l.gemm
+	}
+	return d / time.Duration(len(m.lanes))
+}
+
+// logits returns the logits of row n (of B·T) of the last forward pass
+// with lossScale 0.
+func (m *model) logits(n int) []float32 {
+	l := m.lanes[n/(m.T*m.lanes[0].B)]
+	n %= m.T * l.B
+	V := m.cfg.Vocab
+	return l.a.logits[n*V : (n+1)*V]
+}
+
+// forward runs the lane on its rows and returns the sums of cross-entropy
+// and objective over its tokens.
+func (m *lane) forward(md *model, inputs, targets []int32, lossScale float32) (ce, obj float64) {
+	c, a, N := md.cfg, &m.a, m.B*md.T
 	C, F, H, KVH, hd, W := c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim(), c.qkvDim()
 	for n, tok := range inputs { // embedding: resid0 (N, C)
-		copy(a.resid[0][n*C:(n+1)*C], m.p.wte[int(tok)*C:])
+		copy(a.resid[0][n*C:(n+1)*C], md.p.wte[int(tok)*C:])
 	}
 	eps := float32(c.NormEps)
-	for l, w := range m.p.layers {
-		kernels.RMSNormForward(a.ln1[l], a.rstd1[l], a.resid[l], w.ln1, N, C, eps)
+	for l, w := range md.p.layers {
+		m.w.RMSNormForward(a.ln1[l], a.rstd1[l], a.resid[l], w.ln1, N, C, eps)
 		m.matmul(a.qkv[l], a.ln1[l], w.qkv, N, C, W, 0)
-		kernels.RoPEForward(a.qkv[l], m.cos, m.sin, m.B, m.T, H+KVH, hd, W) // q and k heads are adjacent
-		kernels.AttentionForward(a.att[l], a.lse[l], a.qkv[l], m.B, m.T, H, KVH, hd)
+		m.w.RoPEForward(a.qkv[l], md.cos, md.sin, m.B, md.T, H+KVH, hd, W) // q and k heads are adjacent
+		m.w.AttentionForward(a.att[l], a.lse[l], a.qkv[l], m.B, md.T, H, KVH, hd)
 		copy(a.mid[l], a.resid[l])
 		m.matmul(a.mid[l], a.att[l], w.o, N, H*hd, C, 1)
-		kernels.RMSNormForward(a.ln2[l], a.rstd2[l], a.mid[l], w.ln2, N, C, eps)
+		m.w.RMSNormForward(a.ln2[l], a.rstd2[l], a.mid[l], w.ln2, N, C, eps)
 		m.matmul(a.gu[l], a.ln2[l], w.gu, N, C, 2*F, 0)
-		kernels.SwiGLUForward(a.h[l], a.gu[l], N, F)
+		m.w.SwiGLUForward(a.h[l], a.gu[l], N, F)
 		copy(a.resid[l+1], a.mid[l])
 		m.matmul(a.resid[l+1], a.h[l], w.down, N, F, C, 1)
 	}
-	kernels.RMSNormForward(a.lnf, a.rstdf, a.resid[c.Layers], m.p.lnf, N, C, eps)
-	m.matmul(a.logits, a.lnf, m.p.lm, N, C, c.Vocab, 0)
+	m.w.RMSNormForward(a.lnf, a.rstdf, a.resid[c.Layers], md.p.lnf, N, C, eps)
+	m.matmul(a.logits, a.lnf, md.p.lm, N, C, c.Vocab, 0)
 	var dl []float32
 	if lossScale > 0 {
 		dl = a.logits
 	}
-	kernels.XEntForwardBackward(dl, a.losses, a.ce, a.logits, targets, N, c.Vocab, float32(c.ZLoss), lossScale)
+	m.w.XEntForwardBackward(dl, a.losses, a.ce, a.logits, targets, N, c.Vocab, float32(c.ZLoss), lossScale)
 	for n := 0; n < N; n++ {
 		ce += float64(a.ce[n])
 		obj += float64(a.losses[n])
 	}
-	return ce / float64(N), obj / float64(N)
+	return ce, obj
 }
 
-// backward accumulates into m.grads the gradient of the objective whose
-// dlogits the last forward (with lossScale > 0) left in a.logits.
-func (m *model) backward(inputs []int32) {
-	c, a, N := m.cfg, &m.a, m.B*m.T
+// backward accumulates into the lane's gradient the gradient of the objective
+// whose dlogits the lane's last forward (with lossScale > 0) left in a.logits.
+func (m *lane) backward(md *model, inputs []int32) {
+	c, a, N := md.cfg, &m.a, m.B*md.T
 	C, F, H, KVH, hd, W := c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim(), c.qkvDim()
-	m.matmulBackward(a.dln, m.g.lm, a.logits, a.lnf, m.p.lm, N, C, c.Vocab)
+	m.matmulBackward(a.dln, m.g.lm, a.logits, a.lnf, md.p.lm, N, C, c.Vocab)
 	clear(a.dresid)
-	kernels.RMSNormBackward(a.dresid, m.g.lnf, a.dln, a.resid[c.Layers], m.p.lnf, a.rstdf, N, C)
+	m.w.RMSNormBackward(a.dresid, m.g.lnf, a.dln, a.resid[c.Layers], md.p.lnf, a.rstdf, N, C)
 	for l := c.Layers - 1; l >= 0; l-- {
-		w, g := m.p.layers[l], m.g.layers[l]
+		w, g := md.p.layers[l], m.g.layers[l]
 		// resid[l+1] = mid + h·downᵀ
 		m.matmulBackward(a.dh, g.down, a.dresid, a.h[l], w.down, N, F, C)
-		kernels.SwiGLUBackward(a.dgu, a.dh, a.gu[l], N, F)
+		m.w.SwiGLUBackward(a.dgu, a.dh, a.gu[l], N, F)
 		m.matmulBackward(a.dln, g.gu, a.dgu, a.ln2[l], w.gu, N, C, 2*F)
-		kernels.RMSNormBackward(a.dresid, g.ln2, a.dln, a.mid[l], w.ln2, a.rstd2[l], N, C)
+		m.w.RMSNormBackward(a.dresid, g.ln2, a.dln, a.mid[l], w.ln2, a.rstd2[l], N, C)
 		// mid = resid[l] + att·oᵀ
 		m.matmulBackward(a.datt, g.o, a.dresid, a.att[l], w.o, N, H*hd, C)
-		kernels.AttentionBackward(a.dqkv, a.datt, a.att[l], a.lse[l], a.qkv[l], m.B, m.T, H, KVH, hd)
-		kernels.RoPEBackward(a.dqkv, m.cos, m.sin, m.B, m.T, H+KVH, hd, W)
+		m.w.AttentionBackward(a.dqkv, a.datt, a.att[l], a.lse[l], a.qkv[l], m.B, md.T, H, KVH, hd)
+		m.w.RoPEBackward(a.dqkv, md.cos, md.sin, m.B, md.T, H+KVH, hd, W)
 		m.matmulBackward(a.dln, g.qkv, a.dqkv, a.ln1[l], w.qkv, N, C, W)
-		kernels.RMSNormBackward(a.dresid, g.ln1, a.dln, a.resid[l], w.ln1, a.rstd1[l], N, C)
+		m.w.RMSNormBackward(a.dresid, g.ln1, a.dln, a.resid[l], w.ln1, a.rstd1[l], N, C)
 	}
 	for n, tok := range inputs { // embedding: serial, so repeated tokens add in a fixed order
 		dst := m.g.wte[int(tok)*C : (int(tok)+1)*C]
@@ -264,8 +384,7 @@ func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(s
 // argmax returns the most likely next token at row n of the last forward pass
 // (valid after a forward with lossScale 0, which leaves the logits in place).
 func (m *model) argmax(n int) int32 {
-	V := m.cfg.Vocab
-	row := m.a.logits[n*V : (n+1)*V]
+	row := m.logits(n)
 	best := 0
 	for i, v := range row {
 		if v > row[best] {

@@ -102,6 +102,87 @@ func TestModelGradientCheck(t *testing.T) {
 	gradCheck(t, r, m, 6, 2e-3)
 }
 
+// TestModelGradientCheckLanes runs the whole-model check on a batch cut into
+// two lanes (each lane's gradient added into the model's after backward),
+// with gradient accumulation over two micro-batches in TestLanesMatchOneLane.
+func TestModelGradientCheckLanes(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	m, err := newModelLanes(gradCfg, 4, 5, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	randParams(r, gradCfg, m.params)
+	gradCheck(t, r, m, 4, 2e-3)
+}
+
+// TestLanesMatchOneLane: two lanes give the one-lane loss and gradient up to
+// rounding (only the order of the per-token sums differs), over two
+// accumulated micro-batches, and leave their private gradients zero.
+func TestLanesMatchOneLane(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	c, B, T := gradCfg, 4, 6
+	one, _ := newModelLanes(c, B, T, 1)
+	two, err := newModelLanes(c, B, T, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(two.lanes) != 2 || len(one.lanes) != 1 {
+		t.Fatalf("lanes: %d and %d", len(one.lanes), len(two.lanes))
+	}
+	randParams(r, c, one.params)
+	copy(two.params, one.params)
+	for micro := 0; micro < 2; micro++ {
+		in, tg := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+		scale := float32(1.0 / float64(2*B*T))
+		ce1, obj1 := one.forward(in, tg, scale)
+		ce2, obj2 := two.forward(in, tg, scale)
+		if math.Abs(ce1-ce2) > 1e-6*ce1 || math.Abs(obj1-obj2) > 1e-6*obj1 {
+			t.Fatalf("micro %d: loss %v/%v with one lane, %v/%v with two", micro, ce1, obj1, ce2, obj2)
+		}
+		one.backward(in)
+		two.backward(in)
+	}
+	var maxDiff, maxG float64
+	for i := range one.grads {
+		maxDiff = math.Max(maxDiff, math.Abs(float64(one.grads[i])-float64(two.grads[i])))
+		maxG = math.Max(maxG, math.Abs(float64(one.grads[i])))
+	}
+	if maxDiff > 1e-5*maxG {
+		t.Fatalf("gradients differ by %.3g (max %.3g)", maxDiff, maxG)
+	}
+	for _, v := range two.lanes[1].grads {
+		if v != 0 {
+			t.Fatal("lane 1's gradient buffer not cleared after the reduction")
+		}
+	}
+	// The lanes' logits are the model's rows in order.
+	in, tg := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+	one.forward(in, tg, 0)
+	two.forward(in, tg, 0)
+	for n := 0; n < B*T; n++ {
+		if one.argmax(n) != two.argmax(n) {
+			t.Fatalf("row %d: argmax %d with one lane, %d with two", n, one.argmax(n), two.argmax(n))
+		}
+	}
+	if _, err := newModelLanes(c, 3, T, 2); err == nil {
+		t.Fatal("2 lanes accepted for a batch of 3")
+	}
+}
+
+// TestLaneCount: two lanes only where the batch splits evenly into lanes of
+// at least 64 tokens and the extra gradient stays under 1 GiB.
+func TestLaneCount(t *testing.T) {
+	for _, tc := range []struct {
+		B, T int
+		n    int64
+		want int
+	}{{4, 64, 1 << 20, 2}, {2, 64, 1 << 20, 2}, {3, 64, 1 << 20, 1}, {1, 256, 1 << 20, 1}, {2, 32, 1 << 20, 1}, {8, 256, 1 << 29, 1}} {
+		if got := laneCount(tc.B, tc.T, tc.n); got != tc.want {
+			t.Errorf("laneCount(%d, %d, %d) = %d, want %d", tc.B, tc.T, tc.n, got, tc.want)
+		}
+	}
+}
+
 // TestTinyPresetGradientCheck runs the same check on the real `tiny` preset
 // with its real initialisation (2 entries per tensor to stay fast).
 func TestTinyPresetGradientCheck(t *testing.T) {
