@@ -77,7 +77,7 @@ bench-train:
 
 bench-net:
 	$(GO) test ./mesh -run XXX -bench 'Int8Codec|SimAgreement|Codec$$'
-	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback' -benchtime 5x
+	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback|AllReduceLinks' -benchtime 5x
 	$(GO) test ./p2p -run XXX -bench 'StreamThroughput|GossipLatency|Join' -benchtime 10x
 	$(GO) test ./p2p -run XXX -bench 'CkptJoin' -benchtime 10x
 	$(GO) test ./p2p -run XXX -bench 'CkptDonorCompute' -benchtime 20x

@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -127,4 +130,126 @@ func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id stri
 			b.Fatal(err)
 		}
 	}
+}
+
+// linkedTransport sends through a token bucket: this member's uplink.
+type linkedTransport struct {
+	*RingTransport
+	l *Limiter
+}
+
+func (t linkedTransport) Send(ctx context.Context, shard int, msg []byte) error {
+	if err := t.l.Wait(ctx, len(msg)); err != nil {
+		return err
+	}
+	return t.RingTransport.Send(ctx, shard, msg)
+}
+
+// arLinkRate and arLinkBurst are the emulated per-member uplink of
+// BenchmarkAllReduceLinks: slow enough that the 2 cores of this machine are
+// not the bottleneck of 4 members (≈ 0.12 CPU-s per all-reduce of 16 MiB).
+// AR_LINK_MIB=R sets R MiB/s instead (docs/allreduce.md has 32, 64, 128).
+var arLinkRate = func() int64 {
+	if v, err := strconv.Atoi(os.Getenv("AR_LINK_MIB")); err == nil && v > 0 {
+		return int64(v) << 20
+	}
+	return 32 << 20
+}()
+
+const arLinkBurst = 256 << 10
+
+// BenchmarkAllReduceLinks is BenchmarkAllReduceLoopback with the situation
+// the all-reduce is built for: one member per machine, each behind its own
+// link. Every member's sends go through its own token bucket of arLinkRate
+// bytes/s (the mechanism of --max-send-rate), and the baseline is one libp2p
+// stream through an identical bucket, in the same run. It reports algbw
+// (fp32 vector bytes / time) against that stream (x-stream) and link-busy,
+// the busiest member's wire bytes / (time × rate): how close the ring runs
+// to its links, whatever the codec.
+func BenchmarkAllReduceLinks(b *testing.B) {
+	const k, n = 4, 4 << 20 // 16 MiB of fp32 per member
+	hs, svcs, ids := arRing(b, k, AllReduceServiceConfig{IOTimeout: time.Minute})
+	stream := arLinkedStreamRate(b, hs[0], hs[1], NewLimiter(arLinkRate, arLinkBurst), 32<<20, 64<<10)
+	b.Logf("one libp2p stream through a %d MiB/s bucket: %.1f MiB/s", arLinkRate>>20, stream/(1<<20))
+	links := make([]*Limiter, k)
+	for i := range links {
+		links[i] = NewLimiter(arLinkRate, arLinkBurst)
+	}
+	in := arVecs(6, k, n)
+	for _, codec := range []mesh.Codec{mesh.CodecInt8, mesh.CodecFP32} {
+		b.Run(fmt.Sprintf("k=%d/S=4/%v", k, codec), func(b *testing.B) {
+			cfg := mesh.AllReduceConfig{Shards: 4, Codec: codec}
+			w := []float32{1, 1, 1, 1}
+			b.SetBytes(4 * n)
+			var busiest int64
+			round := 0
+			for b.Loop() {
+				round++
+				id := fmt.Sprintf("links-%v-%d", codec, round)
+				sent := make([]int64, k)
+				var wg sync.WaitGroup
+				errs := make([]error, k)
+				for i := range k {
+					wg.Go(func() {
+						spec := RingSpec{ID: id, Step: 1, Members: ids, Self: i, Shards: cfg.Shards}
+						t, err := svcs[i].Open(spec)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						defer t.Close()
+						_, errs[i] = mesh.AllReduce(context.Background(), linkedTransport{t, links[i]}, i, w, in[i], nil, cfg)
+						sent[i] = t.Stats().BytesSent
+					})
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				busiest += slices.Max(sent)
+			}
+			per := b.Elapsed().Seconds() / float64(b.N)
+			algbw := 4 * n / per
+			b.ReportMetric(algbw/(1<<20), "algbw-MiB/s")
+			b.ReportMetric(algbw/stream, "x-stream")
+			b.ReportMetric(float64(busiest)/float64(b.N)/(per*float64(arLinkRate)), "link-busy")
+		})
+	}
+}
+
+// arLinkedStreamRate is arStreamRate with the sender behind l.
+func arLinkedStreamRate(b *testing.B, a, c host.Host, l *Limiter, total, frame int) float64 {
+	c.SetStreamHandler(arBenchProto, func(s network.Stream) {
+		buf := make([]byte, frame)
+		for {
+			if _, _, err := ReadFrame(s, frame, buf); err != nil {
+				break
+			}
+		}
+		_, _ = s.Write([]byte{1})
+		_ = s.Close()
+	})
+	defer c.RemoveStreamHandler(arBenchProto)
+	payload := make([]byte, frame)
+	s, err := a.NewStream(context.Background(), c.ID(), arBenchProto)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	for sent := 0; sent < total; sent += frame {
+		if err := l.Wait(context.Background(), frame); err != nil {
+			b.Fatal(err)
+		}
+		if err := WriteFrame(s, arMsgChunk, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = s.CloseWrite()
+	if _, err := io.ReadFull(s, make([]byte, 1)); err != nil {
+		b.Fatal(err)
+	}
+	return float64(total) / time.Since(start).Seconds()
 }
