@@ -50,7 +50,7 @@ func benchSteps(b *testing.B, o Options) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr.Step()                                                  // warm up
+	tr.Step()                                      // warm up
 	peak := kernels.FMAPeak(runtime.GOMAXPROCS(0)) // this machine's FMA ceiling, all cores busy, same run
 	tr.m.setTiming(true)
 	var tokens int
