@@ -31,9 +31,10 @@ func procCPU() time.Duration {
 }
 
 // arStreamRate measures one libp2p stream's one-way rate in bytes/s from a
-// to c: total bytes in frames of frame bytes, best of three; and the CPU
-// seconds per byte both ends spent.
-func arStreamRate(b *testing.B, a, c host.Host, total, frame int) (rate, cpuPerByte float64) {
+// to c: total bytes in frames of frame bytes, the best of rounds; and the CPU
+// seconds per byte both ends spent. With l, the sender waits for l's tokens
+// before each frame (an uplink of l's rate).
+func arStreamRate(b *testing.B, a, c host.Host, l *Limiter, rounds, total, frame int) (rate, cpuPerByte float64) {
 	c.SetStreamHandler(arBenchProto, func(s network.Stream) {
 		buf := make([]byte, frame)
 		for {
@@ -48,13 +49,18 @@ func arStreamRate(b *testing.B, a, c host.Host, total, frame int) (rate, cpuPerB
 	payload := make([]byte, frame)
 	best := 0.0
 	cpu0 := procCPU()
-	for range 3 {
+	for range rounds {
 		s, err := a.NewStream(context.Background(), c.ID(), arBenchProto)
 		if err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
 		for sent := 0; sent < total; sent += frame {
+			if l != nil {
+				if err := l.Wait(context.Background(), frame); err != nil {
+					b.Fatal(err)
+				}
+			}
 			if err := WriteFrame(s, arMsgChunk, payload); err != nil {
 				b.Fatal(err)
 			}
@@ -66,7 +72,7 @@ func arStreamRate(b *testing.B, a, c host.Host, total, frame int) (rate, cpuPerB
 		best = max(best, float64(total)/time.Since(start).Seconds())
 		_ = s.Close()
 	}
-	return best, (procCPU() - cpu0).Seconds() / float64(3*total)
+	return best, (procCPU() - cpu0).Seconds() / float64(rounds*total)
 }
 
 // BenchmarkAllReduceLoopback runs the all-reduce between 4 real libp2p hosts
@@ -80,7 +86,7 @@ func arStreamRate(b *testing.B, a, c host.Host, total, frame int) (rate, cpuPerB
 func BenchmarkAllReduceLoopback(b *testing.B) {
 	const k, n = 4, 4 << 20 // 16 MiB of fp32 per member
 	hs, svcs, ids := arRing(b, k, AllReduceServiceConfig{IOTimeout: time.Minute})
-	stream, streamCPU := arStreamRate(b, hs[0], hs[1], 64<<20, 64<<10)
+	stream, streamCPU := arStreamRate(b, hs[0], hs[1], nil, 3, 64<<20, 64<<10)
 	b.Logf("one libp2p stream: %.0f MiB/s, %.2f CPU s/GiB (both ends)", stream/(1<<20), streamCPU*(1<<30))
 	in := arVecs(5, k, n)
 	for _, bc := range []struct {
@@ -95,7 +101,7 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 			cpu0 := procCPU()
 			for b.Loop() {
 				round++
-				arBenchRound(b, svcs, ids, fmt.Sprintf("bench-%d-%v-%d", bc.shards, bc.codec, round), in, w, cfg)
+				arBenchRound(b, svcs, ids, fmt.Sprintf("bench-%d-%v-%d", bc.shards, bc.codec, round), in, w, cfg, nil)
 			}
 			per := b.Elapsed().Seconds() / float64(b.N)
 			cpu := (procCPU() - cpu0).Seconds() / float64(b.N)
@@ -116,12 +122,29 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 	}
 }
 
-func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id string, in [][]float32, w []float32, cfg mesh.AllReduceConfig) {
+// arBenchRound runs one all-reduce on every member and returns the bytes each
+// sent; with links, member i sends through links[i].
+func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id string, in [][]float32, w []float32,
+	cfg mesh.AllReduceConfig, links []*Limiter) []int64 {
 	var wg sync.WaitGroup
 	errs := make([]error, len(ids))
+	sent := make([]int64, len(ids))
 	for i := range ids {
 		wg.Go(func() {
-			_, _, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, in[i], nil, cfg)
+			if links == nil {
+				var rs RingStats
+				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, in[i], nil, cfg)
+				sent[i] = rs.BytesSent
+				return
+			}
+			t, err := svcs[i].Open(RingSpec{ID: id, Step: 1, Members: ids, Self: i, Shards: cfg.Shards})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer t.Close()
+			_, errs[i] = mesh.AllReduce(context.Background(), linkedTransport{t, links[i]}, i, w, in[i], nil, cfg)
+			sent[i] = t.Stats().BytesSent
 		})
 	}
 	wg.Wait()
@@ -130,6 +153,7 @@ func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id stri
 			b.Fatal(err)
 		}
 	}
+	return sent
 }
 
 // linkedTransport sends through a token bucket: this member's uplink.
@@ -169,7 +193,7 @@ const arLinkBurst = 256 << 10
 func BenchmarkAllReduceLinks(b *testing.B) {
 	const k, n = 4, 4 << 20 // 16 MiB of fp32 per member
 	hs, svcs, ids := arRing(b, k, AllReduceServiceConfig{IOTimeout: time.Minute})
-	stream := arLinkedStreamRate(b, hs[0], hs[1], NewLimiter(arLinkRate, arLinkBurst), 32<<20, 64<<10)
+	stream, _ := arStreamRate(b, hs[0], hs[1], NewLimiter(arLinkRate, arLinkBurst), 1, 32<<20, 64<<10)
 	b.Logf("one libp2p stream through a %d MiB/s bucket: %.1f MiB/s", arLinkRate>>20, stream/(1<<20))
 	links := make([]*Limiter, k)
 	for i := range links {
@@ -185,29 +209,7 @@ func BenchmarkAllReduceLinks(b *testing.B) {
 			round := 0
 			for b.Loop() {
 				round++
-				id := fmt.Sprintf("links-%v-%d", codec, round)
-				sent := make([]int64, k)
-				var wg sync.WaitGroup
-				errs := make([]error, k)
-				for i := range k {
-					wg.Go(func() {
-						spec := RingSpec{ID: id, Step: 1, Members: ids, Self: i, Shards: cfg.Shards}
-						t, err := svcs[i].Open(spec)
-						if err != nil {
-							errs[i] = err
-							return
-						}
-						defer t.Close()
-						_, errs[i] = mesh.AllReduce(context.Background(), linkedTransport{t, links[i]}, i, w, in[i], nil, cfg)
-						sent[i] = t.Stats().BytesSent
-					})
-				}
-				wg.Wait()
-				for _, err := range errs {
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				sent := arBenchRound(b, svcs, ids, fmt.Sprintf("links-%v-%d", codec, round), in, w, cfg, links)
 				busiest += slices.Max(sent)
 			}
 			per := b.Elapsed().Seconds() / float64(b.N)
@@ -217,39 +219,4 @@ func BenchmarkAllReduceLinks(b *testing.B) {
 			b.ReportMetric(float64(busiest)/float64(b.N)/(per*float64(arLinkRate)), "link-busy")
 		})
 	}
-}
-
-// arLinkedStreamRate is arStreamRate with the sender behind l.
-func arLinkedStreamRate(b *testing.B, a, c host.Host, l *Limiter, total, frame int) float64 {
-	c.SetStreamHandler(arBenchProto, func(s network.Stream) {
-		buf := make([]byte, frame)
-		for {
-			if _, _, err := ReadFrame(s, frame, buf); err != nil {
-				break
-			}
-		}
-		_, _ = s.Write([]byte{1})
-		_ = s.Close()
-	})
-	defer c.RemoveStreamHandler(arBenchProto)
-	payload := make([]byte, frame)
-	s, err := a.NewStream(context.Background(), c.ID(), arBenchProto)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	start := time.Now()
-	for sent := 0; sent < total; sent += frame {
-		if err := l.Wait(context.Background(), frame); err != nil {
-			b.Fatal(err)
-		}
-		if err := WriteFrame(s, arMsgChunk, payload); err != nil {
-			b.Fatal(err)
-		}
-	}
-	_ = s.CloseWrite()
-	if _, err := io.ReadFull(s, make([]byte, 1)); err != nil {
-		b.Fatal(err)
-	}
-	return float64(total) / time.Since(start).Seconds()
 }
