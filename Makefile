@@ -70,6 +70,8 @@ bench-gemm:
 	@dpkg -s libopenblas-dev >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq libopenblas-dev)
 	OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=2 \
 		$(GO) test -tags openblas -run XXX -bench GemmTable -benchtime 1x ./kernels/
+	OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=2 \
+		$(GO) test -tags openblas -run XXX -bench StepProductsBound -benchtime 30x -count 3 ./kernels/
 
 bench-train:
 	$(GO) test ./train -run XXX -bench 'TrainStep|SmallPreset' -benchtime 20x
