@@ -1,6 +1,7 @@
 package train
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -91,28 +92,21 @@ func randParams(r *rand.Rand, c Config, p []float32) {
 
 // TestModelGradientCheck compares the whole model's hand-written backward pass
 // (float32) with central finite differences of the independent float64
-// reference model, on a sample of entries of every tensor.
+// reference model, on a sample of entries of every tensor: with one lane, and
+// with the batch cut into two lanes (each lane's gradient added into the
+// model's after backward; TestLanesMatchOneLane covers accumulation).
 func TestModelGradientCheck(t *testing.T) {
-	r := rand.New(rand.NewPCG(21, 22))
-	m, err := newModel(gradCfg, 2, 7)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct{ B, T, lanes, perTensor int }{{2, 7, 1, 6}, {4, 5, 2, 4}} {
+		t.Run(fmt.Sprintf("lanes=%d", tc.lanes), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(21, uint64(22+tc.lanes)))
+			m, err := newModelLanes(gradCfg, tc.B, tc.T, tc.lanes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			randParams(r, gradCfg, m.params)
+			gradCheck(t, r, m, tc.perTensor, 2e-3)
+		})
 	}
-	randParams(r, gradCfg, m.params)
-	gradCheck(t, r, m, 6, 2e-3)
-}
-
-// TestModelGradientCheckLanes runs the whole-model check on a batch cut into
-// two lanes (each lane's gradient added into the model's after backward),
-// with gradient accumulation over two micro-batches in TestLanesMatchOneLane.
-func TestModelGradientCheckLanes(t *testing.T) {
-	r := rand.New(rand.NewPCG(25, 26))
-	m, err := newModelLanes(gradCfg, 4, 5, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	randParams(r, gradCfg, m.params)
-	gradCheck(t, r, m, 4, 2e-3)
 }
 
 // TestLanesMatchOneLane: two lanes give the one-lane loss and gradient up to
