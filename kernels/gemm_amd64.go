@@ -18,6 +18,17 @@ func sgemmKernelAVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 //go:noescape
 func sgemmKernelAVX512Edge(kc int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
 
+// sgemmKernelAVX512R4Edge and sgemmKernelAVX512R8Edge compute only the first
+// 4 (8) rows of a 14×32 tile from its 14-row A panel, with the masked stores of
+// sgemmKernelAVX512Edge: for a bottom edge of at most 4 (8) rows, which the
+// 14-row kernel would compute in full (gemm_avx512r{4,8}_amd64.s).
+//
+//go:noescape
+func sgemmKernelAVX512R4Edge(kc int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
+
+//go:noescape
+func sgemmKernelAVX512R8Edge(kc int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
+
 //go:generate go run ./internal/gemmgen -dir .
 
 // avx512Gemm and avx2Gemm are the assembly micro-kernels.
@@ -47,13 +58,20 @@ func tileAVX512(kc int, ap, bp, c []float32, ldc int, alpha, beta float32) {
 }
 
 // tileAVX512Edge checks the bounds of a rows×cols corner and runs the
-// masked AVX-512 kernel.
+// narrowest masked AVX-512 kernel that covers its rows (4, 8 or 14).
 func tileAVX512Edge(kc int, ap, bp, c []float32, ldc int, alpha, beta float32, rows, cols int) {
 	if rows < 1 || rows > 14 || cols < 1 || cols > 32 {
 		panic("kernels: tileAVX512Edge: bad edge tile")
 	}
 	_, _, _ = ap[14*kc-1], bp[32*kc-1], c[(rows-1)*ldc+cols-1]
-	sgemmKernelAVX512Edge(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta, rows, cols)
+	switch {
+	case rows <= 4:
+		sgemmKernelAVX512R4Edge(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta, rows, cols)
+	case rows <= 8:
+		sgemmKernelAVX512R8Edge(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta, rows, cols)
+	default:
+		sgemmKernelAVX512Edge(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta, rows, cols)
+	}
 }
 
 // tileAVX2 checks the bounds of one 6×16 tile and runs the AVX2 kernel.
