@@ -108,18 +108,15 @@ func sumSquaresBlock(x []float32) float64 {
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 }
 
-// AddAndClear sets dst[i] += src[i] and then src[i] = 0, in parallel chunks:
-// the trainer's reduction of its batch lanes' gradients. Each element is one
-// float32 addition, so the result is the same bits on every machine and any
-// GOMAXPROCS. It panics when the lengths differ.
-func AddAndClear(dst, src []float32) {
+// Add sets dst[i] += src[i], in parallel chunks: the trainer's reduction of
+// its batch lanes' gradients. Each element is one float32 addition, so the
+// result is the same bits on every machine and any GOMAXPROCS. It panics
+// when the lengths differ.
+func Add(dst, src []float32) {
 	if len(dst) != len(src) {
-		panic("kernels: AddAndClear: lengths differ")
+		panic("kernels: Add: lengths differ")
 	}
-	layerPar(len(dst), 1<<14, func(lo, hi int) {
-		axpy32(1, src[lo:hi], dst[lo:hi])
-		clear(src[lo:hi])
-	})
+	layerPar(len(dst), 1<<14, func(lo, hi int) { axpy32(1, src[lo:hi], dst[lo:hi]) })
 }
 
 // Scale multiplies x by a in place, in parallel.

@@ -32,6 +32,7 @@ type model struct {
 	lanes  []*lane
 	cos    []float32 // (T, hd/2) RoPE tables
 	sin    []float32
+	fresh  bool // grads is logically zero: the next backward writes it (zeroGrads)
 }
 
 // lane is one slice of the batch: B rows with their activations and, for
@@ -45,6 +46,7 @@ type lane struct {
 	gemm     time.Duration // time spent in kernels.Sgemm since the last reset
 	timeGEMM bool
 	w        kernels.Workers // the lane's share of GOMAXPROCS, set by eachLane
+	dwBeta   float32         // 1: backward adds into the gradient; 0: it writes it
 }
 
 // laneCount is the number of lanes for batches of B rows of T tokens and n
@@ -203,7 +205,7 @@ func (m *lane) matmulBackward(dinp, dw, dout, inp, w []float32, N, IC, OC int) {
 	if dinp != nil {
 		m.sgemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
 	}
-	m.sgemm(true, false, OC, IC, N, dout, OC, inp, IC, 1, dw, IC)
+	m.sgemm(true, false, OC, IC, N, dout, OC, inp, IC, m.dwBeta, dw, IC)
 }
 
 func (m *lane) sgemm(ta, tb bool, M, N, K int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
@@ -234,14 +236,21 @@ func (m *model) forward(inputs, targets []int32, lossScale float32) (ce, obj flo
 }
 
 // backward accumulates into m.grads the gradient of the objective whose
-// dlogits the last forward (with lossScale > 0) left in the lanes' logits.
+// dlogits the last forward (with lossScale > 0) left in the lanes' logits —
+// or, after zeroGrads, writes it there. The lanes after the first always
+// write their own buffers, which are then added into m.grads in lane order.
 func (m *model) backward(inputs []int32) {
 	rows := len(inputs) / len(m.lanes)
-	m.eachLane(func(k int, l *lane) { l.backward(m, inputs[k*rows:(k+1)*rows]) })
+	m.eachLane(func(k int, l *lane) { l.backward(m, inputs[k*rows:(k+1)*rows], k > 0 || m.fresh) })
+	m.fresh = false
 	for _, l := range m.lanes[1:] {
-		kernels.AddAndClear(m.grads, l.grads)
+		kernels.Add(m.grads, l.grads)
 	}
 }
+
+// zeroGrads makes the gradient zero for the next backward without a pass
+// over memory: that backward writes m.grads instead of adding to it.
+func (m *model) zeroGrads() { m.fresh = true }
 
 // eachLane runs f on every lane at once, lane 0 on the calling goroutine, and
 // returns when all are done.
@@ -322,9 +331,22 @@ func (m *lane) forward(md *model, inputs, targets []int32, lossScale float32) (c
 }
 
 // backward accumulates into the lane's gradient the gradient of the objective
-// whose dlogits the lane's last forward (with lossScale > 0) left in a.logits.
-func (m *lane) backward(md *model, inputs []int32) {
+// whose dlogits the lane's last forward (with lossScale > 0) left in a.logits;
+// with write, it overwrites the gradient instead: the products' dW with
+// beta = 0, and the norm gains and the embedding (which the layers only add
+// to) cleared first — a small part of the parameters.
+func (m *lane) backward(md *model, inputs []int32, write bool) {
 	c, a, N := md.cfg, &m.a, m.B*md.T
+	m.dwBeta = 1
+	if write {
+		m.dwBeta = 0
+		clear(m.g.wte)
+		clear(m.g.lnf)
+		for _, g := range m.g.layers {
+			clear(g.ln1)
+			clear(g.ln2)
+		}
+	}
 	C, F, H, KVH, hd, W := c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim(), c.qkvDim()
 	m.matmulBackward(a.dln, m.g.lm, a.logits, a.lnf, md.p.lm, N, C, c.Vocab)
 	clear(a.dresid)

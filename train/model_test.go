@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/intellect-node/intellect-node/kernels"
@@ -111,7 +112,7 @@ func TestModelGradientCheck(t *testing.T) {
 
 // TestLanesMatchOneLane: two lanes give the one-lane loss and gradient up to
 // rounding (only the order of the per-token sums differs), over two
-// accumulated micro-batches, and leave their private gradients zero.
+// accumulated micro-batches; zeroGrads gives the bits of clearing.
 func TestLanesMatchOneLane(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	c, B, T := gradCfg, 4, 6
@@ -125,8 +126,10 @@ func TestLanesMatchOneLane(t *testing.T) {
 	}
 	randParams(r, c, one.params)
 	copy(two.params, one.params)
+	var batches [][2][]int32
 	for micro := 0; micro < 2; micro++ {
 		in, tg := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+		batches = append(batches, [2][]int32{in, tg})
 		scale := float32(1.0 / float64(2*B*T))
 		ce1, obj1 := one.forward(in, tg, scale)
 		ce2, obj2 := two.forward(in, tg, scale)
@@ -144,9 +147,20 @@ func TestLanesMatchOneLane(t *testing.T) {
 	if maxDiff > 1e-5*maxG {
 		t.Fatalf("gradients differ by %.3g (max %.3g)", maxDiff, maxG)
 	}
-	for _, v := range two.lanes[1].grads {
-		if v != 0 {
-			t.Fatal("lane 1's gradient buffer not cleared after the reduction")
+	// zeroGrads (write instead of clear-and-add) gives the same bits, over the
+	// same two micro-batches, with lane 1's buffer holding stale values.
+	for _, m := range []*model{one, two} {
+		want := append([]float32(nil), m.grads...)
+		for i := range m.grads {
+			m.grads[i] = float32(i%7) - 3 // garbage that zeroGrads must make irrelevant
+		}
+		m.zeroGrads()
+		for _, mb := range batches {
+			m.forward(mb[0], mb[1], float32(1.0/float64(2*B*T)))
+			m.backward(mb[0])
+		}
+		if !slices.Equal(m.grads, want) {
+			t.Fatalf("%d lanes: zeroGrads + backward differs from clear + backward", len(m.lanes))
 		}
 	}
 	// The lanes' logits are the model's rows in order.

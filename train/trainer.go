@@ -92,7 +92,7 @@ func (t *Trainer) Close() error { return nil }
 func (t *Trainer) Step() (StepStats, error) {
 	start := time.Now()
 	o := t.opts
-	clear(t.m.grads)
+	t.m.zeroGrads()
 	scale := float32(1 / float64(o.Batch*o.Seq*o.GradAccum))
 	var loss float64
 	for micro := 0; micro < o.GradAccum; micro++ {
