@@ -85,19 +85,10 @@ func (w Workers) AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int)
 // it returns the log-sum-exp of row[:t+1].
 func softmaxCausal(row []float32, t int) float32 {
 	vis := row[:t+1]
-	maxv := vis[0]
-	for _, x := range vis {
-		maxv = max(maxv, x)
-	}
+	maxv := max8(vis)
 	expAffine(vis, vis, 1, -maxv)
-	var sum float32
-	for _, e := range vis {
-		sum += e
-	}
-	inv := 1 / sum
-	for i := range vis {
-		vis[i] *= inv
-	}
+	sum := sum8(vis)
+	scale32(vis, 1/sum)
 	clear(row[t+1:])
 	return maxv + float32(math.Log(float64(sum)))
 }

@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestRowLoopsVectorBitIdentical runs every row loop of RMSNorm and SwiGLU
-// with the AVX loops and with the scalar loops alone (useVecAttention off)
-// on awkward lengths, and requires the same bits.
+// TestRowLoopsVectorBitIdentical runs every row loop of RMSNorm, SwiGLU and
+// the attention softmax with the AVX loops and with the scalar loops alone
+// (useVecAttention off) on awkward lengths, and requires the same bits.
 func TestRowLoopsVectorBitIdentical(t *testing.T) {
 	if !useVecAttention {
 		t.Skip("no AVX2+FMA")
@@ -29,7 +29,9 @@ func TestRowLoopsVectorBitIdentical(t *testing.T) {
 			swigluFwdRow(f, a, b)
 			dg, du := append([]float32(nil), e...), make([]float32, n)
 			swigluBwdRow(dg, du, c, a, b)
-			return [][]float32{o, dx, dw, f, dg, du}, rmsDot3(c, b, a)
+			sc := append([]float32(nil), a...)
+			scale32(sc, 0.37)
+			return [][]float32{o, dx, dw, f, dg, du, sc, {max8(a), sum8(a)}}, rmsDot3(c, b, a)
 		}
 		vec, vdot := run()
 		useVecAttention = false

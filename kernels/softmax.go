@@ -143,6 +143,63 @@ func axpyGo(alpha float32, x, y []float32) {
 	}
 }
 
+// max8, sum8 and scale32 are row loops of the attention softmax, eight at a
+// time with AVX where available; the scalar loops keep the same eight lanes
+// (element i in lane i mod 8, combined in a fixed tree), so both paths give
+// the same bits.
+
+// max8 returns the largest element of x (len ≥ 1). A NaN never wins a
+// comparison, so max8 ignores it (the softmax's sum still turns NaN).
+func max8(x []float32) float32 {
+	var l [8]float32
+	for j := range l {
+		l[j] = float32(math.Inf(-1))
+	}
+	i := 0
+	if useVecAttention && len(x) >= 8 {
+		maxLanesAVX2(&x[0], len(x), &l)
+		i = len(x) &^ 7
+	}
+	for ; i < len(x); i++ {
+		if x[i] > l[i&7] {
+			l[i&7] = x[i]
+		}
+	}
+	m := l[0]
+	for _, v := range l[1:] {
+		if v > m {
+			m = v
+		}
+	}
+	return m
+}
+
+// sum8 returns Σ x[i] in float32, in eight partial sums added in a fixed tree.
+func sum8(x []float32) float32 {
+	var l [8]float32
+	i := 0
+	if useVecAttention && len(x) >= 8 {
+		sumLanesAVX2(&x[0], len(x), &l)
+		i = len(x) &^ 7
+	}
+	for ; i < len(x); i++ {
+		l[i&7] += x[i]
+	}
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+}
+
+// scale32 multiplies x by a in place.
+func scale32(x []float32, a float32) {
+	i := 0
+	if useVecAttention && len(x) >= 8 {
+		scaleAVX2(&x[0], len(x), a)
+		i = len(x) &^ 7
+	}
+	for ; i < len(x); i++ {
+		x[i] *= a
+	}
+}
+
 // expf32 returns e^x in float32 arithmetic: range reduction x = k·ln2 + r,
 // |r| ≤ ln2/2, a degree-6 Taylor polynomial for e^r (error < 2e-7 relative)
 // and 2^k put into the exponent bits. About 5× faster than math.Exp; the

@@ -19,3 +19,15 @@ func expAffine(dst, src []float32, a, b float32) {
 		dst[i] = expf32(a*src[i] + b)
 	}
 }
+
+// maxLanesAVX2, sumLanesAVX2 and scaleAVX2 are the vector loops of max8,
+// sum8 and scale32 over the first n&^7 elements. Require AVX.
+//
+//go:noescape
+func maxLanesAVX2(x *float32, n int, lanes *[8]float32)
+
+//go:noescape
+func sumLanesAVX2(x *float32, n int, lanes *[8]float32)
+
+//go:noescape
+func scaleAVX2(x *float32, n int, a float32)

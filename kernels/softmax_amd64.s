@@ -63,3 +63,61 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func maxLanesAVX2(x *float32, n int, lanes *[8]float32)
+// lanes[j] = x[i] where x[i] > lanes[j], over i < n&^7 with i ≡ j mod 8, in
+// order (a NaN never replaces a lane, as in max8's scalar loop).
+TEXT ·maxLanesAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ lanes+16(FP), DI
+	VMOVUPS (DI), Y1
+maxloop:
+	CMPQ CX, $8
+	JL   maxdone
+	VMOVUPS (SI), Y0
+	VMAXPS Y1, Y0, Y1 // (x > m) ? x : m
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  maxloop
+maxdone:
+	VMOVUPS Y1, (DI)
+	VZEROUPPER
+	RET
+
+// func sumLanesAVX2(x *float32, n int, lanes *[8]float32)
+// lanes[j] += x[i] over i < n&^7 with i ≡ j mod 8, in order.
+TEXT ·sumLanesAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ lanes+16(FP), DI
+	VMOVUPS (DI), Y1
+sumloop:
+	CMPQ CX, $8
+	JL   sumdone
+	VADDPS (SI), Y1, Y1
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  sumloop
+sumdone:
+	VMOVUPS Y1, (DI)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, a float32)
+// x[i] *= a for i < n&^7.
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS a+16(FP), Y15
+scaleloop:
+	CMPQ CX, $8
+	JL   scaledone
+	VMULPS (SI), Y15, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  scaleloop
+scaledone:
+	VZEROUPPER
+	RET

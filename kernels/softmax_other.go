@@ -9,3 +9,7 @@ func expAffine(dst, src []float32, a, b float32) {
 		dst[i] = expf32(a*v + b)
 	}
 }
+
+func maxLanesAVX2(x *float32, n int, lanes *[8]float32) { panic("unreachable") }
+func sumLanesAVX2(x *float32, n int, lanes *[8]float32) { panic("unreachable") }
+func scaleAVX2(x *float32, n int, a float32)            { panic("unreachable") }
