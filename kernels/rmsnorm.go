@@ -92,7 +92,7 @@ func rmsDot3(dy, w, x []float32) float32 {
 	for ; i < len(dy); i++ {
 		l[i&7] = l[i&7] + float32(float32(dy[i]*w[i])*x[i])
 	}
-	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+	return tree8(&l)
 }
 
 // rmsDxRow adds ((r·w[i])·dy[i]) − k·x[i] to dx[i].

@@ -185,6 +185,12 @@ func sum8(x []float32) float32 {
 	for ; i < len(x); i++ {
 		l[i&7] += x[i]
 	}
+	return tree8(&l)
+}
+
+// tree8 adds eight float32 partial sums in the fixed tree both the vector and
+// the scalar loops end with.
+func tree8(l *[8]float32) float32 {
 	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
 }
 
