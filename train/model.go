@@ -256,7 +256,6 @@ func (m *model) zeroGrads() { m.fresh = true }
 // returns when all are done.
 func (m *model) eachLane(f func(k int, l *lane)) {
 	w := kernels.Workers(max(1, runtime.GOMAXPROCS(0)/len(m.lanes)))
-
 	for _, l := range m.lanes {
 		l.w = w
 	}
