@@ -73,8 +73,17 @@ bench-gemm:
 	OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=2 \
 		$(GO) test -tags openblas -run XXX -bench StepProductsBound -benchtime 30x -count 3 ./kernels/
 
+# The training-step figures of issue 2, then a small table of them (the
+# target ratio is x-fma-peak: the step over the same run's FMA peak).
 bench-train:
-	$(GO) test ./train -run XXX -bench 'TrainStep|SmallPreset' -benchtime 20x
+	@$(GO) test ./train -run XXX -bench 'TrainStep|SmallPreset' -benchtime 20x > .bench-train.out; \
+		rc=$$?; cat .bench-train.out; \
+		awk '/^Benchmark/ { n = $$1; sub(/-[0-9]+$$/, "", n); sub(/^Benchmark/, "", n); names[n] = 1; \
+			for (i = 3; i < NF; i += 2) v[n, $$(i + 1)] = $$i } \
+			END { printf "\n%-12s %9s %11s %9s %9s %13s %14s\n", "step", "GFLOP/s", "x-fma-peak", "tok/s", "ms/step", "sgemm-GFLOP/s", "peak-RSS-MiB"; \
+			for (n in names) printf "%-12s %9s %11s %9s %9s %13s %14s\n", n, v[n, "GFLOP/s"], v[n, "x-fma-peak"], \
+				v[n, "tok/s"], v[n, "ms/step"], v[n, "sgemm-GFLOP/s"], (v[n, "peak-RSS-MiB"] == "" ? "-" : v[n, "peak-RSS-MiB"]) }' \
+			.bench-train.out; rm -f .bench-train.out; exit $$rc
 	$(GO) test ./kernels -run XXX -bench Attention -benchtime 3x
 
 bench-net:
