@@ -119,6 +119,29 @@ func Add(dst, src []float32) {
 	layerPar(len(dst), 1<<14, func(lo, hi int) { axpy32(1, src[lo:hi], dst[lo:hi]) })
 }
 
+// AddSumSquares is Add followed by SumSquares of dst, in one pass over
+// memory: the same bits as the two calls (the same fixed blocks, added in
+// order).
+func AddSumSquares(dst, src []float32) float64 {
+	if len(dst) != len(src) {
+		panic("kernels: AddSumSquares: lengths differ")
+	}
+	nb := (len(dst) + adamwChunk - 1) / adamwChunk
+	parts := make([]float64, nb)
+	layerPar(nb, 4, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			d, s := dst[b*adamwChunk:min((b+1)*adamwChunk, len(dst))], src[b*adamwChunk:min((b+1)*adamwChunk, len(dst))]
+			axpy32(1, s, d)
+			parts[b] = sumSquaresBlock(d)
+		}
+	})
+	var ss float64
+	for _, p := range parts {
+		ss += p
+	}
+	return ss
+}
+
 // Scale multiplies x by a in place, in parallel.
 func Scale(x []float32, a float32) {
 	layerPar(len(x), 1<<14, func(lo, hi int) {

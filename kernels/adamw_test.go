@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -89,4 +90,19 @@ func TestAdd(t *testing.T) {
 		}
 	}()
 	Add(make([]float32, 3), make([]float32, 4))
+}
+
+// TestAddSumSquares: the fused pass gives the bits of Add then SumSquares.
+func TestAddSumSquares(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, n := range []int{1, 9, 100003} {
+		dst, src := randSlice(r, n, 1), randSlice(r, n, 1)
+		want := append([]float32(nil), dst...)
+		Add(want, src)
+		wantSS := SumSquares(want)
+		ss := AddSumSquares(dst, src)
+		if ss != wantSS || !slices.Equal(dst, want) {
+			t.Fatalf("n=%d: AddSumSquares %v, Add+SumSquares %v (or dst differs)", n, ss, wantSS)
+		}
+	}
 }

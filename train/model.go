@@ -33,6 +33,9 @@ type model struct {
 	cos    []float32 // (T, hd/2) RoPE tables
 	sin    []float32
 	fresh  bool // grads is logically zero: the next backward writes it (zeroGrads)
+	// ss is Σ grads² as the last backward's reduction left it, when ssValid.
+	ss      float64
+	ssValid bool
 }
 
 // lane is one slice of the batch: B rows with their activations and, for
@@ -243,14 +246,28 @@ func (m *model) backward(inputs []int32) {
 	rows := len(inputs) / len(m.lanes)
 	m.eachLane(func(k int, l *lane) { l.backward(m, inputs[k*rows:(k+1)*rows], k > 0 || m.fresh) })
 	m.fresh = false
-	for _, l := range m.lanes[1:] {
-		kernels.Add(m.grads, l.grads)
+	last := len(m.lanes) - 1
+	for k := 1; k < last; k++ {
+		kernels.Add(m.grads, m.lanes[k].grads)
 	}
+	m.ssValid = last > 0
+	if m.ssValid { // the last addition also yields Σ grads², for clipping
+		m.ss = kernels.AddSumSquares(m.grads, m.lanes[last].grads)
+	}
+}
+
+// gradSumSquares returns Σ grads²: from the last backward's reduction when
+// it computed it, else by a pass over the gradient.
+func (m *model) gradSumSquares() float64 {
+	if m.ssValid {
+		return m.ss
+	}
+	return kernels.SumSquares(m.grads)
 }
 
 // zeroGrads makes the gradient zero for the next backward without a pass
 // over memory: that backward writes m.grads instead of adding to it.
-func (m *model) zeroGrads() { m.fresh = true }
+func (m *model) zeroGrads() { m.fresh, m.ssValid = true, false }
 
 // eachLane runs f on every lane at once, lane 0 on the calling goroutine, and
 // returns when all are done.

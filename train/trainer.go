@@ -107,7 +107,7 @@ func (t *Trainer) Step() (StepStats, error) {
 		t.m.backward(t.inputs)
 		loss += ce / float64(o.GradAccum)
 	}
-	norm := math.Sqrt(kernels.SumSquares(t.m.grads))
+	norm := math.Sqrt(t.m.gradSumSquares())
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return StepStats{}, fmt.Errorf("train: step %d: gradient norm is %v", t.step, norm)
 	}
