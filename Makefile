@@ -1,9 +1,10 @@
 # intellect-node — see README.md for what each target does.
 GO        ?= go
 BIN       := bin
-# Packages run under the race detector too (the concurrent ones; the numeric
-# packages are single-goroutine per call or covered by their own tests).
-RACE_PKGS := ./mesh/... ./p2p/... ./node/...
+# Packages run under the race detector too: the concurrent ones (train runs
+# its batch lanes side by side; kernels' goroutines are covered by their own
+# bit-identity tests).
+RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short demo demo-train bench bench-gemm bench-train bench-net \
 	fuzz bench-wan wan-cleanup bench-convergence build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
