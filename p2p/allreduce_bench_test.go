@@ -89,25 +89,34 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 	stream, streamCPU := arStreamRate(b, hs[0], hs[1], nil, 3, 64<<20, 64<<10)
 	b.Logf("one libp2p stream: %.0f MiB/s, %.2f CPU s/GiB (both ends)", stream/(1<<20), streamCPU*(1<<30))
 	in := arVecs(5, k, n)
+	w := []float32{1, 1, 1, 1}
+	// The fp32 all-reduce of the same inputs, the reference of rel-err-vs-fp32.
+	fp32 := arClone(in)
+	arBenchRound(b, svcs, ids, "bench-ref", fp32, w, mesh.AllReduceConfig{Shards: 4, Codec: mesh.CodecFP32}, nil)
 	for _, bc := range []struct {
 		shards int
 		codec  mesh.Codec
 	}{{1, mesh.CodecInt8}, {2, mesh.CodecInt8}, {4, mesh.CodecInt8}, {8, mesh.CodecInt8}, {4, mesh.CodecFP32}} {
 		b.Run(fmt.Sprintf("k=%d/S=%d/%v", k, bc.shards, bc.codec), func(b *testing.B) {
 			cfg := mesh.AllReduceConfig{Shards: bc.shards, Codec: bc.codec}
-			w := []float32{1, 1, 1, 1}
+			// One untimed round on the original inputs: its relative L2
+			// distance from the fp32 all-reduce.
+			out := arClone(in)
+			arBenchRound(b, svcs, ids, fmt.Sprintf("bench-err-%d-%v", bc.shards, bc.codec), out, w, cfg, nil)
+			relErr := arRelErr(out[0], fp32[:1], []float32{1})
 			b.SetBytes(4 * n)
 			round := 0
 			cpu0 := procCPU()
 			for b.Loop() {
 				round++
-				arBenchRound(b, svcs, ids, fmt.Sprintf("bench-%d-%v-%d", bc.shards, bc.codec, round), in, w, cfg, nil)
+				arBenchRound(b, svcs, ids, fmt.Sprintf("bench-%d-%v-%d", bc.shards, bc.codec, round), out, w, cfg, nil)
 			}
 			per := b.Elapsed().Seconds() / float64(b.N)
 			cpu := (procCPU() - cpu0).Seconds() / float64(b.N)
 			algbw := 4 * n / per
 			b.ReportMetric(algbw/(1<<20), "algbw-MiB/s")
 			b.ReportMetric(algbw/stream, "x-stream")
+			b.ReportMetric(relErr, "rel-err-vs-fp32")
 			b.ReportMetric(cpu, "cpu-s/op")
 			// CPU the wire bytes alone cost at the stream's CPU price.
 			var wire float64 = 2 * 3 * 4 * n / 4 // k=4: 4 members × 1.5 × int8 bytes
@@ -120,6 +129,15 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 			b.ReportMetric((4*n/cpu)*streamCPU, "cpu-x-stream")
 		})
 	}
+}
+
+// arClone copies every member's vector.
+func arClone(v [][]float32) [][]float32 {
+	c := make([][]float32, len(v))
+	for i := range v {
+		c[i] = append([]float32(nil), v[i]...)
+	}
+	return c
 }
 
 // arBenchRound runs one all-reduce on every member and returns the bytes each
