@@ -29,13 +29,19 @@ func sgemmKernelAVX512R4Edge(kc int, a, b, c *float32, ldc int, alpha, beta floa
 //go:noescape
 func sgemmKernelAVX512R8Edge(kc int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
 
+// sgemmKernelAVX512D is sgemmKernelAVX512 reading A unpacked from 14 rows
+// lda floats apart (gemm_avx512d_amd64.s): no packing of a row-major A.
+//
+//go:noescape
+func sgemmKernelAVX512D(kc int, a, b, c *float32, ldc int, alpha, beta float32, lda int)
+
 //go:generate go run ./internal/gemmgen -dir .
 
 // avx512Gemm and avx2Gemm are the assembly micro-kernels.
 var (
 	avx512Gemm = &gemmKernel{name: "avx512", mr: 14, nr: 32, kc: 512, mc: 14 * 16, aBlock: 14 * 16 * 512, nc: 512, tile: tileAVX512,
 		packRowsA: packA14, packRowsB: packB32, packDepthA: packDepthA14, packDepthB: packDepthB32,
-		edgeTile: tileAVX512Edge}
+		edgeTile: tileAVX512Edge, directTile: tileAVX512Direct}
 	avx2Gemm = &gemmKernel{name: "avx2", mr: 6, nr: 16, kc: 256, mc: 6 * 16, aBlock: 6 * 16 * 256, nc: 2048, tile: tileAVX2}
 )
 
@@ -55,6 +61,13 @@ func archGemmKernels(f cpuFeatures) []*gemmKernel {
 func tileAVX512(kc int, ap, bp, c []float32, ldc int, alpha, beta float32) {
 	_, _, _ = ap[14*kc-1], bp[32*kc-1], c[13*ldc+31]
 	sgemmKernelAVX512(kc, &ap[0], &bp[0], &c[0], ldc, alpha, beta)
+}
+
+// tileAVX512Direct checks the bounds of one 14×32 tile with A unpacked and
+// runs the direct AVX-512 kernel.
+func tileAVX512Direct(kc int, a []float32, lda int, bp, c []float32, ldc int, alpha, beta float32) {
+	_, _, _ = a[13*lda+kc-1], bp[32*kc-1], c[13*ldc+31]
+	sgemmKernelAVX512D(kc, &a[0], &bp[0], &c[0], ldc, alpha, beta, lda)
 }
 
 // tileAVX512Edge checks the bounds of a rows×cols corner and runs the

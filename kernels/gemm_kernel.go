@@ -27,6 +27,10 @@ type gemmKernel struct {
 	// first rows (≤ mr) rows and cols (≤ nr) columns of C. Without it, edge
 	// tiles go through a scratch tile.
 	edgeTile func(kc int, ap, bp, c []float32, ldc int, alpha, beta float32, rows, cols int)
+	// directTile, when set, is tile reading A unpacked: mr rows of kc floats
+	// starting at a, lda floats apart. Products with a row-major A use it
+	// for full tiles and pack only their partial last panel.
+	directTile func(kc int, a []float32, lda int, bp, c []float32, ldc int, alpha, beta float32)
 }
 
 // blocks returns the block sizes for g: the depth k split into equal blocks

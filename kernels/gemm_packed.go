@@ -191,9 +191,24 @@ func (p *gemmPass) multiply(w int) {
 		mr := p.kern.mr
 		ic := blk * p.rowPanels / p.rowBlocks * mr
 		mc := min((blk+1)*p.rowPanels/p.rowBlocks*mr, p.g.m) - ic
+		if p.direct() {
+			// Full panels read A in place; only a partial last panel is packed.
+			if full := mc / mr * mr; full < mc {
+				packA(p.bufs.ap[w], &p.g, p.kern, ic+full, mc-full, p.pc, p.kc)
+			}
+			macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.pc, p.kc, p.beta, true)
+			continue
+		}
 		packA(p.bufs.ap[w], &p.g, p.kern, ic, mc, p.pc, p.kc)
-		macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.kc, p.beta)
+		macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.pc, p.kc, p.beta, false)
 	}
+}
+
+// direct reports whether the full panels of A are read in place by the
+// kernel's directTile: A is row-major and no column panel is partial (a
+// partial one needs the edge kernel, which reads packed A).
+func (p *gemmPass) direct() bool {
+	return p.kern.directTile != nil && !p.g.transA && p.g.n%p.kern.nr == 0
 }
 
 // parallel runs f(0..workers-1), the last on the calling goroutine, and
@@ -217,16 +232,27 @@ func parallel(workers int, f func(w int)) {
 
 // macroGemm multiplies a packed mc×kc block of A by a packed kc×nc block of
 // B into C[ic:ic+mc, jc:jc+nc], one mr×nr tile at a time. Full tiles are
-// written in place; edge tiles go through t and are merged.
-func macroGemm(kern *gemmKernel, g *gemmArgs, ap, bp, t []float32, ic, mc, jc, nc, kc int, beta float32) {
+// written in place; edge tiles go through t and are merged. With direct,
+// full-row panels read A in place (rows ic.., depths pc..) and ap holds only
+// the partial last panel.
+func macroGemm(kern *gemmKernel, g *gemmArgs, ap, bp, t []float32, ic, mc, jc, nc, pc, kc int, beta float32, direct bool) {
 	mr, nr := kern.mr, kern.nr
+	full := mc / mr * mr
 	for jr := 0; jr < nc; jr += nr {
 		bpanel := bp[jr*kc : (jr+nr)*kc]
 		cols := min(nr, nc-jr)
 		for ir := 0; ir < mc; ir += mr {
-			apanel := ap[ir*kc : (ir+mr)*kc]
 			rows := min(mr, mc-ir)
 			off := (ic+ir)*g.ldc + jc + jr
+			if direct && rows == mr && cols == nr {
+				kern.directTile(kc, g.a[(ic+ir)*g.lda+pc:], g.lda, bpanel, g.c[off:], g.ldc, g.alpha, beta)
+				continue
+			}
+			q := ir
+			if direct {
+				q = ir - full // the packed partial panel is the first of ap
+			}
+			apanel := ap[q*kc : (q+mr)*kc]
 			if rows == mr && cols == nr {
 				kern.tile(kc, apanel, bpanel, g.c[off:], g.ldc, g.alpha, beta)
 				continue

@@ -173,7 +173,8 @@ func TestSgemmAwkwardSizes(t *testing.T) {
 func TestSgemmAlphaBetaPadding(t *testing.T) {
 	// Bottom edges of 13, 1, 1, 1, 5, 8 and 4 rows for the 14-row kernel: its
 	// 4-, 8- and 14-row edge kernels with every alpha and beta.
-	shapes := [][3]int{{13, 31, 33}, {29, 47, 300}, {127, 65, 257}, {15, 33, 1}, {19, 40, 17}, {22, 33, 9}, {4, 31, 70}}
+	shapes := [][3]int{{13, 31, 33}, {29, 47, 300}, {127, 65, 257}, {15, 33, 1}, {19, 40, 17}, {22, 33, 9}, {4, 31, 70},
+		{29, 64, 300}, {14, 32, 5}, {127, 96, 257}} // whole column panels: A read in place (directTile)
 	scalars := [][2]float32{{1, 0}, {1, 1}, {-0.5, 2}, {2.5, -1}, {1, float32(math.Copysign(0, -1))}}
 	for _, kern := range gemmTestKernels() {
 		t.Run(kern.name, func(t *testing.T) {

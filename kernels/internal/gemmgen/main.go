@@ -39,6 +39,9 @@ type kernelSpec struct {
 	astride int
 	// edgeOnly emits only the edge (masked) kernel.
 	edgeOnly bool
+	// directA reads A unpacked from its rows (lda floats apart) instead of a
+	// packed panel: a full-tile kernel only, with an extra lda argument.
+	directA bool
 	// prefetch, when > 0, is how many bytes ahead of the current k step the
 	// loop prefetches the B and A panels (one line of each per k step).
 	prefetch int
@@ -49,6 +52,7 @@ func main() {
 	flag.Parse()
 	specs := []kernelSpec{
 		{file: "gemm_avx512_amd64.s", name: "sgemmKernelAVX512", reg: "Z", width: 16, mr: 14, nvec: 2, unroll: 4, bcast: []int{30, 31}, prefetch: 1024},
+		{file: "gemm_avx512d_amd64.s", name: "sgemmKernelAVX512D", reg: "Z", width: 16, mr: 14, directA: true, nvec: 2, unroll: 4, bcast: []int{30, 31}, prefetch: 1024},
 		{file: "gemm_avx512r4_amd64.s", name: "sgemmKernelAVX512R4", reg: "Z", width: 16, mr: 4, astride: 14, edgeOnly: true, nvec: 2, unroll: 4, bcast: []int{30, 31}, prefetch: 1024},
 		{file: "gemm_avx512r8_amd64.s", name: "sgemmKernelAVX512R8", reg: "Z", width: 16, mr: 8, astride: 14, edgeOnly: true, nvec: 2, unroll: 4, bcast: []int{30, 31}, prefetch: 1024},
 		{file: "gemm_avx2_amd64.s", name: "sgemmKernelAVX2", reg: "Y", width: 8, mr: 6, nvec: 2, unroll: 4, bcast: []int{14, 15}},
@@ -68,6 +72,45 @@ func (s kernelSpec) as() int {
 		return s.astride
 	}
 	return s.mr
+}
+
+// directBases are the registers holding the addresses of A rows 0, 3, 6, 9
+// and 12 of a directA kernel; row r is base r/3 plus (r mod 3)·lda (R10).
+var directBases = []string{"SI", "BX", "R12", "R13", "AX"}
+
+// aAddr is the operand of A's value for tile row r at byte offset aOff of
+// the current k step.
+func (s kernelSpec) aAddr(r, aOff int) string {
+	if !s.directA {
+		return fmt.Sprintf("%d(SI)", aOff+r*4)
+	}
+	b := directBases[r/3]
+	switch r % 3 {
+	case 0:
+		return fmt.Sprintf("%d(%s)", aOff, b)
+	case 1:
+		return fmt.Sprintf("%d(%s)(R10*1)", aOff, b)
+	}
+	return fmt.Sprintf("%d(%s)(R10*2)", aOff, b)
+}
+
+// aStep is the bytes A's pointers advance per k step.
+func (s kernelSpec) aStep() int {
+	if s.directA {
+		return 4
+	}
+	return s.as() * 4
+}
+
+// advanceA emits the advance of A's pointers by n bytes.
+func (s kernelSpec) advanceA(p func(string, ...any), n int) {
+	if !s.directA {
+		p("\tADDQ $%d, SI", n)
+		return
+	}
+	for _, b := range directBases[:(s.mr+2)/3] {
+		p("\tADDQ $%d, %s", n, b)
+	}
 }
 
 // acc returns the accumulator register for tile row r, vector v.
@@ -93,7 +136,7 @@ func (s kernelSpec) write(w *bytes.Buffer) {
 	if !s.edgeOnly {
 		s.function(p, false)
 	}
-	if s.reg == "Z" { // AVX-512 has mask registers for partial rows
+	if s.reg == "Z" && !s.directA { // AVX-512 has mask registers for partial rows
 		s.function(p, true)
 	}
 }
@@ -119,6 +162,13 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 			p("// Like %s, but writes only rows 0 < rows ≤ %d and columns 0 < cols ≤ %d", s.name, s.mr, nr)
 			p("// of the tile; C is neither read nor written outside them.")
 		}
+	} else if s.directA {
+		frame = 56
+		p("// func %s(kc int, a, b, c *float32, ldc int, alpha, beta float32, lda int)", name)
+		p("//")
+		p("// Computes the %d×%d tile C = alpha·A·Bp + beta·C over kc ≥ 1 steps, reading A", s.mr, nr)
+		p("// unpacked: %d rows of kc floats, lda floats apart. Bp holds %d floats per", s.mr, nr)
+		p("// step; C rows are ldc floats apart. When beta == 0 (or -0), C is not read.")
 	} else {
 		p("// func %s(kc int, a, b, c *float32, ldc int, alpha, beta float32)", name)
 		p("//")
@@ -133,6 +183,16 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 	p("\tMOVQ c+24(FP), DX")
 	p("\tMOVQ ldc+32(FP), R8")
 	p("\tSHLQ $2, R8")
+	if s.directA {
+		p("\tMOVQ lda+48(FP), R10")
+		p("\tSHLQ $2, R10")
+		prev := "SI"
+		for _, b := range directBases[1:(s.mr+2)/3] { // each base three rows past the previous
+			p("\tLEAQ (%s)(R10*2), %s", prev, b)
+			p("\tADDQ R10, %s", b)
+			prev = b
+		}
+	}
 	if !edge {
 		// Prefetch the C tile: its rows are written (and, with beta ≠ 0,
 		// read) after the loop, and the loop's latency hides the misses.
@@ -162,11 +222,13 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 			if nr*4 > 64 {
 				p("\tPREFETCHT0 %d(DI)", s.prefetch+u*nr*4+64)
 			}
-			p("\tPREFETCHT0 %d(SI)", s.prefetch/2+u*s.as()*4)
+			if !s.directA {
+				p("\tPREFETCHT0 %d(SI)", s.prefetch/2+u*s.as()*4)
+			}
 		}
-		s.step(p, u*s.as()*4, u*nr*4, vecBytes)
+		s.step(p, u*s.aStep(), u*nr*4, vecBytes)
 	}
-	p("\tADDQ $%d, SI", s.unroll*s.as()*4)
+	s.advanceA(p, s.unroll*s.aStep())
 	p("\tADDQ $%d, DI", s.unroll*nr*4)
 	p("\tDECQ R9")
 	p("\tJNZ loop")
@@ -175,7 +237,7 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 	p("\tJZ store")
 	p("tailloop:")
 	s.step(p, 0, 0, vecBytes)
-	p("\tADDQ $%d, SI", s.as()*4)
+	s.advanceA(p, s.aStep())
 	p("\tADDQ $%d, DI", nr*4)
 	p("\tDECQ CX")
 	p("\tJNZ tailloop")
@@ -240,12 +302,12 @@ func (s kernelSpec) step(p func(string, ...any), aOff, bOff, vecBytes int) {
 	for r := 0; r < s.mr; r++ {
 		if s.embedded {
 			for v := 0; v < s.nvec; v++ {
-				p("\tVFMADD231PS.BCST %d(SI), %s, %s", aOff+r*4, s.breg(v), s.acc(r, v))
+				p("\tVFMADD231PS.BCST %s, %s, %s", s.aAddr(r, aOff), s.breg(v), s.acc(r, v))
 			}
 			continue
 		}
 		bc := fmt.Sprintf("%s%d", s.reg, s.bcast[r%len(s.bcast)])
-		p("\tVBROADCASTSS %d(SI), %s", aOff+r*4, bc)
+		p("\tVBROADCASTSS %s, %s", s.aAddr(r, aOff), bc)
 		for v := 0; v < s.nvec; v++ {
 			p("\tVFMADD231PS %s, %s, %s", bc, s.breg(v), s.acc(r, v))
 		}
