@@ -187,7 +187,7 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 		p("\tMOVQ lda+48(FP), R10")
 		p("\tSHLQ $2, R10")
 		prev := "SI"
-		for _, b := range directBases[1:(s.mr+2)/3] { // each base three rows past the previous
+		for _, b := range directBases[1 : (s.mr+2)/3] { // each base three rows past the previous
 			p("\tLEAQ (%s)(R10*2), %s", prev, b)
 			p("\tADDQ R10, %s", b)
 			prev = b
