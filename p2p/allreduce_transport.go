@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,9 +147,35 @@ func (t *RingTransport) reachLeft() {
 		case <-ctx.Done():
 		}
 	}()
-	if err := t.svc.h.Connect(ctx, peer.AddrInfo{ID: t.left}); err != nil && ctx.Err() == nil {
+	// The left neighbour dials us to send its first chunk. Dialing it at the
+	// same moment, both hosts from their reused listen ports, makes a TCP
+	// simultaneous open: one connection that both sides think they opened,
+	// whose TLS handshake fails on both. So give it a moment to arrive first,
+	// and retry a failed dial after a random pause.
+	for try := 0; ; try++ {
+		pause := leftGrace
+		if try > 0 {
+			pause = leftRetryPause + time.Duration(rand.Int64N(int64(leftRetryPause)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		if t.svc.h.Network().Connectedness(t.left) == network.Connected {
+			return
+		}
+		err := t.svc.h.Connect(ctx, peer.AddrInfo{ID: t.left})
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if try+1 < leftDialTries {
+			t.svc.log.Debug("left neighbour dial failed, retrying", "peer", t.left, "ring", t.spec.ID, "err", err)
+			continue
+		}
 		t.svc.log.Debug("left neighbour unreachable", "peer", t.left, "ring", t.spec.ID, "err", err)
 		t.leftGone(fmt.Errorf("p2p: all-reduce: left neighbour %s unreachable: %w", t.left, err))
+		return
 	}
 }
 
@@ -233,7 +260,7 @@ func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
 func (t *RingTransport) dial(ctx context.Context, shard int) error {
 	dctx, cancel := context.WithTimeout(ctx, t.svc.cfg.IOTimeout)
 	defer cancel()
-	s, err := t.svc.h.NewStream(dctx, t.right, AllReduceProtocolID)
+	s, err := t.newStream(dctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -386,6 +413,15 @@ func (t *RingTransport) closeWithAbort(s network.Stream, frame []byte, code netw
 	_ = s.Close()
 }
 
+// How reachLeft probes the left neighbour: after leftGrace (its own dial
+// usually arrives first), then up to leftDialTries dials, leftRetryPause to
+// twice that apart.
+const (
+	leftGrace      = 200 * time.Millisecond
+	leftRetryPause = 100 * time.Millisecond
+	leftDialTries  = 3
+)
+
 // tellRight opens the shards this member never opened, each with a hello
 // and an abort frame naming culprit, so that a right neighbour waiting for
 // them fails now and blames the same member. Best effort, bounded by
@@ -394,7 +430,7 @@ func (t *RingTransport) tellRight(shards []int, abort []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.IOTimeout)
 	defer cancel()
 	for _, shard := range shards {
-		s, err := t.svc.h.NewStream(ctx, t.right, AllReduceProtocolID)
+		s, err := t.newStream(ctx)
 		if err != nil {
 			return
 		}
@@ -404,6 +440,24 @@ func (t *RingTransport) tellRight(shards []int, abort []byte) {
 			continue
 		}
 		_ = s.Reset()
+	}
+}
+
+// newStream opens a stream to the right neighbour, trying again after a
+// random pause when the dial fails (a simultaneous open with the
+// neighbour's own dial fails once, see reachLeft), leftDialTries times at
+// most.
+func (t *RingTransport) newStream(ctx context.Context) (network.Stream, error) {
+	for try := 1; ; try++ {
+		s, err := t.svc.h.NewStream(ctx, t.right, AllReduceProtocolID)
+		if err == nil || try == leftDialTries || ctx.Err() != nil {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(leftRetryPause + time.Duration(rand.Int64N(int64(leftRetryPause)))):
+		}
 	}
 }
 
