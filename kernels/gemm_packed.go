@@ -191,16 +191,14 @@ func (p *gemmPass) multiply(w int) {
 		mr := p.kern.mr
 		ic := blk * p.rowPanels / p.rowBlocks * mr
 		mc := min((blk+1)*p.rowPanels/p.rowBlocks*mr, p.g.m) - ic
-		if p.direct() {
-			// Full panels read A in place; only a partial last panel is packed.
-			if full := mc / mr * mr; full < mc {
-				packA(p.bufs.ap[w], &p.g, p.kern, ic+full, mc-full, p.pc, p.kc)
-			}
-			macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.pc, p.kc, p.beta, true)
-			continue
+		direct, lo := p.direct(), 0
+		if direct {
+			lo = mc / mr * mr // full panels read A in place: pack only a partial last one
 		}
-		packA(p.bufs.ap[w], &p.g, p.kern, ic, mc, p.pc, p.kc)
-		macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.pc, p.kc, p.beta, false)
+		if lo < mc {
+			packA(p.bufs.ap[w], &p.g, p.kern, ic+lo, mc-lo, p.pc, p.kc)
+		}
+		macroGemm(p.kern, &p.g, p.bufs.ap[w], p.bufs.bp, p.bufs.t[w], ic, mc, p.jc, p.nc, p.pc, p.kc, p.beta, direct)
 	}
 }
 
