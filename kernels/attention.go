@@ -1,9 +1,6 @@
 package kernels
 
-import (
-	"math"
-	"sync"
-)
+import "math"
 
 // Causal grouped-query attention over the fused q/k/v projection output.
 //
@@ -17,23 +14,10 @@ import (
 // (T, T) matrix, FlashAttention style.
 
 // attTile is the number of queries processed together: the score block of a
-// tile is attTile × (keys up to the tile's end), so memory per job is O(T) and
-// the work per query is O(T·hd), done as matrix products by Sgemm.
+// tile is attTile × (keys up to the tile's end), so memory per job is O(T·hd)
+// and the work per query is O(T·hd), done as matrix products on the GEMM
+// micro-kernels (attMul) that skip the masked part of each block.
 const attTile = 64
-
-// scratchPool recycles the score tiles of attention jobs, so a training step
-// does not allocate them again.
-var scratchPool sync.Pool // of *[]float32
-
-// getScratch returns a slice of n float32 with arbitrary contents.
-func getScratch(n int) []float32 {
-	if p, ok := scratchPool.Get().(*[]float32); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]float32, n)
-}
-
-func putScratch(s []float32) { scratchPool.Put(&s) }
 
 // attView locates the q, k, v of one (batch, query head) inside qkv and out.
 type attView struct {
@@ -49,8 +33,9 @@ func (v *attView) o(t int) []float32 { return v.out[(v.b*v.T+t)*v.H*v.hd+v.h*v.h
 
 // AttentionForward computes out = softmax(q·kᵀ/√hd + causal mask)·v for every
 // (batch, head), in parallel over (batch, head). Queries go in tiles of
-// attTile: S = scale·Q·Kᵀ and O = P·V are Sgemm calls over the keys up to the
-// tile's end, the row softmax is vectorised; O(T·hd) work per query.
+// attTile and the tiles in blocks of mr rows: S = scale·Q·Kᵀ and O = P·V are
+// products over the keys the block's queries see, the row softmax is
+// vectorised; O(T·hd) work per query.
 //
 //	out (B, T, H·hd)           written
 //	lse (B, H, T)              written: log Σ_s exp(score_s) per query
@@ -66,17 +51,23 @@ func (w Workers) AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int)
 	w.jobs(B*H, func(job int) {
 		v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: job / H, h: job % H}
 		v.kh = v.h / (H / KVH)
-		S := getScratch(min(attTile, T) * T)
-		defer putScratch(S)
+		m := newAttMul(activeGemm, max(T, hd))
+		defer m.free()
+		kt := m.packB(v.k(), W, true, hd, T)  // Kᵀ: depth hd, a column per key
+		vp := m.packB(v.v(), W, false, T, hd) // V: depth T (keys), hd columns
+		S := m.scratch(min(attTile, T) * T)
 		for t0 := 0; t0 < T; t0 += attTile {
 			t1 := min(t0+attTile, T)
 			tq := t1 - t0
-			Workers(1).Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, S, t1)
-			for i := 0; i < tq; i++ {
-				row := S[i*t1 : (i+1)*t1]
-				lse[(v.b*H+v.h)*T+t0+i] = softmaxCausal(row, t0+i)
+			for i0 := 0; i0 < tq; i0 += m.mr() {
+				rows := min(m.mr(), tq-i0)
+				kend := t0 + i0 + rows // keys the block's last query sees
+				m.rows(v.q(t0), W, false, i0, rows, 0, hd, kt, hd, m.cols(kend, t1), S, t1, scale, 0)
+				for i := i0; i < i0+rows; i++ {
+					lse[(v.b*H+v.h)*T+t0+i] = softmaxCausal(S[i*t1:(i+1)*t1], t0+i)
+				}
+				m.rows(S, t1, false, i0, rows, 0, kend, vp, T, hd, v.o(t0), H*hd, 1, 0)
 			}
-			Workers(1).Sgemm(false, false, tq, hd, t1, 1, S, t1, v.v(), W, 0, v.o(t0), H*hd)
 		}
 	})
 }
@@ -86,11 +77,39 @@ func (w Workers) AttentionForward(out, lse, qkv []float32, B, T, H, KVH, hd int)
 func softmaxCausal(row []float32, t int) float32 {
 	vis := row[:t+1]
 	maxv := max8(vis)
-	expAffine(vis, vis, 1, -maxv)
+	ev := row[:vecLen(t+1, len(row))]
+	expAffine(ev, ev, 1, -maxv)
 	sum := sum8(vis)
 	scale32(vis, 1/sum)
 	clear(row[t+1:])
-	return maxv + float32(math.Log(float64(sum)))
+	return maxv + log32(sum)
+}
+
+// vecLen is n rounded up to whole 8-float vectors, at most limit: elementwise
+// loops over a row prefix of n run over vecLen floats when the row's masked
+// rest may be overwritten, so no scalar tail is left.
+func vecLen(n, limit int) int { return min((n+7)&^7, limit) }
+
+// log32 is ln x for the row sums of softmaxCausal (x ≥ 1 there), within
+// about one float32 rounding of math.Log and several times faster; x outside
+// the normal positive floats goes to math.Log.
+func log32(x float32) float32 {
+	if !(x >= 0x1p-126 && x <= math.MaxFloat32) {
+		return float32(math.Log(float64(x)))
+	}
+	b := math.Float32bits(x)
+	e := int(b>>23) - 127
+	m := float64(math.Float32frombits(b&0x7fffff | 0x3f800000)) // [1, 2)
+	if m > math.Sqrt2 {
+		m /= 2
+		e++
+	}
+	// ln m = 2·atanh(s), s = (m−1)/(m+1) ∈ [−0.172, 0.172]: the series to
+	// s¹¹ is exact to 1e-10.
+	s := (m - 1) / (m + 1)
+	s2 := s * s
+	r := 2 * s * (1 + s2*(1.0/3+s2*(1.0/5+s2*(1.0/7+s2*(1.0/9+s2*(1.0/11))))))
+	return float32(float64(e)*math.Ln2 + r)
 }
 
 // AttentionBackward writes dqkv, the gradient with respect to qkv, given dout.
@@ -100,7 +119,8 @@ func softmaxCausal(row []float32, t int) float32 {
 // scheduling. Per query tile it recomputes P = exp(S − lse) from the saved
 // log-sum-exp (FlashAttention style, no (T, T) matrix kept) and uses
 // D = rowsum(dout∘out): dS = P∘(dout·vᵀ − D), dq = scale·dS·k, dk += scale·dSᵀ·q,
-// dv += Pᵀ·dout — Sgemm calls, O(T·hd) work per query.
+// dv += Pᵀ·dout — products over the keys and queries each block sees (attMul), O(T·hd)
+// work per query.
 //
 //	dqkv (B, T, (H+2·KVH)·hd)  written (overwritten)
 //	dout (B, T, H·hd)
@@ -123,34 +143,59 @@ func (w Workers) AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H,
 			clear(row[(H+kh)*hd : (H+kh+1)*hd])
 			clear(row[(H+KVH+kh)*hd : (H+KVH+kh+1)*hd])
 		}
-		n := min(attTile, T) * T
-		P, dP := getScratch(n), getScratch(n)
-		defer putScratch(P)
-		defer putScratch(dP)
+		m := newAttMul(activeGemm, max(T, hd))
+		defer m.free()
+		v0 := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, b: b, kh: kh}
+		kt := m.packB(v0.k(), W, true, hd, T)  // Kᵀ for P = Q·Kᵀ
+		vt := m.packB(v0.v(), W, true, hd, T)  // Vᵀ for dP = dO·Vᵀ
+		kp := m.packB(v0.k(), W, false, T, hd) // K for dq = dS·K
+		n := min(attTile, T)
+		P, dP := m.scratch(n*T), m.scratch(n*T)
+		qp, dop := m.scratch(n*m.roundCols(hd)), m.scratch(n*m.roundCols(hd))
 		for h := kh * grp; h < (kh+1)*grp; h++ {
 			v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: b, h: h, kh: kh}
 			d := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: dqkv, out: dout, b: b, h: h, kh: kh}
 			for t0 := 0; t0 < T; t0 += attTile {
 				t1 := min(t0+attTile, T)
 				tq := t1 - t0
-				Workers(1).Sgemm(false, true, tq, t1, hd, scale, v.q(t0), W, v.k(), W, 0, P, t1)
-				Workers(1).Sgemm(false, true, tq, t1, hd, 1, d.o(t0), H*hd, v.v(), W, 0, dP, t1)
-				for i := 0; i < tq; i++ {
-					t := t0 + i
-					p, dp := P[i*t1:(i+1)*t1], dP[i*t1:(i+1)*t1]
-					expAffine(p[:t+1], p[:t+1], 1, -lse[(b*H+h)*T+t])
-					clear(p[t+1:])
-					D := dot32(d.o(t)[:hd], v.o(t)[:hd])
-					for s := range dp {
-						dp[s] = p[s] * (dp[s] - D) * scale // dS (0 where masked)
+				m.packBInto(qp, v.q(t0), W, false, tq, hd)     // this tile's queries, for dk
+				m.packBInto(dop, d.o(t0), H*hd, false, tq, hd) // this tile's dout, for dv
+				for i0 := 0; i0 < tq; i0 += m.mr() {
+					rows := min(m.mr(), tq-i0)
+					kend := t0 + i0 + rows
+					cols := m.cols(kend, t1)
+					m.rows(v.q(t0), W, false, i0, rows, 0, hd, kt, hd, cols, P, t1, scale, 0)
+					m.rows(d.o(t0), H*hd, false, i0, rows, 0, hd, vt, hd, cols, dP, t1, 1, 0)
+					for i := i0; i < i0+rows; i++ {
+						t := t0 + i
+						p, dp := P[i*t1:(i+1)*t1], dP[i*t1:(i+1)*t1]
+						ev := p[:vecLen(t+1, t1)]
+						expAffine(ev, ev, 1, -lse[(b*H+h)*T+t])
+						D := dot32(d.o(t)[:hd], v.o(t)[:hd])
+						dS(dp[:t+1], p[:t+1], D, scale)
+						clear(p[t+1:]) // masked: no gradient reaches these keys
+						clear(dp[t+1:])
 					}
+					m.rows(dP, t1, false, i0, rows, 0, kend, kp, T, hd, d.q(t0), W, 1, 0)
 				}
-				Workers(1).Sgemm(false, false, tq, hd, t1, 1, dP, t1, v.k(), W, 0, d.q(t0), W)
-				Workers(1).Sgemm(true, false, t1, hd, tq, 1, dP, t1, v.q(t0), W, 1, d.k(), W)
-				Workers(1).Sgemm(true, false, t1, hd, tq, 1, P, t1, d.o(t0), H*hd, 1, d.v(), W)
+				// Keys [s0, s0+mr) get gradient from the tile's queries t ≥ s0 only.
+				for s0 := 0; s0 < t1; s0 += m.mr() {
+					rows := min(m.mr(), t1-s0)
+					first := max(0, s0-t0)
+					m.rows(dP, t1, true, s0, rows, first, tq, qp, tq, hd, d.k(), W, 1, 1)
+					m.rows(P, t1, true, s0, rows, first, tq, dop, tq, hd, d.v(), W, 1, 1)
+				}
 			}
 		}
 	})
+}
+
+// dS sets dp[s] = p[s]·(dp[s] − D)·scale: the gradient of the scaled scores.
+func dS(dp, p []float32, D, scale float32) {
+	p = p[:len(dp)]
+	for s := range dp {
+		dp[s] = p[s] * (dp[s] - D) * scale
+	}
 }
 
 // AttentionForwardRef is the float64 reference of AttentionForward: it builds
