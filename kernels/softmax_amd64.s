@@ -12,11 +12,12 @@ DATA expConsts<>+28(SB)/4, $0x3d2aaaab // 1/24
 DATA expConsts<>+32(SB)/4, $0x3e2aaaab // 1/6
 DATA expConsts<>+36(SB)/4, $0x3f000000 // 1/2
 DATA expConsts<>+40(SB)/4, $0x3f800000 // 1
-GLOBL expConsts<>(SB), RODATA|NOPTR, $44
+DATA expConsts<>+44(SB)/4, $0xc2800000 // -64 (flush to 0 below)
+GLOBL expConsts<>(SB), RODATA|NOPTR, $48
 
 // func expAffineAVX2(dst, src *float32, n int, a, b float32)
 // dst[i] = exp(a·src[i] + b) for i < n rounded down to a multiple of 8: the
-// same algorithm as expf32 (argument clamped to [−86, 86]).
+// same algorithm as expf32 (argument clamped to [−86, 86], 0 below −64).
 TEXT ·expAffineAVX2(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -37,6 +38,8 @@ loop:
 	JL   done
 	VMOVUPS (SI), Y0
 	VFMADD213PS Y15, Y14, Y0  // x = a·src + b
+	VBROADCASTSS expConsts<>+44(SB), Y3
+	VCMPPS $5, Y3, Y0, Y4     // keep = !(x < −64): below, the result is 0
 	VMAXPS Y8, Y0, Y0
 	VMINPS Y9, Y0, Y0
 	VMULPS Y5, Y0, Y1
@@ -55,6 +58,7 @@ loop:
 	VCVTPS2DQ Y1, Y1
 	VPSLLD $23, Y1, Y1
 	VPADDD Y1, Y2, Y2         // ·2^k
+	VANDPS Y4, Y2, Y2         // 0 where x < −64
 	VMOVUPS Y2, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DI

@@ -103,7 +103,7 @@ func TestLayerParCoversRange(t *testing.T) {
 
 func TestExpf32(t *testing.T) {
 	var worst float64
-	for x := float32(-85); x <= 88; x += 0.0137 { // normal float32 results
+	for x := float32(expFlush); x <= 88; x += 0.0137 { // the accurate range
 		got, want := float64(expf32(x)), math.Exp(float64(x))
 		if e := math.Abs(got-want) / want; e > worst {
 			worst = e
@@ -114,6 +114,28 @@ func TestExpf32(t *testing.T) {
 	}
 	if !math.IsNaN(float64(expf32(float32(math.NaN())))) || expf32(float32(math.Inf(-1))) != 0 || !math.IsInf(float64(expf32(float32(math.Inf(1)))), 1) {
 		t.Fatal("expf32 special values")
+	}
+}
+
+// TestExpUnderflowsToZero checks that both exp paths give exactly 0 below
+// expFlush (no subnormal or clamped tiny results) and stay accurate above it.
+func TestExpUnderflowsToZero(t *testing.T) {
+	for _, n := range []int{5, 8, 16, 21} { // scalar only, vector, vector + tail
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = expFlush - 0.5 - float32(i)*13 // a·src+b with a=1, b=0
+		}
+		src[n-1] = expFlush + 0.5
+		dst := make([]float32, n)
+		expAffine(dst, src, 1, 0)
+		for i, v := range dst[:n-1] {
+			if v != 0 {
+				t.Fatalf("n=%d: exp(%v) = %g, want 0", n, src[i], v)
+			}
+		}
+		if want := math.Exp(expFlush + 0.5); math.Abs(float64(dst[n-1])-want) > 4e-7*want {
+			t.Fatalf("n=%d: exp(%v) = %g, want %g", n, expFlush+0.5, dst[n-1], want)
+		}
 	}
 }
 
