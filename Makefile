@@ -85,7 +85,7 @@ bench-train:
 			for (n in names) printf "%-12s %9s %12s %11s %9s %9s %13s %14s\n", n, v[n, "GFLOP/s"], v[n, "GFLOP/s-p50"], v[n, "x-fma-peak"], \
 				v[n, "tok/s"], v[n, "ms/step"], v[n, "sgemm-GFLOP/s"], (v[n, "peak-RSS-MiB"] == "" ? "-" : v[n, "peak-RSS-MiB"]) }' \
 			.bench-train.out; rm -f .bench-train.out; exit $$rc
-	$(GO) test ./kernels -run XXX -bench Attention -benchtime 3x
+	$(GO) test ./kernels -run XXX -bench Attention -benchtime 50x
 
 bench-net:
 	$(GO) test ./mesh -run XXX -bench 'Int8Codec|SimAgreement|Codec$$'

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 func TestAttentionForwardBackward(t *testing.T) {
@@ -49,6 +50,36 @@ func BenchmarkAttention(b *testing.B) {
 				AttentionBackward(dqkv, dout, out, lse, qkv, B, T, H, KVH, hd)
 			}
 			b.ReportMetric(2*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkAttentionVsFull times one goroutine's attention forward + backward
+// (the training lanes' case) against the same attention with one full Sgemm
+// per product (attentionForwardFull/attentionBackwardFull: the masked blocks
+// multiplied too, operands packed per product), interleaved in one run, and
+// prints the speed-up x-full.
+func BenchmarkAttentionVsFull(b *testing.B) {
+	for _, T := range []int{64, 256} {
+		B, H, KVH, hd := 2, 4, 4, 64
+		W := (H + 2*KVH) * hd
+		r := rand.New(rand.NewPCG(1, 1))
+		qkv, dout := randSlice(r, B*T*W, 1), randSlice(r, B*T*H*hd, 1)
+		out, lse, dqkv := make([]float32, B*T*H*hd), make([]float32, B*H*T), make([]float32, len(qkv))
+		b.Run("T="+itoa(T), func(b *testing.B) {
+			var fast, full time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				Workers(1).AttentionForward(out, lse, qkv, B, T, H, KVH, hd)
+				Workers(1).AttentionBackward(dqkv, dout, out, lse, qkv, B, T, H, KVH, hd)
+				t1 := time.Now()
+				attentionForwardFull(out, lse, qkv, B, T, H, KVH, hd)
+				attentionBackwardFull(dqkv, dout, out, lse, qkv, B, T, H, KVH, hd)
+				fast, full = fast+t1.Sub(t0), full+time.Since(t1)
+			}
+			b.ReportMetric(float64(fast.Microseconds())/float64(b.N), "us-fast")
+			b.ReportMetric(float64(full.Microseconds())/float64(b.N), "us-full")
+			b.ReportMetric(full.Seconds()/fast.Seconds(), "x-full")
 		})
 	}
 }
