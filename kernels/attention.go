@@ -138,11 +138,7 @@ func (w Workers) AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H,
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	w.jobs(B*KVH, func(job int) {
 		b, kh := job/KVH, job%KVH
-		for t := 0; t < T; t++ { // this job's dk and dv accumulate: zero them
-			row := dqkv[(b*T+t)*W:]
-			clear(row[(H+kh)*hd : (H+kh+1)*hd])
-			clear(row[(H+KVH+kh)*hd : (H+KVH+kh+1)*hd])
-		}
+		zeroKVGrads(dqkv, b, kh, T, H, KVH, hd) // this job's dk and dv accumulate
 		m := newAttMul(activeGemm, max(T, hd))
 		defer m.free()
 		v0 := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, b: b, kh: kh}
@@ -188,6 +184,16 @@ func (w Workers) AttentionBackward(dqkv, dout, out, lse, qkv []float32, B, T, H,
 			}
 		}
 	})
+}
+
+// zeroKVGrads clears the dk and dv of key/value head kh of batch row b in dqkv.
+func zeroKVGrads(dqkv []float32, b, kh, T, H, KVH, hd int) {
+	W := (H + 2*KVH) * hd
+	for t := 0; t < T; t++ {
+		row := dqkv[(b*T+t)*W:]
+		clear(row[(H+kh)*hd : (H+kh+1)*hd])
+		clear(row[(H+KVH+kh)*hd : (H+KVH+kh+1)*hd])
+	}
 }
 
 // dS sets dp[s] = p[s]·(dp[s] − D)·scale: the gradient of the scaled scores.

@@ -163,11 +163,7 @@ func attentionBackwardFull(dqkv, dout, out, lse, qkv []float32, B, T, H, KVH, hd
 	P, dP := make([]float32, n), make([]float32, n)
 	for job := 0; job < B*KVH; job++ {
 		b, kh := job/KVH, job%KVH
-		for t := 0; t < T; t++ {
-			row := dqkv[(b*T+t)*W:]
-			clear(row[(H+kh)*hd : (H+kh+1)*hd])
-			clear(row[(H+KVH+kh)*hd : (H+KVH+kh+1)*hd])
-		}
+		zeroKVGrads(dqkv, b, kh, T, H, KVH, hd)
 		for h := kh * grp; h < (kh+1)*grp; h++ {
 			v := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: qkv, out: out, b: b, h: h, kh: kh}
 			d := attView{T: T, H: H, KVH: KVH, hd: hd, W: W, qkv: dqkv, out: dout, b: b, h: h, kh: kh}
