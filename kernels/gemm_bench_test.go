@@ -260,3 +260,45 @@ func reportWork(b *testing.B, work float64, unit string, f func()) {
 		b.ReportMetric(work*float64(b.N)/cpu.Seconds()/1e9, unit+"/cpu-s")
 	}
 }
+
+// BenchmarkLaneProducts runs, on one goroutine, the 51 products one training
+// lane does per step on the benchmark shape of issue 2 (128 tokens per lane,
+// C=256, FFN 704, vocab 512, 4 layers: forward, dX and dW of every weight)
+// and reports their GFLOP/s and that rate over the single-core FMA peak
+// measured in the same run (x-fma-peak): the ceiling of the trainer's products.
+func BenchmarkLaneProducts(b *testing.B) {
+	const M, layers = 128, 4
+	type weight struct{ out, in int }
+	var ws []weight
+	for l := 0; l < layers; l++ {
+		ws = append(ws, weight{768, 256}, weight{256, 256}, weight{1408, 256}, weight{256, 704})
+	}
+	ws = append(ws, weight{512, 256}) // output head
+	rng := rand.New(rand.NewPCG(23, 24))
+	type bufs struct{ w, dw, x, y, dy, dx []float32 }
+	var bs []bufs
+	var flops float64
+	for _, w := range ws {
+		bs = append(bs, bufs{w: gemmRandSlice(rng, w.out*w.in), dw: make([]float32, w.out*w.in),
+			x: gemmRandSlice(rng, M*w.in), y: make([]float32, M*w.out),
+			dy: gemmRandSlice(rng, M*w.out), dx: make([]float32, M*w.in)})
+		flops += 3 * 2 * float64(M*w.out*w.in)
+	}
+	one := Workers(1)
+	run := func() {
+		for i, w := range ws { // forward, in layer order
+			s := bs[i]
+			one.Sgemm(false, true, M, w.out, w.in, 1, s.x, w.in, s.w, w.in, 0, s.y, w.out)
+		}
+		for i := len(ws) - 1; i >= 0; i-- { // backward: dX, then dW
+			w, s := ws[i], bs[i]
+			one.Sgemm(false, false, M, w.in, w.out, 1, s.dy, w.out, s.w, w.in, 0, s.dx, w.in)
+			one.Sgemm(true, false, w.out, w.in, M, 1, s.dy, w.out, s.x, w.in, 0, s.dw, w.in)
+		}
+	}
+	peak := FMAPeak(1)
+	reportCPU(b, flops, run)
+	if peak > 0 {
+		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9/peak, "x-fma-peak")
+	}
+}

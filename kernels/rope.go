@@ -57,11 +57,7 @@ func (w Workers) ropeApply(x, cos, sin []float32, B, T, nh, hd, stride int, sign
 			c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
 			row := x[n*stride : n*stride+nh*hd]
 			for h := 0; h < nh; h++ {
-				a, b := row[h*hd:h*hd+half], row[h*hd+half:(h+1)*hd]
-				for i := range a {
-					si := sign * s[i]
-					a[i], b[i] = a[i]*c[i]-b[i]*si, b[i]*c[i]+a[i]*si
-				}
+				ropeRow(row[h*hd:h*hd+half], row[h*hd+half:(h+1)*hd], c, s, sign)
 			}
 		}
 	})
@@ -85,5 +81,22 @@ func RoPEForwardRef(out, x []float64, B, T, nh, hd, stride int, theta float64) {
 				out[base+i+half] = b*c + a*s
 			}
 		}
+	}
+}
+
+// ropeRow rotates the pairs (a[i], b[i]) by the angle whose cosine is c[i] and
+// sine sign·s[i], eight at a time with AVX where available; the explicit
+// float32 roundings keep GOAMD64=v3 from fusing the Go loop, so both loops
+// give the same bits (TestRowLoopsVectorBitIdentical).
+func ropeRow(a, b, c, s []float32, sign float32) {
+	b, c, s = b[:len(a)], c[:len(a)], s[:len(a)]
+	i := 0
+	if useVecAttention && len(a) >= 8 {
+		ropeRowAVX2(&a[0], &b[0], &c[0], &s[0], len(a), sign)
+		i = len(a) &^ 7
+	}
+	for ; i < len(a); i++ {
+		si := sign * s[i]
+		a[i], b[i] = float32(a[i]*c[i])-float32(b[i]*si), float32(b[i]*c[i])+float32(a[i]*si)
 	}
 }

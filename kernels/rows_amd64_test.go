@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestRowLoopsVectorBitIdentical runs every row loop of RMSNorm, SwiGLU and
-// the attention softmax with the AVX loops and with the scalar loops alone
+// TestRowLoopsVectorBitIdentical runs every row loop of RMSNorm, SwiGLU, RoPE
+// and the attention softmax with the AVX loops and with the scalar loops alone
 // (useVecAttention off) on awkward lengths, and requires the same bits.
 func TestRowLoopsVectorBitIdentical(t *testing.T) {
 	if !useVecAttention {
@@ -31,7 +31,10 @@ func TestRowLoopsVectorBitIdentical(t *testing.T) {
 			swigluBwdRow(dg, du, c, a, b)
 			sc := append([]float32(nil), a...)
 			scale32(sc, 0.37)
-			return [][]float32{o, dx, dw, f, dg, du, sc, {max8(a), sum8(a)}}, rmsDot3(c, b, a)
+			ra, rb := append([]float32(nil), a...), append([]float32(nil), b...)
+			ropeRow(ra, rb, c, d, 1)
+			ropeRow(rb, ra, d, c, -1)
+			return [][]float32{o, dx, dw, f, dg, du, sc, ra, rb, {max8(a), sum8(a)}}, rmsDot3(c, b, a)
 		}
 		vec, vdot := run()
 		useVecAttention = false
