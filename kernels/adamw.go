@@ -112,30 +112,46 @@ func sumSquaresBlock(x []float32) float64 {
 // its batch lanes' gradients. Each element is one float32 addition, so the
 // result is the same bits on every machine and any GOMAXPROCS. It panics
 // when the lengths differ.
-func Add(dst, src []float32) {
+func Add(dst, src []float32) { Workers(0).Add(dst, src) }
+
+// Add is the package's Add on at most w goroutines.
+func (w Workers) Add(dst, src []float32) {
 	if len(dst) != len(src) {
 		panic("kernels: Add: lengths differ")
 	}
-	layerPar(len(dst), 1<<14, func(lo, hi int) { axpy32(1, src[lo:hi], dst[lo:hi]) })
+	w.par(len(dst), 1<<14, func(lo, hi int) { axpy32(1, src[lo:hi], dst[lo:hi]) })
 }
 
 // AddSumSquares is Add followed by SumSquares of dst, in one pass over
 // memory: the same bits as the two calls (the same fixed blocks, added in
 // order).
-func AddSumSquares(dst, src []float32) float64 {
+func AddSumSquares(dst, src []float32) float64 { return Workers(0).AddSumSquares(dst, src) }
+
+// AddSumSquares is the package's AddSumSquares on at most w goroutines; the
+// result does not depend on w.
+func (w Workers) AddSumSquares(dst, src []float32) float64 {
 	if len(dst) != len(src) {
 		panic("kernels: AddSumSquares: lengths differ")
 	}
 	nb := (len(dst) + adamwChunk - 1) / adamwChunk
+	block := func(b int) float64 {
+		d, s := dst[b*adamwChunk:min((b+1)*adamwChunk, len(dst))], src[b*adamwChunk:min((b+1)*adamwChunk, len(dst))]
+		axpy32(1, s, d)
+		return sumSquaresBlock(d)
+	}
+	var ss float64
+	if w.count() == 1 || nb < 8 {
+		for b := 0; b < nb; b++ {
+			ss += block(b)
+		}
+		return ss
+	}
 	parts := make([]float64, nb)
-	layerPar(nb, 4, func(lo, hi int) {
+	w.par(nb, 4, func(lo, hi int) {
 		for b := lo; b < hi; b++ {
-			d, s := dst[b*adamwChunk:min((b+1)*adamwChunk, len(dst))], src[b*adamwChunk:min((b+1)*adamwChunk, len(dst))]
-			axpy32(1, s, d)
-			parts[b] = sumSquaresBlock(d)
+			parts[b] = block(b)
 		}
 	})
-	var ss float64
 	for _, p := range parts {
 		ss += p
 	}

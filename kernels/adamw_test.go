@@ -92,17 +92,21 @@ func TestAdd(t *testing.T) {
 	Add(make([]float32, 3), make([]float32, 4))
 }
 
-// TestAddSumSquares: the fused pass gives the bits of Add then SumSquares.
+// TestAddSumSquares: the fused pass gives the bits of Add then SumSquares,
+// whatever its goroutine budget.
 func TestAddSumSquares(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
-	for _, n := range []int{1, 9, 100003} {
+	for _, n := range []int{1, 9, 100003, 300001} {
 		dst, src := randSlice(r, n, 1), randSlice(r, n, 1)
 		want := append([]float32(nil), dst...)
 		Add(want, src)
 		wantSS := SumSquares(want)
-		ss := AddSumSquares(dst, src)
-		if ss != wantSS || !slices.Equal(dst, want) {
-			t.Fatalf("n=%d: AddSumSquares %v, Add+SumSquares %v (or dst differs)", n, ss, wantSS)
+		for _, w := range []Workers{0, 1, 2, 3} { // the same bits on any number of goroutines
+			d := append([]float32(nil), dst...)
+			ss := w.AddSumSquares(d, src)
+			if ss != wantSS || !slices.Equal(d, want) {
+				t.Fatalf("n=%d workers=%d: AddSumSquares %v, Add+SumSquares %v (or dst differs)", n, w, ss, wantSS)
+			}
 		}
 	}
 }

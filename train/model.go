@@ -36,7 +36,31 @@ type model struct {
 	// ss is Σ grads² as the last backward's reduction left it, when ssValid.
 	ss      float64
 	ssValid bool
+	// red cuts the flat gradient into the ranges the lanes are reduced by, in
+	// offset order: one per matmul weight (the lanes reduce it inside their
+	// backward, see laneDone) and the embedding and norm gains between them
+	// (reduced after the lanes). redLM and redLayers point at the matmul ones.
+	red       []gradRange
+	redLM     *gradRange
+	redLayers []layerRanges
+	// ready holds the matmul ranges all lanes have written and none has yet
+	// reduced, in the order they became ready (ready[readyNext:] are left).
+	readyMu   sync.Mutex
+	ready     []*gradRange
+	readyNext int
 }
+
+// gradRange is a range of the flat gradient reduced over the lanes as a unit.
+type gradRange struct {
+	off, n  int
+	byLanes bool    // a matmul dW, reduced by a lane during the backward
+	done    int     // lanes that have written it in this backward (under readyMu)
+	reduced bool    // reduced in this backward
+	ss      float64 // Σ of its squares after the reduction
+}
+
+// layerRanges are the gradRanges of one block's matmul weights.
+type layerRanges struct{ qkv, o, gu, down *gradRange }
 
 // lane is one slice of the batch: B rows with their activations and, for
 // lanes after the first, a gradient buffer of their own.
@@ -152,10 +176,57 @@ func newModelLanes(cfg Config, B, T, lanes int) (*model, error) {
 		l.a = allocActs(cfg, l.B, T)
 		m.lanes = append(m.lanes, l)
 	}
+	m.initRanges()
 	hd := cfg.HeadDim()
 	m.cos, m.sin = make([]float32, T*hd/2), make([]float32, T*hd/2)
 	kernels.RoPETables(m.cos, m.sin, T, hd, cfg.RopeTheta)
 	return m, nil
+}
+
+// initRanges cuts the flat gradient into m.red: each matmul weight (q/k/v and
+// gate/up fused, as the products write them) is one range the lanes reduce,
+// everything else is gathered into the ranges between them.
+func (m *model) initRanges() {
+	lay := m.cfg.Layout()
+	type span struct {
+		off, n  int
+		byLanes bool
+	}
+	var spans []span
+	add := func(off, n int, byLanes bool) {
+		if k := len(spans) - 1; !byLanes && k >= 0 && !spans[k].byLanes && spans[k].off+spans[k].n == off {
+			spans[k].n += n // merge neighbouring small tensors
+			return
+		}
+		spans = append(spans, span{off, n, byLanes})
+	}
+	layers := make([][4]int, m.cfg.Layers) // span indexes of qkv, o, gu, down
+	add(lay[0].Offset, lay[0].Size(), false)
+	for l := 0; l < m.cfg.Layers; l++ {
+		i := 1 + 9*l
+		add(lay[i].Offset, lay[i].Size(), false)
+		layers[l][0] = len(spans)
+		add(lay[i+1].Offset, lay[i+4].Offset-lay[i+1].Offset, true)
+		layers[l][1] = len(spans)
+		add(lay[i+4].Offset, lay[i+4].Size(), true)
+		add(lay[i+5].Offset, lay[i+5].Size(), false)
+		layers[l][2] = len(spans)
+		add(lay[i+6].Offset, lay[i+8].Offset-lay[i+6].Offset, true)
+		layers[l][3] = len(spans)
+		add(lay[i+8].Offset, lay[i+8].Size(), true)
+	}
+	add(lay[len(lay)-2].Offset, lay[len(lay)-2].Size(), false)
+	lm := len(spans)
+	add(lay[len(lay)-1].Offset, lay[len(lay)-1].Size(), true)
+	m.red = make([]gradRange, len(spans))
+	for i, sp := range spans {
+		m.red[i].off, m.red[i].n, m.red[i].byLanes = sp.off, sp.n, sp.byLanes
+	}
+	m.redLM = &m.red[lm]
+	m.redLayers = make([]layerRanges, m.cfg.Layers)
+	for l, ix := range layers {
+		m.redLayers[l] = layerRanges{qkv: &m.red[ix[0]], o: &m.red[ix[1]], gu: &m.red[ix[2]], down: &m.red[ix[3]]}
+	}
 }
 
 // carve returns views of the tensors of flat (laid out as cfg.Layout()).
@@ -204,11 +275,12 @@ func (m *lane) matmul(out, inp, w []float32, N, IC, OC int, beta float32) {
 
 // matmulBackward: dinp (N, IC) = dout (N, OC) · w (overwritten);
 // dw (OC, IC) += doutᵀ · inp.
-func (m *lane) matmulBackward(dinp, dw, dout, inp, w []float32, N, IC, OC int) {
+func (m *lane) matmulBackward(md *model, r *gradRange, dinp, dw, dout, inp, w []float32, N, IC, OC int) {
 	if dinp != nil {
 		m.sgemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
 	}
 	m.sgemm(true, false, OC, IC, N, dout, OC, inp, IC, m.dwBeta, dw, IC)
+	md.laneDone(r, m.w)
 }
 
 func (m *lane) sgemm(ta, tb bool, M, N, K int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
@@ -241,19 +313,70 @@ func (m *model) forward(inputs, targets []int32, lossScale float32) (ce, obj flo
 // backward accumulates into m.grads the gradient of the objective whose
 // dlogits the last forward (with lossScale > 0) left in the lanes' logits —
 // or, after zeroGrads, writes it there. The lanes after the first always
-// write their own buffers, which are then added into m.grads in lane order.
+// write their own buffers, which are added into m.grads in lane order, range
+// by range: a matmul weight's range by whichever lane next finishes a
+// product once all lanes have written it (laneDone), which mostly is the lane
+// ahead, so the reduction fills its wait instead of following the lanes; the
+// rest after the lanes, on all cores. Every element gets the same float32
+// additions in the same order whichever goroutine does them, and Σ grads²
+// (for clipping) is summed over the ranges in offset order.
 func (m *model) backward(inputs []int32) {
+	for i := range m.red {
+		m.red[i].done, m.red[i].reduced = 0, false
+	}
+	m.ready, m.readyNext = m.ready[:0], 0
 	rows := len(inputs) / len(m.lanes)
 	m.eachLane(func(k int, l *lane) { l.backward(m, inputs[k*rows:(k+1)*rows], k > 0 || m.fresh) })
 	m.fresh = false
+	m.ssValid = len(m.lanes) > 1
+	if !m.ssValid {
+		return
+	}
+	m.ss = 0
+	for i := range m.red { // in offset order: the same sum on every machine
+		r := &m.red[i]
+		if r.byLanes && r.done != len(m.lanes) {
+			panic("train: a matmul gradient was not written by every lane")
+		}
+		if !r.reduced {
+			m.reduceRange(r, kernels.Workers(0))
+		}
+		m.ss += r.ss
+	}
+}
+
+// laneDone records that one lane has written its part of the gradient range
+// r, and reduces, on the lane's goroutine budget w, the oldest range all
+// lanes had written before (if any).
+func (m *model) laneDone(r *gradRange, w kernels.Workers) {
+	if len(m.lanes) == 1 {
+		return
+	}
+	var next *gradRange
+	m.readyMu.Lock()
+	if m.readyNext < len(m.ready) {
+		next = m.ready[m.readyNext]
+		m.readyNext++
+	}
+	if r.done++; r.done == len(m.lanes) {
+		m.ready = append(m.ready, r)
+	}
+	m.readyMu.Unlock()
+	if next != nil {
+		m.reduceRange(next, w)
+	}
+}
+
+// reduceRange adds the lanes' parts of r into m.grads in lane order and keeps
+// the sum of squares of the result in r.ss.
+func (m *model) reduceRange(r *gradRange, w kernels.Workers) {
+	dst := m.grads[r.off : r.off+r.n]
 	last := len(m.lanes) - 1
 	for k := 1; k < last; k++ {
-		kernels.Add(m.grads, m.lanes[k].grads)
+		w.Add(dst, m.lanes[k].grads[r.off:r.off+r.n])
 	}
-	m.ssValid = last > 0
-	if m.ssValid { // the last addition also yields Σ grads², for clipping
-		m.ss = kernels.AddSumSquares(m.grads, m.lanes[last].grads)
-	}
+	r.ss = w.AddSumSquares(dst, m.lanes[last].grads[r.off:r.off+r.n])
+	r.reduced = true
 }
 
 // gradSumSquares returns Σ grads²: from the last backward's reduction when
@@ -364,21 +487,21 @@ func (m *lane) backward(md *model, inputs []int32, write bool) {
 		}
 	}
 	C, F, H, KVH, hd, W := c.Dim, c.FFN, c.Heads, c.KVHeads, c.HeadDim(), c.qkvDim()
-	m.matmulBackward(a.dln, m.g.lm, a.logits, a.lnf, md.p.lm, N, C, c.Vocab)
+	m.matmulBackward(md, md.redLM, a.dln, m.g.lm, a.logits, a.lnf, md.p.lm, N, C, c.Vocab)
 	clear(a.dresid)
 	m.w.RMSNormBackward(a.dresid, m.g.lnf, a.dln, a.resid[c.Layers], md.p.lnf, a.rstdf, N, C)
 	for l := c.Layers - 1; l >= 0; l-- {
-		w, g := md.p.layers[l], m.g.layers[l]
+		w, g, r := md.p.layers[l], m.g.layers[l], md.redLayers[l]
 		// resid[l+1] = mid + h·downᵀ
-		m.matmulBackward(a.dh, g.down, a.dresid, a.h[l], w.down, N, F, C)
+		m.matmulBackward(md, r.down, a.dh, g.down, a.dresid, a.h[l], w.down, N, F, C)
 		m.w.SwiGLUBackward(a.dgu, a.dh, a.gu[l], N, F)
-		m.matmulBackward(a.dln, g.gu, a.dgu, a.ln2[l], w.gu, N, C, 2*F)
+		m.matmulBackward(md, r.gu, a.dln, g.gu, a.dgu, a.ln2[l], w.gu, N, C, 2*F)
 		m.w.RMSNormBackward(a.dresid, g.ln2, a.dln, a.mid[l], w.ln2, a.rstd2[l], N, C)
 		// mid = resid[l] + att·oᵀ
-		m.matmulBackward(a.datt, g.o, a.dresid, a.att[l], w.o, N, H*hd, C)
+		m.matmulBackward(md, r.o, a.datt, g.o, a.dresid, a.att[l], w.o, N, H*hd, C)
 		m.w.AttentionBackward(a.dqkv, a.datt, a.att[l], a.lse[l], a.qkv[l], m.B, md.T, H, KVH, hd)
 		m.w.RoPEBackward(a.dqkv, md.cos, md.sin, m.B, md.T, H+KVH, hd, W)
-		m.matmulBackward(a.dln, g.qkv, a.dqkv, a.ln1[l], w.qkv, N, C, W)
+		m.matmulBackward(md, r.qkv, a.dln, g.qkv, a.dqkv, a.ln1[l], w.qkv, N, C, W)
 		m.w.RMSNormBackward(a.dresid, g.ln1, a.dln, a.resid[l], w.ln1, a.rstd1[l], N, C)
 	}
 	for n, tok := range inputs { // embedding: serial, so repeated tokens add in a fixed order

@@ -110,6 +110,55 @@ func TestModelGradientCheck(t *testing.T) {
 	}
 }
 
+// TestLaneReduction: the gradient ranges tile the flat gradient with one
+// range per matmul weight; after a two-lane backward, m.grads is lane 0's
+// gradient plus lane 1's, element by element, whichever lane reduced a range
+// (lane 0's alone comes from a one-lane model on its rows), and the Σ grads²
+// the ranges kept is that of the result.
+func TestLaneReduction(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	c, B, T := gradCfg, 4, 6
+	two, err := newModelLanes(c, B, T, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, _ := newModelLanes(c, B/2, T, 1)
+	off, byLanes := 0, 0
+	for _, rg := range two.red {
+		if rg.off != off || rg.n <= 0 {
+			t.Fatalf("range at %d (n=%d), want one at %d", rg.off, rg.n, off)
+		}
+		off += rg.n
+		if rg.byLanes {
+			byLanes++
+		}
+	}
+	if off != len(two.grads) || byLanes != 4*c.Layers+1 {
+		t.Fatalf("ranges cover %d of %d floats, %d reduced by lanes (want %d)", off, len(two.grads), byLanes, 4*c.Layers+1)
+	}
+	randParams(r, c, two.params)
+	copy(half.params, two.params)
+	in, tg := randTokens(r, B*T, c.Vocab), randTokens(r, B*T, c.Vocab)
+	scale := float32(1.0 / float64(B*T))
+	for round := 0; round < 3; round++ { // the lanes race differently each time
+		two.zeroGrads()
+		two.forward(in, tg, scale)
+		two.backward(in)
+		half.zeroGrads()
+		half.forward(in[:B/2*T], tg[:B/2*T], scale)
+		half.backward(in[:B/2*T])
+		for i, g := range two.grads {
+			if want := half.grads[i] + two.lanes[1].grads[i]; math.Float32bits(g) != math.Float32bits(want) {
+				t.Fatalf("round %d: grads[%d] = %v, want lane 0's %v + lane 1's %v = %v", round, i, g, half.grads[i], two.lanes[1].grads[i], want)
+			}
+		}
+		ss, want := two.gradSumSquares(), kernels.SumSquares(two.grads)
+		if !two.ssValid || math.Abs(ss-want) > 1e-12*want {
+			t.Fatalf("round %d: Σ grads² %v from the ranges (valid %v), %v by a pass", round, ss, two.ssValid, want)
+		}
+	}
+}
+
 // TestLanesMatchOneLane: two lanes give the one-lane loss and gradient up to
 // rounding (only the order of the per-token sums differs), over two
 // accumulated micro-batches; zeroGrads gives the bits of clearing.
