@@ -217,32 +217,29 @@ func (svc *AllReduceService) disconnected(n network.Network, c network.Conn) {
 	if n.Connectedness(p) == network.Connected {
 		return
 	}
+	for _, t := range svc.attemptsFromLeft(p) {
+		t.leftGone(fmt.Errorf("p2p: all-reduce: left neighbour %s disconnected", p))
+	}
+}
+
+// attemptsFromLeft returns the running attempts whose left neighbour is p.
+func (svc *AllReduceService) attemptsFromLeft(p peer.ID) []*RingTransport {
 	svc.mu.Lock()
+	defer svc.mu.Unlock()
 	var hit []*RingTransport
 	for _, t := range svc.attempts {
 		if t.left == p {
 			hit = append(hit, t)
 		}
 	}
-	svc.mu.Unlock()
-	for _, t := range hit {
-		t.leftGone(fmt.Errorf("p2p: all-reduce: left neighbour %s disconnected", p))
-	}
+	return hit
 }
 
 // leftAborted handles a stream from p reset with an abort code before its
 // hello could be read: the attempts whose left neighbour is p fail naming
 // the member the code names.
 func (svc *AllReduceService) leftAborted(p peer.ID, code network.StreamErrorCode) {
-	svc.mu.Lock()
-	var hit []*RingTransport
-	for _, t := range svc.attempts {
-		if t.left == p {
-			hit = append(hit, t)
-		}
-	}
-	svc.mu.Unlock()
-	for _, t := range hit {
+	for _, t := range svc.attemptsFromLeft(p) {
 		if r := int(code - arCodeAbort); r < len(t.spec.Members) {
 			t.leftGone(&mesh.PeerError{Rank: r, Relayed: true,
 				Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, p, t.spec.Members[r])})
