@@ -244,10 +244,7 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.
 		}
 		members[i] = pid
 	}
-	cfg := mesh.AllReduceConfig{Shards: n.cfg.Shards, ErrorFeedback: n.cfg.ErrorFeedback}
-	if n.cfg.FP32 {
-		cfg.Codec = mesh.CodecFP32
-	}
+	cfg := allReduceConfig(n.cfg)
 	if err := cfg.Validate(); err != nil {
 		return p2p.RingStats{}, err
 	}

@@ -131,34 +131,35 @@ func workerID(id peer.ID) uint64 {
 	return binary.LittleEndian.Uint64(s[:8])
 }
 
-// trainOptions returns the training options of this node's model.
-func (n *Node) trainOptions() (train.Options, error) {
-	opts, err := train.DefaultOptions(n.cfg.Preset)
+// trainOptions returns the training options of a node running cfg whose
+// peer id is self.
+func trainOptions(cfg Config, self peer.ID) (train.Options, error) {
+	opts, err := train.DefaultOptions(cfg.Preset)
 	if err != nil {
 		return opts, fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
-	if n.cfg.ConfigFile != "" {
-		c, err := train.LoadConfig(n.cfg.ConfigFile)
+	if cfg.ConfigFile != "" {
+		c, err := train.LoadConfig(cfg.ConfigFile)
 		if err != nil {
 			return opts, err
 		}
 		opts.Model = c
 		opts.Seq = min(opts.Seq, c.SeqLen)
 	}
-	opts.Seed = n.cfg.Seed
+	opts.Seed = cfg.Seed
 	if opts.Seed == 0 {
-		opts.Seed = runSeed(n.cfg.Run)
+		opts.Seed = runSeed(cfg.Run)
 	}
-	opts.Worker = workerID(n.host.ID())
-	if n.cfg.MaxOuterSteps > 0 {
+	opts.Worker = workerID(self)
+	if cfg.MaxOuterSteps > 0 {
 		// Let the schedule's decay end with the run.
-		opts.TotalSteps = max(int(n.cfg.MaxOuterSteps)*n.cfg.InnerSteps, opts.WarmupSteps+1)
+		opts.TotalSteps = max(int(cfg.MaxOuterSteps)*cfg.InnerSteps, opts.WarmupSteps+1)
 	}
 	return opts, opts.Validate()
 }
 
 func (n *Node) initModel() error {
-	opts, err := n.trainOptions()
+	opts, err := trainOptions(n.cfg, n.host.ID())
 	if err != nil {
 		return err
 	}

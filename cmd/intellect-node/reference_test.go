@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// TestNetworkMatchesReference runs DiLoCo on three real node processes and
+// in-process (train.RunDiLoCo with the in-memory ring of the same order and
+// codec): every outer step's global model must have the same hash. This pins
+// down the whole path — data streams by peer id, the schedule, pseudo-
+// gradient weights, the int8 all-reduce, the outer step — against plain
+// in-process code.
+func TestNetworkMatchesReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process e2e test")
+	}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		cfg   func(*node.Config)
+	}{
+		{"int8", nil, func(*node.Config) {}},
+		{"fp32-plain", []string{"--fp32", "--outer-lr", "1.3", "--outer-momentum", "0"},
+			func(c *node.Config) { c.FP32, c.OuterLR, c.OuterMomentum = true, 1.3, 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkReference(t, tc.flags, tc.cfg) })
+	}
+}
+
+func checkReference(t *testing.T, flags []string, set func(*node.Config)) {
+	const nodes, inner, steps = 3, 4, 3
+	homes := make([]string, nodes)
+	ids := make([]peer.ID, nodes)
+	for i := range homes {
+		homes[i] = t.TempDir()
+		key, _, err := p2p.LoadOrCreateIdentity(homes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids[i], err = peer.IDFromPrivateKey(key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append([]string{"--run", "reference", "--preset", "tiny", "--inner-steps", fmt.Sprint(inner),
+		"--min-members", fmt.Sprint(nodes), "--max-outer-steps", fmt.Sprint(steps), "--ring-order", "sorted"}, flags...)
+	var ps []*proc
+	boot := ""
+	for i := range nodes {
+		a := args
+		if boot != "" {
+			a = append(append([]string{}, args...), "--bootstrap", boot)
+		}
+		ps = append(ps, startNode(t, fmt.Sprint("n", i), homes[i], a...))
+		if boot == "" {
+			boot = bootstrapAddr(t, ps[0])
+		}
+	}
+	cfg := node.Config{Run: "reference", Preset: "tiny", InnerSteps: inner, MaxOuterSteps: steps, Home: t.TempDir()}
+	set(&cfg)
+	sorted := slices.Clone(ids)
+	slices.SortFunc(sorted, func(a, b peer.ID) int { return strings.Compare(a.String(), b.String()) })
+	ref, err := node.ReferenceDiLoCo(cfg, sorted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	if _, err := train.RunDiLoCo(context.Background(), ref, train.DefaultSource(), func(r train.DiLoCoRecord) {
+		want = append(want, r.Hash)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("%s did not finish %d outer steps in time", p.name, steps)
+		}
+		if p.err != nil {
+			t.Fatalf("%s exited with %v", p.name, p.err)
+		}
+		h := byStep(readHistoryFile(t, p))
+		for s := uint64(1); s <= steps; s++ {
+			r, ok := h[s]
+			switch {
+			case !ok:
+				t.Errorf("%s: no record of outer step %d", p.name, s)
+			case r.Members != nodes:
+				t.Errorf("%s: step %d had a ring of %d members, want %d", p.name, s, r.Members, nodes)
+			case r.ModelHash != want[s-1]:
+				t.Errorf("%s: step %d model hash %.12s, reference %.12s", p.name, s, r.ModelHash, want[s-1])
+			}
+		}
+	}
+}
