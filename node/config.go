@@ -56,10 +56,14 @@ type Config struct {
 	// MaxOuterSteps, if > 0, makes the node leave gracefully after completing
 	// that outer step.
 	MaxOuterSteps uint64
-	// OuterLR and OuterMomentum are the Nesterov outer optimizer's settings.
-	// Defaults 0.7, and momentum 0.9 (0.5 with Overlap). Every member of a
-	// run must use the same.
-	OuterLR, OuterMomentum float32
+	// OuterLR is the outer optimizer's learning rate (> 0; default
+	// DefaultOuterLR). Every member of a run must use the same.
+	OuterLR float32
+	// OuterMomentum is the outer optimizer's Nesterov momentum μ in [0, 1);
+	// nil means DefaultOuterMomentum (DefaultOverlapOuterMomentum with
+	// Overlap). 0 is plain SGD on the averaged pseudo-gradient. Every member
+	// of a run must use the same.
+	OuterMomentum *float32
 	// Shards is the number of parallel rings (streams per neighbour) of the
 	// all-reduce. Default 4.
 	Shards int
@@ -93,6 +97,14 @@ type Config struct {
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// Defaults of the outer optimizer (docs/convergence.md has the sweeps they
+// come from).
+const (
+	DefaultOuterLR              = 0.7
+	DefaultOuterMomentum        = 0.9
+	DefaultOverlapOuterMomentum = 0.5 // one step late, 0.9 overshoots
+)
 
 // ErrBadConfig is wrapped by every configuration error.
 var ErrBadConfig = errors.New("node: bad config")
@@ -132,14 +144,12 @@ func (c *Config) Validate() error {
 	defInt(&c.CheckpointEvery, 10)
 	defInt(&c.KeepCheckpoints, 3)
 	if c.OuterLR == 0 {
-		c.OuterLR = 0.7
+		c.OuterLR = DefaultOuterLR
 	}
-	if c.OuterMomentum == 0 {
-		// One step late, momentum 0.9 overshoots: 0.5 measured within 0.4 %
-		// of the blocking loop at equal tokens (docs/convergence.md).
-		c.OuterMomentum = 0.9
+	if c.OuterMomentum == nil {
+		c.OuterMomentum = new(float32(DefaultOuterMomentum))
 		if c.Overlap {
-			c.OuterMomentum = 0.5
+			c.OuterMomentum = new(float32(DefaultOverlapOuterMomentum))
 		}
 	}
 	if c.RingOrder == "" {
@@ -158,8 +168,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: --min-members must be ≥ 1, got %d", ErrBadConfig, c.MinMembers)
 	case c.Shards < 1 || c.Shards > 64:
 		return fmt.Errorf("%w: shards must be in 1..64, got %d", ErrBadConfig, c.Shards)
-	case c.OuterLR <= 0 || c.OuterMomentum < 0 || c.OuterMomentum >= 1:
-		return fmt.Errorf("%w: outer lr %v momentum %v", ErrBadConfig, c.OuterLR, c.OuterMomentum)
+	case !(c.OuterLR > 0 && c.OuterLR <= 10) || !(*c.OuterMomentum >= 0 && *c.OuterMomentum < 1):
+		return fmt.Errorf("%w: outer lr %v (want (0, 10]), momentum %v (want [0, 1))", ErrBadConfig, c.OuterLR, *c.OuterMomentum)
 	case c.Tick < time.Millisecond:
 		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
 	case c.Device == "sim" && c.SimStep <= 0:

@@ -12,18 +12,24 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.InnerSteps != 20 || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != 0.7 || c.Tick != 100*time.Millisecond {
+	if c.InnerSteps != 20 || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != DefaultOuterLR || *c.OuterMomentum != DefaultOuterMomentum || c.Tick != 100*time.Millisecond {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	o := Config{Home: t.TempDir(), Overlap: true}
-	if err := o.Validate(); err != nil || o.OuterMomentum != 0.5 {
-		t.Fatalf("overlapped default momentum %v (%v), want 0.5", o.OuterMomentum, err)
+	if err := o.Validate(); err != nil || *o.OuterMomentum != 0.5 {
+		t.Fatalf("overlapped default momentum %v (%v), want 0.5", *o.OuterMomentum, err)
+	}
+	z := Config{Home: t.TempDir(), OuterMomentum: new(float32(0))}
+	if err := z.Validate(); err != nil || *z.OuterMomentum != 0 {
+		t.Fatalf("momentum 0 asked for, got %v (%v)", *z.OuterMomentum, err)
 	}
 	bad := []func(*Config){
+		func(c *Config) { c.OuterMomentum = new(float32(-0.1)) },
+		func(c *Config) { c.OuterLR = -1 },
 		func(c *Config) { c.InnerSteps = -1 },
 		func(c *Config) { c.MinMembers = -2 },
 		func(c *Config) { c.Shards = 65 },
-		func(c *Config) { c.OuterMomentum = 1 },
+		func(c *Config) { c.OuterMomentum = new(float32(1)) },
 		func(c *Config) { c.StatusAddr = "nonsense" },
 		func(c *Config) { c.RingOrder = "random" },
 		func(c *Config) { c.MaxSendRate = -1 },

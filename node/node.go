@@ -181,7 +181,7 @@ func (n *Node) initModel() error {
 			return err
 		}
 		n.theta0 = append([]float32(nil), n.engine.Params()...)
-		n.outer = train.NewOuter(len(n.theta0), n.cfg.OuterLR, n.cfg.OuterMomentum)
+		n.outer = train.NewOuter(len(n.theta0), n.cfg.OuterLR, *n.cfg.OuterMomentum)
 	}
 	n.params = int64(len(n.theta0))
 	n.hash = train.Hash(n.theta0)

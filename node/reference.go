@@ -27,7 +27,7 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 		return train.DiLoCoConfig{}, err
 	}
 	d := train.DiLoCoConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
-		OuterLR: cfg.OuterLR, OuterMomentum: cfg.OuterMomentum, Reduce: MeshReducer(allReduceConfig(cfg))}
+		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, Reduce: MeshReducer(allReduceConfig(cfg))}
 	for _, id := range members {
 		d.Workers = append(d.Workers, workerID(id))
 	}

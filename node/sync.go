@@ -168,7 +168,7 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 		return bad(err)
 	}
 	n.engine, n.theta0, n.step = eng, theta0, st.Step
-	n.outer = &train.Outer{LR: n.cfg.OuterLR, Momentum: n.cfg.OuterMomentum, V: v}
+	n.outer = &train.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: v}
 	n.log.Info("resumed from checkpoint", "dir", dir, "outer_step", st.Step)
 	return true, nil
 }

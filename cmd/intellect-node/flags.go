@@ -48,3 +48,23 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
+
+// optFloat32 is a float flag that remembers whether it was given, so that
+// 0 can be asked for where an absent flag means "the default".
+type optFloat32 struct{ p **float32 }
+
+func (o optFloat32) String() string {
+	if o.p == nil || *o.p == nil {
+		return ""
+	}
+	return fmt.Sprint(**o.p)
+}
+
+func (o optFloat32) Set(v string) error {
+	var f float32
+	if _, err := fmt.Sscan(v, &f); err != nil {
+		return fmt.Errorf("not a number: %q", v)
+	}
+	*o.p = &f
+	return nil
+}

@@ -31,7 +31,7 @@ func TestNetworkMatchesReference(t *testing.T) {
 	}{
 		{"int8", nil, func(*node.Config) {}},
 		{"fp32-plain", []string{"--fp32", "--outer-lr", "1.3", "--outer-momentum", "0"},
-			func(c *node.Config) { c.FP32, c.OuterLR, c.OuterMomentum = true, 1.3, 0 }},
+			func(c *node.Config) { c.FP32, c.OuterLR, c.OuterMomentum = true, 1.3, new(float32(0)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReference(t, tc.flags, tc.cfg) })
 	}

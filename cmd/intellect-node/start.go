@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,8 +30,9 @@ func runStart(args []string) error {
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
 	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps (applied one step late)")
 	fs.IntVar(&c.InnerSteps, "inner-steps", 20, "inner AdamW steps per outer step (H)")
-	outerLR := fs.Float64("outer-lr", 0.7, "outer (Nesterov) learning `rate`; every member must use the same")
-	outerMom := fs.Float64("outer-momentum", 0, "outer Nesterov `momentum`; 0: 0.9, or 0.5 with --overlap; every member must use the same")
+	outerLR := fs.Float64("outer-lr", node.DefaultOuterLR, "outer (Nesterov) learning `rate`; every member must use the same")
+	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` in [0, 1), 0 for none (default %v, %v with --overlap); every member must use the same",
+		node.DefaultOuterMomentum, node.DefaultOverlapOuterMomentum))
 	fs.IntVar(&c.MinMembers, "min-members", 1, "hold the first outer step until `N` members agree on a ring")
 	fs.Uint64Var(&c.MaxOuterSteps, "max-outer-steps", 0, "leave gracefully and exit after outer step `N` (0: run until stopped)")
 	fs.IntVar(&c.Shards, "shards", 4, "parallel rings (streams per neighbour) of the all-reduce")
@@ -44,7 +46,7 @@ func runStart(args []string) error {
 		return err
 	}
 	c.Bootstrap, c.Listen = boot, listen
-	c.OuterLR, c.OuterMomentum = float32(*outerLR), float32(*outerMom)
+	c.OuterLR = float32(*outerLR)
 	log, err := newLogger(os.Stderr, *level)
 	if err != nil {
 		return err
