@@ -206,12 +206,15 @@ func sub(s []float32, lo, hi int) []float32 {
 	return s[lo:hi]
 }
 
-// reduceAlone is the ring of one: the member's scaled vector, quantized once
-// like any reduced segment so that the result does not depend on k.
+// reduceAlone is the ring of one. Nothing crosses a wire, so nothing is
+// quantized whatever cfg.Codec says: the member keeps its exact (scaled)
+// vector plus any residual carried from earlier rings, checked for
+// non-finite values as the fp32 codec checks them. A lone node thus trains
+// exactly as it would without DiLoCo's averaging (outer lr 1, momentum 0).
 func reduceAlone(vec, residual []float32, scale float32, cfg AllReduceConfig) error {
 	var c coder
-	c.init(cfg.Codec)
-	payload := make([]byte, cfg.Codec.msgSize(min(cfg.ChunkElems, len(vec))))
+	c.init(CodecFP32)
+	payload := make([]byte, CodecFP32.msgSize(min(cfg.ChunkElems, len(vec))))
 	for lo := 0; lo < len(vec); lo += cfg.ChunkElems {
 		hi := min(lo+cfg.ChunkElems, len(vec))
 		x, res := vec[lo:hi], sub(residual, lo, hi)

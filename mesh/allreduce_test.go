@@ -475,3 +475,33 @@ func TestAllReduceErrorVsFP32(t *testing.T) {
 		}
 	}
 }
+
+// A ring of one keeps its vector exactly, int8 or not: nothing crosses a
+// wire. A residual carried from earlier rings is added once and cleared.
+func TestAllReduceAloneIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	vec := make([]float32, 5000)
+	for i := range vec {
+		vec[i] = float32(rng.NormFloat64()) * 1e-3
+	}
+	want := append([]float32(nil), vec...)
+	res := make([]float32, len(vec))
+	res[7] = 0.25
+	want[7] += 0.25
+	got := append([]float32(nil), vec...)
+	if _, err := AllReduce(context.Background(), nil, 0, []float32{20}, got, res, AllReduceConfig{ErrorFeedback: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("value %d: %v, want %v exactly", i, got[i], want[i])
+		}
+	}
+	if res[7] != 0 {
+		t.Errorf("residual not cleared: %v", res[7])
+	}
+	got[9] = float32(math.Inf(1))
+	if _, err := AllReduce(context.Background(), nil, 0, []float32{1}, got, nil, AllReduceConfig{}); !errors.Is(err, ErrNonFinite) {
+		t.Errorf("Inf alone: err %v, want ErrNonFinite", err)
+	}
+}
