@@ -163,15 +163,9 @@ func (n *Node) applyBackground(bg *background, ot *outerTimes, stash []float32) 
 	return nil
 }
 
-// eagerStart sets the engine's parameters (and n.start's source, params) to
-// S_{t+1} = G_t − lr·(Δ_t + μ·(μ·v_t + Δ_t)), from n.theta0 = G_t, n.delta =
-// Δ_t and the outer momentum v_t, without changing v. Element-wise float32
-// with explicit conversions, like train.Outer.Apply.
+// eagerStart sets params (the engine's parameters) to the eager start of
+// the next phase, S_{t+1} = G_t − lr·(Δ_t + μ·(μ·v_t + Δ_t)), from n.theta0 =
+// G_t, n.delta = Δ_t and the outer momentum v_t, without changing v.
 func (n *Node) eagerStart(params []float32) {
-	lr, mu := n.outer.LR, n.outer.Momentum
-	for i := range params {
-		d := n.delta[i]
-		v := float32(mu*n.outer.V[i]) + d
-		params[i] = n.theta0[i] - float32(lr*(d+float32(mu*v)))
-	}
+	n.outer.Eager(params, n.theta0, n.delta)
 }

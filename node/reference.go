@@ -16,7 +16,8 @@ import (
 
 // ReferenceDiLoCo returns the in-process DiLoCo run that a network of members
 // (in ring order, as `--ring-order sorted` orders them), each started with
-// cfg, performs in its first outer steps while the ring holds all of them.
+// cfg, performs in its first outer steps while the ring holds all of them,
+// blocking or overlapped (cfg.Overlap: lag 1).
 // cfg is validated (defaults filled) first.
 func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) {
 	if err := cfg.Validate(); err != nil {
@@ -28,6 +29,9 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 	}
 	d := train.DiLoCoConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, Reduce: MeshReducer(allReduceConfig(cfg))}
+	if cfg.Overlap {
+		d.Lag = 1
+	}
 	for _, id := range members {
 		d.Workers = append(d.Workers, workerID(id))
 	}

@@ -32,6 +32,12 @@ type DiLoCoConfig struct {
 	OuterLR, OuterMomentum float32
 	// Reduce averages the pseudo-gradients; nil is MeanReducer.
 	Reduce Reducer
+	// Lag is 0 (blocking: every phase starts from the new global model) or
+	// 1 (overlapped, node.Config.Overlap: the average of phase t is applied
+	// after phase t+1, which starts from the worker's eager step,
+	// Outer.Eager). Outer step t's record is then the global model after t
+	// averages, made after t+1 phases.
+	Lag int
 }
 
 // DiLoCoRecord is the state after one outer step.
@@ -66,6 +72,9 @@ func RunDiLoCo(ctx context.Context, cfg DiLoCoConfig, data Source, each func(DiL
 	if len(cfg.Workers) < 1 || cfg.Inner < 1 || cfg.Outer < 1 {
 		return nil, fmt.Errorf("%w: diloco: %d workers, inner %d, outer %d", ErrConfig, len(cfg.Workers), cfg.Inner, cfg.Outer)
 	}
+	if cfg.Lag != 0 && cfg.Lag != 1 {
+		return nil, fmt.Errorf("%w: diloco: lag %d, want 0 or 1", ErrConfig, cfg.Lag)
+	}
 	if !(cfg.OuterLR > 0) || !(cfg.OuterMomentum >= 0 && cfg.OuterMomentum < 1) {
 		return nil, fmt.Errorf("%w: diloco: outer lr %v, momentum %v", ErrConfig, cfg.OuterLR, cfg.OuterMomentum)
 	}
@@ -88,6 +97,7 @@ type diloco struct {
 	ws     []*Trainer
 	outer  *Outer
 	theta0 []float32
+	starts [][]float32 // each worker's start of the current phase
 	deltas [][]float32
 	avg    []float32
 }
@@ -96,47 +106,79 @@ func (d *diloco) run(ctx context.Context, each func(DiLoCoRecord)) ([]float32, e
 	n := len(d.ws[0].Params())
 	d.theta0 = append([]float32(nil), d.ws[0].Params()...)
 	d.avg = make([]float32, n)
+	d.starts = make([][]float32, len(d.ws))
 	d.deltas = make([][]float32, len(d.ws))
 	for i := range d.deltas {
 		d.deltas[i] = make([]float32, n)
+		d.starts[i] = append([]float32(nil), d.theta0...)
 	}
 	reduce := d.cfg.Reduce
 	if reduce == nil {
 		reduce = MeanReducer
 	}
 	weights := make([]float32, len(d.ws))
-	var tokens int64
-	for t := 1; t <= d.cfg.Outer; t++ {
-		loss, err := d.phase(ctx, weights, &tokens)
+	var tokens, folded int64
+	var loss float64
+	for t := 0; t < d.cfg.Outer+d.cfg.Lag; t++ {
+		l, err := d.phase(ctx, weights, &tokens)
 		if err != nil {
 			return nil, err
 		}
+		if d.cfg.Lag == 1 && t > 0 {
+			// The average of phase t−1 (in d.avg) becomes global model t.
+			d.outer.Apply(d.theta0, d.theta0, d.avg)
+			if err := d.record(t, folded, loss, each); err != nil {
+				return nil, err
+			}
+		}
+		folded, loss = tokens, l
 		if err := reduce(ctx, d.deltas, weights, d.avg); err != nil {
-			return nil, fmt.Errorf("train: diloco: reduce of outer step %d: %w", t, err)
+			return nil, fmt.Errorf("train: diloco: reduce of phase %d: %w", t+1, err)
 		}
-		d.outer.Apply(d.theta0, d.theta0, d.avg)
-		for _, w := range d.ws {
-			if err := w.SetParams(d.theta0); err != nil {
+		if d.cfg.Lag == 0 {
+			d.outer.Apply(d.theta0, d.theta0, d.avg)
+			for i := range d.starts {
+				copy(d.starts[i], d.theta0)
+			}
+			if err := d.record(t+1, folded, loss, each); err != nil {
 				return nil, err
 			}
+			continue
 		}
-		if each != nil {
-			ev, err := d.ws[0].Eval()
-			if err != nil {
-				return nil, err
-			}
-			each(DiLoCoRecord{Step: t, Tokens: tokens, EvalLoss: ev, Loss: loss, Hash: Hash(d.theta0)})
+		for i := range d.starts {
+			d.outer.Eager(d.starts[i], d.theta0, d.deltas[i])
 		}
 	}
 	return d.theta0, nil
 }
 
-// phase runs H inner steps on every worker from θ₀ and leaves each worker's
-// pseudo-gradient θ₀ − θᵢ in d.deltas[i] and its weight (inner steps done)
+// record reports global model t (d.theta0), which folds in `tokens`.
+func (d *diloco) record(t int, tokens int64, loss float64, each func(DiLoCoRecord)) error {
+	if each == nil {
+		return nil
+	}
+	w := d.ws[0]
+	keep := append([]float32(nil), w.Params()...)
+	if err := w.SetParams(d.theta0); err != nil {
+		return err
+	}
+	ev, err := w.Eval()
+	if err != nil {
+		return err
+	}
+	each(DiLoCoRecord{Step: t, Tokens: tokens, EvalLoss: ev, Loss: loss, Hash: Hash(d.theta0)})
+	return w.SetParams(keep)
+}
+
+// phase runs H inner steps on every worker from its start Sᵢ and leaves
+// each worker's pseudo-gradient Sᵢ − θᵢ in d.deltas[i] and its weight (inner steps done)
 // in weights[i]. It returns the workers' mean training loss.
 func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64) (float64, error) {
 	var loss float64
 	for i, w := range d.ws {
+		if err := w.SetParams(d.starts[i]); err != nil {
+			return 0, err
+		}
 		for range d.cfg.Inner {
 			if err := ctx.Err(); err != nil {
 				return 0, err
@@ -150,7 +192,7 @@ func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64) (f
 		}
 		p := w.Params()
 		for j := range p {
-			d.deltas[i][j] = d.theta0[j] - p[j]
+			d.deltas[i][j] = d.starts[i][j] - p[j]
 		}
 		weights[i] = float32(d.cfg.Inner)
 	}

@@ -111,3 +111,32 @@ func TestRunDiLoCoRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// With one worker and plain averaging, the overlapped schedule (lag 1)
+// trains continuously — each phase starts where the last ended — and its
+// global model t is the model after t phases: the blocking run's, up to
+// float32 rounding.
+func TestDiLoCoLagOneWorker(t *testing.T) {
+	o := testOptions(t)
+	o.GradAccum = 1
+	var blocking, lagged []float64
+	for lag, out := range []*[]float64{&blocking, &lagged} {
+		cfg := DiLoCoConfig{Options: o, Workers: []uint64{4}, Inner: 4, Outer: 4, OuterLR: 1, Lag: lag}
+		if _, err := RunDiLoCo(context.Background(), cfg, DefaultSource(), func(r DiLoCoRecord) {
+			*out = append(*out, r.EvalLoss)
+			if r.Step != len(*out) {
+				t.Errorf("lag %d: record %d has step %d", lag, len(*out), r.Step)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(lagged) != 4 {
+		t.Fatalf("lagged run recorded %d steps, want 4", len(lagged))
+	}
+	for i := range blocking {
+		if math.Abs(lagged[i]-blocking[i]) > 1e-4*blocking[i] {
+			t.Errorf("step %d: lagged eval %.6f, blocking %.6f", i+1, lagged[i], blocking[i])
+		}
+	}
+}
