@@ -7,7 +7,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short demo demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan wan-cleanup bench-convergence build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
+	fuzz bench-wan wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -121,9 +121,19 @@ bench-wan: build
 wan-cleanup:
 	$(GO) run ./cmd/wanbench cleanup
 
-# 4-node DiLoCo (blocking/overlapped int8, fp32, error feedback) vs 1 node with
-# a 4× batch at equal tokens, as real processes on 127.0.0.1 (docs/convergence.md).
+# DiLoCo with the shipped defaults for M = 2, 4, 8 against 1 node with the same
+# batch and 1 node with an M× batch (equal tokens), on the embedded corpus and
+# on Go's source as bytes, 3 seeds, in-process with the nodes' int8 ring
+# all-reduce (bit-identical to node processes: TestNetworkMatchesReference).
+# Resumable: runs already in docs/figures/convergence/results.jsonl are kept.
+# ≈ 2 h on 2 quiet cores; CONV_FLAGS='-m 4 -seeds 1' for a 15-minute subset.
+# docs/convergence.md.
 bench-convergence:
+	$(GO) run ./cmd/experiments bench -out docs/figures/convergence $(CONV_FLAGS)
+
+# The same comparison as real node processes on 127.0.0.1 (4 nodes: blocking
+# and overlapped int8, fp32, error feedback; 1 node with a 4× batch).
+bench-convergence-nodes:
 	$(GO) run ./cmd/experiments -out docs/figures
 
 clean:

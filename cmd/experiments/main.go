@@ -32,6 +32,14 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "sweep" || os.Args[1] == "bench") {
+		sub := map[string]func([]string) error{"sweep": sweepMain, "bench": benchMain}[os.Args[1]]
+		if err := sub(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "experiments %s: %v\n", os.Args[1], err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	flag.StringVar(&o.out, "out", "docs/figures", "directory for the CSV files and SVG plots")
 	flag.StringVar(&o.work, "work", "", "directory for node homes, logs and histories (default: a new temporary one)")

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/train"
+)
+
+// The convergence benchmark (make bench-convergence): DiLoCo with the
+// shipped defaults for M = 2, 4, 8 against both single-node baselines — one
+// node with the same batch and steps (1×), one node with an M× batch (equal
+// tokens) — on the embedded corpus and on real text, over several seeds.
+// Everything runs in this process through train.RunDiLoCo with the nodes'
+// int8 ring all-reduce (node.MeshReducer), which TestNetworkMatchesReference
+// holds bit-identical to real node processes. Results are appended to a
+// JSON-lines file as each run ends, so an interrupted benchmark resumes
+// where it stopped and the table and plots can be rebuilt without training.
+
+// benchOptions are the flags of `experiments bench`.
+type benchOptions struct {
+	out, results, preset  string
+	seeds, ms, corpora    string
+	steps, h, parallel    int
+	replot, fp32, dryPlan bool
+}
+
+func benchMain(args []string) error { return benchRun(args, os.Stdout, os.Stderr) }
+
+// benchRun is `experiments bench` with its table written to stdout and its
+// progress to stderr.
+func benchRun(args []string, stdout, stderr io.Writer) error {
+	var o benchOptions
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&o.out, "out", "docs/figures/convergence", "directory for results.jsonl, summary.md and the plots")
+	fs.StringVar(&o.results, "results", "", "results file (default OUT/results.jsonl); runs already in it are not run again")
+	fs.StringVar(&o.preset, "preset", "tiny", "model preset")
+	fs.StringVar(&o.seeds, "seeds", "1,2,3", "comma-separated seeds")
+	fs.StringVar(&o.ms, "m", "2,4,8", "comma-separated DiLoCo member counts M")
+	fs.StringVar(&o.corpora, "corpora", "default,gosrc", "comma-separated corpora: default (embedded arithmetic), gosrc (Go's source as bytes), or shard paths")
+	fs.IntVar(&o.steps, "steps", 600, "inner steps per node (the baselines' optimizer steps)")
+	fs.IntVar(&o.h, "h", 20, "inner steps per outer step (H)")
+	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
+	fs.BoolVar(&o.fp32, "fp32", true, "also run DiLoCo with an fp32 all-reduce for the largest M ≤ 4 (the int8 cost)")
+	fs.BoolVar(&o.replot, "replot", false, "do not train: rebuild summary and plots from the results file")
+	fs.BoolVar(&o.dryPlan, "plan", false, "print the runs that would be made and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.results == "" {
+		o.results = filepath.Join(o.out, "results.jsonl")
+	}
+	plan, err := benchPlan(o)
+	if err != nil {
+		return err
+	}
+	if !o.replot {
+		if err := runPlan(context.Background(), o, plan, stderr); err != nil {
+			return err
+		}
+	}
+	res, err := readResults(o.results)
+	if err != nil {
+		return err
+	}
+	return benchReport(o, plan, res, stdout)
+}
+
+// benchJob is one (corpus, seed, run) of the benchmark.
+type benchJob struct {
+	corpus string
+	seed   uint64
+	run    sweepRun
+}
+
+func (j benchJob) key() string { return fmt.Sprintf("%s|%d|%s", j.corpus, j.seed, j.run.Name) }
+
+// benchPlan lists the runs: for each corpus and seed, the 1× baseline, and
+// for each M the M× baseline and DiLoCo with the defaults (int8), plus fp32.
+func benchPlan(o benchOptions) ([]benchJob, error) {
+	seeds, err := parseSeeds(o.seeds)
+	if err != nil {
+		return nil, err
+	}
+	var ms []int
+	for _, f := range strings.Split(o.ms, ",") {
+		m, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || m < 2 || m > 64 {
+			return nil, fmt.Errorf("-m %q: want integers in 2..64", o.ms)
+		}
+		ms = append(ms, m)
+	}
+	runs := []sweepRun{singleRun(1, o.h)}
+	fp32M := 0
+	for _, m := range ms {
+		runs = append(runs, singleRun(m, o.h), defaultDiLoCo(m, o.h, "int8"))
+		if m <= 4 {
+			fp32M = m
+		}
+	}
+	if o.fp32 && fp32M > 0 {
+		runs = append(runs, defaultDiLoCo(fp32M, o.h, "fp32"), overlapDiLoCo(fp32M, o.h))
+	}
+	var plan []benchJob
+	for _, c := range strings.Split(o.corpora, ",") {
+		for _, s := range seeds {
+			for _, r := range runs {
+				plan = append(plan, benchJob{corpus: strings.TrimSpace(c), seed: s, run: r})
+			}
+		}
+	}
+	return plan, nil
+}
+
+func singleRun(k, h int) sweepRun {
+	return sweepRun{Name: fmt.Sprintf("single-%dx", k), Kind: "single", M: 1, K: k, H: h}
+}
+
+// defaultDiLoCo is DiLoCo as a node runs it by default.
+func defaultDiLoCo(m, h int, codec string) sweepRun {
+	r := sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
+		LR: node.DefaultOuterLR, Mu: node.DefaultOuterMomentum, Codec: codec}
+	return r
+}
+
+// overlapDiLoCo is DiLoCo as a node runs it with --overlap.
+func overlapDiLoCo(m, h int) sweepRun {
+	r := defaultDiLoCo(m, h, "int8")
+	r.Name, r.Lag, r.Mu = fmt.Sprintf("diloco-%d-int8-overlap", m), 1, node.DefaultOverlapOuterMomentum
+	return r
+}
+
+// runPlan runs the jobs not yet in the results file, appending each result.
+func runPlan(ctx context.Context, o benchOptions, plan []benchJob, log io.Writer) error {
+	done, err := readResults(o.results)
+	if err != nil {
+		return err
+	}
+	var todo []benchJob
+	for _, j := range plan {
+		if _, ok := done[j.key()]; !ok {
+			todo = append(todo, j)
+		}
+	}
+	fmt.Fprintf(log, "bench: %d runs, %d already in %s\n", len(plan), len(plan)-len(todo), o.results)
+	if o.dryPlan {
+		for _, j := range todo {
+			fmt.Fprintln(log, j.key())
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(o.results), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(o.results, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	srcs := map[string]train.Source{}
+	for _, j := range todo {
+		if srcs[j.corpus] == nil {
+			if srcs[j.corpus], err = openCorpus(j.corpus); err != nil {
+				return err
+			}
+		}
+	}
+	return forEachParallel(todo, o.parallel, func(j benchJob) (sweepResult, error) {
+		fmt.Fprintf(log, "bench: %s ...\n", j.key())
+		r, err := sweepOne(ctx, j.run, j.seed, o.preset, o.steps, srcs[j.corpus])
+		r.Data = j.corpus
+		return r, err
+	}, f)
+}
+
+// openCorpus opens a corpus by its bench name.
+func openCorpus(name string) (train.Source, error) {
+	path := name
+	if name == "gosrc" {
+		var err error
+		if path, err = goSourceShard(os.TempDir()); err != nil {
+			return nil, err
+		}
+	}
+	return train.OpenSource(path)
+}
+
+// maxResultsBytes bounds one line of the results file.
+const maxResultsBytes = 1 << 20
+
+// readResults reads a results file (missing: empty) keyed by benchJob.key.
+func readResults(path string) (map[string]sweepResult, error) {
+	out := map[string]sweepResult{}
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<16), maxResultsBytes)
+	for n := 1; sc.Scan(); n++ {
+		var r sweepResult
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if len(r.Eval) == 0 || len(r.Eval) != len(r.Tokens) || !(r.Final > 0) || !finite(r.Final) {
+			return nil, fmt.Errorf("%s:%d: incomplete result", path, n)
+		}
+		out[benchJob{corpus: r.Data, seed: r.Seed, run: r.Run}.key()] = r
+	}
+	return out, sc.Err()
+}
+
+// stat is the mean and range of one run's final loss over seeds.
+type stat struct {
+	mean, lo, hi float64
+	n            int
+	curve        []float64 // mean eval curve over the seeds
+}
+
+func statOf(rs []sweepResult) stat {
+	s := stat{lo: math.Inf(1), hi: math.Inf(-1), n: len(rs)}
+	for _, r := range rs {
+		s.mean += r.Final / float64(len(rs))
+		s.lo, s.hi = min(s.lo, r.Final), max(s.hi, r.Final)
+		if s.curve == nil {
+			s.curve = make([]float64, len(r.Eval))
+		}
+		for i := range min(len(s.curve), len(r.Eval)) {
+			s.curve[i] += r.Eval[i] / float64(len(rs))
+		}
+	}
+	return s
+}
+
+// benchReport writes summary.md and the plots, and the table to w.
+func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w io.Writer) error {
+	byRun := map[string][]sweepResult{} // corpus|run → results over seeds
+	var corpora []string
+	seen := map[string]bool{}
+	for _, j := range plan {
+		if r, ok := res[j.key()]; ok {
+			k := j.corpus + "|" + j.run.Name
+			byRun[k] = append(byRun[k], r)
+		}
+		if !seen[j.corpus] {
+			seen[j.corpus], corpora = true, append(corpora, j.corpus)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v), int8 ring all-reduce, H = %d, %d inner steps per node.\n\n",
+		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, o.h, o.steps)
+	b.WriteString("| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | seeds |\n|---|---|---|---|---|---|---|---|\n")
+	for _, c := range corpora {
+		one := statOf(byRun[c+"|single-1x"])
+		for _, m := range msOf(plan) {
+			big, dl := statOf(byRun[c+"|"+singleRun(m, o.h).Name]), statOf(byRun[c+"|"+defaultDiLoCo(m, o.h, "int8").Name])
+			if dl.n == 0 || big.n == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %d |\n", c, m, fmtStat(one), fmtStat(big), fmtStat(dl),
+				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), dl.n)
+		}
+		for _, m := range msOf(plan) {
+			fp, i8 := statOf(byRun[c+"|"+defaultDiLoCo(m, o.h, "fp32").Name]), statOf(byRun[c+"|"+defaultDiLoCo(m, o.h, "int8").Name])
+			if fp.n > 0 && i8.n > 0 {
+				fmt.Fprintf(&b, "\n%s, M = %d: int8 %s vs fp32 %s: **%s**\n", c, m, fmtStat(i8), fmtStat(fp), pct(i8.mean/fp.mean-1))
+			}
+			if ov := statOf(byRun[c+"|"+overlapDiLoCo(m, o.h).Name]); ov.n > 0 && i8.n > 0 {
+				fmt.Fprintf(&b, "\n%s, M = %d: overlapped %s vs blocking %s: **%s**\n", c, m, fmtStat(ov), fmtStat(i8), pct(ov.mean/i8.mean-1))
+			}
+		}
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "summary.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	for _, c := range corpora {
+		p := benchPlot(c, o, plan, byRun)
+		name := filepath.Join(o.out, "eval-"+corpusFile(c)+".svg")
+		if err := writeFile(name, p.writeSVG); err != nil {
+			return err
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func msOf(plan []benchJob) []int {
+	seen := map[int]bool{}
+	var ms []int
+	for _, j := range plan {
+		if j.run.Kind == "diloco" && !seen[j.run.M] {
+			seen[j.run.M], ms = true, append(ms, j.run.M)
+		}
+	}
+	sort.Ints(ms)
+	return ms
+}
+
+func fmtStat(s stat) string {
+	if s.n == 0 {
+		return "—"
+	}
+	if s.n == 1 {
+		return fmt.Sprintf("%.4f", s.mean)
+	}
+	return fmt.Sprintf("%.4f [%.4f–%.4f]", s.mean, s.lo, s.hi)
+}
+
+func corpusFile(c string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '_'
+	}, strings.TrimSuffix(filepath.Base(c), train.ShardExt))
+}
+
+// benchPlot draws the mean eval curves of corpus c against inner steps per
+// node: the baselines dashed, DiLoCo solid, one colour per M.
+func benchPlot(c string, o benchOptions, plan []benchJob, byRun map[string][]sweepResult) plot {
+	colors := map[int]string{1: "#7f7f7f", 2: "#2ca02c", 4: "#1f77b4", 8: "#d62728", 16: "#9467bd"}
+	p := plot{Title: fmt.Sprintf("Held-out loss, %s (mean over seeds)", c), XLabel: "inner steps per node",
+		YLabel: "eval loss", XMin: float64(o.steps) / 10}
+	add := func(label, color, run string, dashed bool) {
+		s := statOf(byRun[c+"|"+run])
+		if s.n == 0 {
+			return
+		}
+		l := line{Label: label, Color: color, Dashed: dashed}
+		for i, y := range s.curve {
+			l.X, l.Y = append(l.X, float64((i+1)*o.h)), append(l.Y, y)
+		}
+		p.Lines = append(p.Lines, l)
+	}
+	add("1 node, 1× batch", colors[1], "single-1x", true)
+	for _, m := range msOf(plan) {
+		add(fmt.Sprintf("1 node, %d× batch", m), colors[m], singleRun(m, o.h).Name, true)
+		add(fmt.Sprintf("DiLoCo ×%d (int8)", m), colors[m], defaultDiLoCo(m, o.h, "int8").Name, false)
+	}
+	return p
+}
+
+// forEachParallel runs fn over jobs, n at a time, writing each result as a
+// JSON line to w as it ends; the failures are returned after all ended.
+func forEachParallel(jobs []benchJob, n int, fn func(benchJob) (sweepResult, error), w io.Writer) error {
+	ch := make(chan benchJob)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range max(n, 1) {
+		wg.Go(func() {
+			for j := range ch {
+				r, err := fn(j)
+				mu.Lock()
+				if err == nil {
+					b, _ := json.Marshal(r)
+					_, err = fmt.Fprintf(w, "%s\n", b)
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", j.key(), err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, j := range jobs {
+		ch <- j
+	}
+	close(ch)
+	wg.Wait()
+	return errors.Join(errs...)
+}
