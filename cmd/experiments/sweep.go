@@ -30,15 +30,15 @@ import (
 // sweepRun is one configuration of a sweep.
 type sweepRun struct {
 	Name    string  `json:"name"`
-	Kind    string  `json:"kind"`     // "single" or "diloco"
-	M       int     `json:"m"`        // DiLoCo workers
-	K       int     `json:"k"`        // single: gradient-accumulation factor (batch multiple)
-	H       int     `json:"h"`        // inner steps per outer step
-	LR      float32 `json:"outer_lr"` // DiLoCo outer learning rate
-	Mu      float32 `json:"outer_mu"` // DiLoCo outer momentum
-	InnerLR float64 `json:"inner_lr"` // 0: the preset's
+	Kind    string  `json:"kind"`          // "single" or "diloco"
+	M       int     `json:"m"`             // DiLoCo workers
+	K       int     `json:"k"`             // single: gradient-accumulation factor (batch multiple)
+	H       int     `json:"h"`             // inner steps per outer step
+	LR      float32 `json:"outer_lr"`      // DiLoCo outer learning rate
+	Mu      float32 `json:"outer_mu"`      // DiLoCo outer momentum
+	InnerLR float64 `json:"inner_lr"`      // 0: the preset's
 	Lag     int     `json:"lag,omitempty"` // 1: overlapped (node --overlap)
-	Codec   string  `json:"codec"`    // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce)
+	Codec   string  `json:"codec"`         // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce)
 }
 
 // sweepResult is one run of one seed.
@@ -51,7 +51,7 @@ type sweepResult struct {
 	// Final is the held-out loss of the final model on finalEvalBatches
 	// batches (8× the curve's): the figure runs are compared by.
 	Final float64 `json:"final"`
-	Secs   float64   `json:"secs"`
+	Secs  float64 `json:"secs"`
 }
 
 func sweepMain(args []string) error {
