@@ -12,16 +12,18 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.InnerSteps != 20 || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != DefaultOuterLR || *c.OuterMomentum != DefaultOuterMomentum || c.Tick != 100*time.Millisecond {
+	if c.InnerSteps != DefaultInnerSteps || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != DefaultOuterLR || *c.OuterMomentum != DefaultOuterMomentum || c.Tick != 100*time.Millisecond {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	o := Config{Home: t.TempDir(), Overlap: true}
-	if err := o.Validate(); err != nil || *o.OuterMomentum != 0.5 {
-		t.Fatalf("overlapped default momentum %v (%v), want 0.5", *o.OuterMomentum, err)
+	if err := o.Validate(); err != nil || *o.OuterMomentum != DefaultOverlapOuterMomentum {
+		t.Fatalf("overlapped default momentum %v (%v), want %v", *o.OuterMomentum, err, DefaultOverlapOuterMomentum)
 	}
-	z := Config{Home: t.TempDir(), OuterMomentum: new(float32(0))}
-	if err := z.Validate(); err != nil || *z.OuterMomentum != 0 {
-		t.Fatalf("momentum 0 asked for, got %v (%v)", *z.OuterMomentum, err)
+	for _, mu := range []float32{0, 0.9} {
+		z := Config{Home: t.TempDir(), OuterMomentum: new(mu)}
+		if err := z.Validate(); err != nil || *z.OuterMomentum != mu {
+			t.Fatalf("momentum %v asked for, got %v (%v)", mu, *z.OuterMomentum, err)
+		}
 	}
 	bad := []func(*Config){
 		func(c *Config) { c.OuterMomentum = new(float32(-0.1)) },

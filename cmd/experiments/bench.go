@@ -52,7 +52,7 @@ func benchRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ms, "m", "2,4,8", "comma-separated DiLoCo member counts M")
 	fs.StringVar(&o.corpora, "corpora", "default,gosrc", "comma-separated corpora: default (embedded arithmetic), gosrc (Go's source as bytes), or shard paths")
 	fs.IntVar(&o.steps, "steps", 600, "inner steps per node (the baselines' optimizer steps)")
-	fs.IntVar(&o.h, "h", 20, "inner steps per outer step (H)")
+	fs.IntVar(&o.h, "h", node.DefaultInnerSteps, "inner steps per outer step (H)")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
 	fs.BoolVar(&o.fp32, "fp32", true, "also run DiLoCo with an fp32 all-reduce for the largest M ≤ 4 (the int8 cost)")
 	fs.BoolVar(&o.replot, "replot", false, "do not train: rebuild summary and plots from the results file")
