@@ -22,7 +22,7 @@ var pageHTML []byte
 //	GET /v1/status   Status
 //	GET /v1/peers    []PeerStatus
 //	GET /v1/history  []OuterRecord
-//	GET /metrics     Prometheus text format
+//	GET /metrics     Prometheus exposition (node/metrics.go)
 //	GET /            web page with plots of loss, members and sync time
 //
 // Requests whose Host or Origin is not local are rejected (DNS rebinding and
@@ -34,7 +34,7 @@ type api struct {
 	ln  net.Listener
 }
 
-func newAPI(addr string, b *board, log *slog.Logger) (*api, error) {
+func newAPI(addr string, b *board, metrics http.Handler, log *slog.Logger) (*api, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("node: status API listen %s: %w", addr, err)
@@ -44,7 +44,7 @@ func newAPI(addr string, b *board, log *slog.Logger) (*api, error) {
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.b.snapshot()) })
 	mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.b.peerList()) })
 	mux.HandleFunc("GET /v1/history", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, a.b.historyList()) })
-	mux.HandleFunc("GET /metrics", a.metrics)
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(pageHTML)
@@ -109,23 +109,4 @@ func isLocalHost(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func (a *api) metrics(w http.ResponseWriter, r *http.Request) {
-	s := a.b.snapshot()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	m := func(name, help string, v float64) {
-		fmt.Fprintf(w, "# HELP intellect_%s %s\n# TYPE intellect_%s gauge\nintellect_%s %g\n", name, help, name, name, v)
-	}
-	m("outer_step", "Outer steps completed.", float64(s.OuterStep))
-	m("inner_step", "Inner step within the current outer step.", float64(s.InnerStep))
-	m("members", "Members of the last ring.", float64(len(s.Members)))
-	m("loss", "Training loss of the last inner step.", s.Loss)
-	m("eval_loss", "Held-out loss of the global model after the last outer step.", s.EvalLoss)
-	m("tokens_per_second", "Training throughput of this node.", s.TokensPerSec)
-	m("compute_utilization", "Compute time over wall time.", s.ComputeUtilization)
-	m("bytes_sent_total", "Bytes sent on all protocols.", float64(s.BytesSent))
-	m("bytes_received_total", "Bytes received on all protocols.", float64(s.BytesReceived))
-	m("allreduce_seconds", "Duration of the last all-reduce.", s.LastAllReduceSec)
-	m("uptime_seconds", "Seconds since the node started.", s.UptimeSec)
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestIsLocalHost(t *testing.T) {
@@ -29,7 +31,8 @@ func TestAPIServesAndRejectsNonLocal(t *testing.T) {
 	b := &board{}
 	b.update(func(s *Status) { s.PeerID = "12D3KooWtest"; s.OuterStep = 7; s.Members = []string{"a", "b"} })
 	b.record(OuterRecord{Step: 7, Loss: 1.5})
-	a, err := newAPI("127.0.0.1:0", b, slog.New(slog.DiscardHandler))
+	met := newMetrics(prometheus.NewRegistry(), b, nil)
+	a, err := newAPI("127.0.0.1:0", b, met.handler(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +52,8 @@ func TestAPIServesAndRejectsNonLocal(t *testing.T) {
 		t.Fatalf("history = %+v", h)
 	}
 	body := get(t, cl, base+"/metrics", nil, http.StatusOK)
-	if !strings.Contains(body, "intellect_outer_step 7") {
-		t.Fatalf("metrics missing outer step:\n%s", body)
+	if !strings.Contains(body, "intellect_outer_step 7") || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("metrics missing outer step or Go runtime:\n%s", body)
 	}
 	if page := get(t, cl, base+"/", nil, http.StatusOK); !strings.Contains(page, "<canvas") {
 		t.Fatal("web page has no plots")
@@ -102,5 +105,28 @@ func TestHistoryRoundTrip(t *testing.T) {
 	os.WriteFile(filepath.Join(home, HistoryFile), []byte("{\"step\":1}\nnot json\n"), 0o600)
 	if _, err := ReadHistory(home); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("corrupt history: err = %v, want one naming line 2", err)
+	}
+}
+
+// A lone node has no peers and no history: the API answers [] (the page
+// iterates over it), not null.
+func TestAPIEmptyListsAreArrays(t *testing.T) {
+	b := &board{}
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.serve()
+	defer a.close(context.Background())
+	cl := &http.Client{Timeout: 5 * time.Second}
+	for _, path := range []string{"/v1/peers", "/v1/history"} {
+		if body := strings.TrimSpace(get(t, cl, "http://"+a.Addr()+path, nil, http.StatusOK)); body != "[]" {
+			t.Errorf("%s = %q, want []", path, body)
+		}
+	}
+	var s map[string]any
+	getJSON(t, cl, "http://"+a.Addr()+"/v1/status", &s)
+	if s["members"] == nil || s["addrs"] == nil {
+		t.Errorf("status has null lists: members %v addrs %v", s["members"], s["addrs"])
 	}
 }

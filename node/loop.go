@@ -224,6 +224,7 @@ func (n *Node) reduce(ctx context.Context, t uint64, src []float32, attempts *in
 			return reduceResult{}, nil, ctx.Err()
 		}
 		bad := n.culprit(r, err)
+		n.met.arFailures.WithLabelValues(failureCause(err)).Inc()
 		n.log.Warn("all-reduce failed", "step", t+1, "ring", r.ID, "members", len(r.Members), "culprit", bad, "err", err)
 		n.mesh(func(m *mesh.Mesh) { m.ReportFailure(t, bad) })
 	}
@@ -343,6 +344,7 @@ func (n *Node) finishOuter(ot outerTimes, res reduceResult, arTime time.Duration
 		rec.Loss = ot.loss / float64(ot.losses)
 	}
 	n.board.record(rec)
+	n.met.outerDone(wall, arTime, ot.attempts)
 	members := make([]string, len(res.ring.Members))
 	for i, id := range res.ring.Members {
 		members[i] = string(id)

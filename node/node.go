@@ -16,6 +16,7 @@ import (
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Node is one member of a training network. Create it with New, then Run it.
@@ -31,6 +32,7 @@ type Node struct {
 	data   train.Source
 	board  board
 	api    *api
+	met    *metrics
 	self   mesh.PeerID
 
 	// The training goroutine owns everything below (and outer).
@@ -91,18 +93,21 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxSendRate > 0 {
 		n.sendRate = newSendLimiter(cfg.MaxSendRate)
 	}
+	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{
 		Home:      cfg.Home,
 		Listen:    cfg.Listen,
 		Bootstrap: cfg.Bootstrap,
 		Run:       cfg.Run,
 		Logger:    cfg.Logger,
+		Metrics:   reg,
 	})
 	if err != nil {
 		return nil, err
 	}
 	n.host = h
 	n.self = mesh.PeerID(h.ID().String())
+	n.met = newMetrics(reg, &n.board, h.Bandwidth)
 	if err := n.initModel(); err != nil {
 		h.Close()
 		return nil, err
@@ -291,7 +296,7 @@ func (n *Node) start(ctx context.Context) error {
 		s.ModelHash, s.StartedAt, s.State = n.hash, time.Now(), "starting"
 	})
 	if n.cfg.StatusAddr != "off" {
-		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.log); err != nil {
+		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.log); err != nil {
 			return err
 		}
 		addrFile := filepath.Join(n.cfg.Home, "api.addr")

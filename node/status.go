@@ -92,8 +92,8 @@ func (b *board) snapshot() Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.status
-	s.Addrs = append([]string(nil), s.Addrs...)
-	s.Members = append([]string(nil), s.Members...)
+	s.Addrs = append([]string{}, s.Addrs...)
+	s.Members = append([]string{}, s.Members...)
 	if s.Download != nil {
 		d := *s.Download
 		s.Download = &d
@@ -110,10 +110,12 @@ func (b *board) setPeers(p []PeerStatus) {
 	b.mu.Unlock()
 }
 
+// peerList returns a copy of the peers, never nil: the API serves an empty
+// table as [] (the page and clients iterate over it).
 func (b *board) peerList() []PeerStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]PeerStatus(nil), b.peers...)
+	return append([]PeerStatus{}, b.peers...)
 }
 
 func (b *board) record(r OuterRecord) {
@@ -125,8 +127,9 @@ func (b *board) record(r OuterRecord) {
 	b.mu.Unlock()
 }
 
+// historyList returns a copy of the history, never nil.
 func (b *board) historyList() []OuterRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]OuterRecord(nil), b.history...)
+	return append([]OuterRecord{}, b.history...)
 }

@@ -52,6 +52,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		n.met.fetchFailures.WithLabelValues("download").Inc()
 		n.log.Warn("model fetch failed; the mesh picks donors again", "step", f.Step, "err", err)
 		n.mesh((*mesh.Mesh).SyncFailed)
 		return nil
@@ -64,6 +65,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		err = errors.New("hash mismatch after verification")
 	}
 	if err != nil {
+		n.met.fetchFailures.WithLabelValues("unusable").Inc()
 		n.log.Error("fetched model unusable", "step", f.Step, "err", err)
 		n.mesh((*mesh.Mesh).SyncFailed)
 		return nil
@@ -75,6 +77,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	step, hash := n.step, n.hash
 	n.mesh(func(m *mesh.Mesh) { m.Synced(step, hash) })
 	n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
+	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
 	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
 	return nil
 }
@@ -101,6 +104,18 @@ type nodeState struct {
 
 // saveCheckpoint writes a durable checkpoint of the current outer step.
 func (n *Node) saveCheckpoint() error {
+	start := time.Now()
+	err := n.writeCheckpoint()
+	if err != nil {
+		n.met.ckptFailures.Inc()
+		return err
+	}
+	n.met.ckptSeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// writeCheckpoint writes the checkpoint of the current step.
+func (n *Node) writeCheckpoint() error {
 	root := filepath.Join(n.cfg.Home, checkpointDir)
 	name := fmt.Sprintf("%s%08d", train.CheckpointPrefix, n.step)
 	return train.WriteDirAtomic(root, name, func(tmp string) error {

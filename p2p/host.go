@@ -26,6 +26,7 @@ import (
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultPort is the TCP port a node listens on when Config.Listen is empty.
@@ -88,6 +89,9 @@ type Config struct {
 	PSK []byte
 	// Logger receives the host's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics, if set, receives libp2p's own Prometheus metrics (swarm,
+	// identify, resource manager); nil disables them.
+	Metrics prometheus.Registerer
 
 	// ConnsLow and ConnsHigh are the connection manager's water marks: above
 	// High it trims connections down to Low, sparing protected (ring) peers
@@ -296,7 +300,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	if err != nil {
 		return fmt.Errorf("p2p: connection manager: %w", err)
 	}
-	rm, err := newResourceManager()
+	rm, err := newResourceManager(h.cfg.Metrics)
 	if err != nil {
 		return err
 	}
@@ -312,7 +316,11 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 		libp2p.BandwidthReporter(h.bw),
 		libp2p.Ping(true),
 		libp2p.UserAgent("intellect-node"),
-		libp2p.DisableMetrics(),
+	}
+	if h.cfg.Metrics != nil {
+		opts = append(opts, libp2p.PrometheusRegisterer(h.cfg.Metrics))
+	} else {
+		opts = append(opts, libp2p.DisableMetrics())
 	}
 	if h.cfg.PSK != nil {
 		opts = append(opts, libp2p.PrivateNetwork(pnet.PSK(h.cfg.PSK)))
@@ -339,10 +347,20 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 // newResourceManager applies libp2p's default limits scaled to this
 // machine's memory and file descriptors. Loopback connections are not
 // limited per IP (rcmgr's default), which local multi-node tests rely on.
-func newResourceManager() (network.ResourceManager, error) {
+// With reg, its usage and blocked resources are exported there.
+func newResourceManager(reg prometheus.Registerer) (network.ResourceManager, error) {
 	limits := rcmgr.DefaultLimits
 	libp2p.SetDefaultServiceLimits(&limits)
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
+	var opts []rcmgr.Option
+	if reg != nil {
+		rcmgr.MustRegisterWith(reg)
+		str, err := rcmgr.NewStatsTraceReporter()
+		if err != nil {
+			return nil, fmt.Errorf("p2p: resource manager metrics: %w", err)
+		}
+		opts = append(opts, rcmgr.WithTraceReporter(str))
+	}
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("p2p: resource manager: %w", err)
 	}

@@ -1,0 +1,127 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The exposition passes Prometheus' own lint (names, units, help, counter
+// suffixes) and parses as the text format, with every family present.
+func TestMetricsExposition(t *testing.T) {
+	b := &board{}
+	b.update(func(s *Status) {
+		s.OuterStep, s.InnerSteps, s.Members, s.EvalLoss = 3, 5, []string{"a", "b"}, 1.5
+		s.Download = &Download{BytesDone: 25, BytesTotal: 100}
+	})
+	b.setPeers([]PeerStatus{{ID: "x", State: "training"}, {ID: "y", State: "training"}, {ID: "z", State: "left"}})
+	bw := func() map[protocol.ID]p2p.Traffic {
+		return map[protocol.ID]p2p.Traffic{"/intellect/allreduce/1.0.0": {In: 10, Out: 20}, "": {In: 1}}
+	}
+	m := newMetrics(prometheus.NewRegistry(), b, bw)
+	m.outerDone(1500*time.Millisecond, 200*time.Millisecond, 2)
+	m.arFailures.WithLabelValues(failureCause(&mesh.PeerError{Rank: 1, Err: errors.New("x")})).Inc()
+	m.ckptSeconds.Observe(0.05)
+	problems, err := testutil.GatherAndLint(m.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, f := range fams {
+		expfmt.MetricFamilyToText(&text, f)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	parsed, err := parser.TextToMetricFamilies(strings.NewReader(text.String()))
+	if err != nil {
+		t.Fatalf("exposition does not parse: %v", err)
+	}
+	for _, name := range []string{"intellect_outer_steps_total", "intellect_outer_step_duration_seconds",
+		"intellect_allreduce_duration_seconds", "intellect_allreduce_failures_total", "intellect_model_fetch_duration_seconds",
+		"intellect_checkpoint_duration_seconds", "intellect_p2p_bytes_total", "intellect_peers", "intellect_eval_loss",
+		"intellect_model_fetch_progress_ratio", "go_goroutines", "process_cpu_seconds_total"} {
+		if parsed[name] == nil {
+			t.Errorf("family %s missing", name)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"intellect_peers", map[string]string{"state": "training"}, 2},
+		{"intellect_allreduce_failures_total", map[string]string{"cause": "peer"}, 1},
+		{"intellect_allreduce_failures_total", map[string]string{"cause": "timeout"}, 0},
+		{"intellect_allreduce_attempts_total", nil, 2},
+		{"intellect_p2p_bytes_total", map[string]string{"direction": "sent", "protocol": "/intellect/allreduce/1.0.0"}, 20},
+		{"intellect_p2p_bytes_total", map[string]string{"direction": "received", "protocol": "unnegotiated"}, 1},
+		{"intellect_model_fetch_progress_ratio", nil, 0.25},
+		{"intellect_outer_step", nil, 3},
+	} {
+		if got, ok := metricValue(parsed[c.name], c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.outerSeconds); n != 1 {
+		t.Errorf("outer step histogram: %d series", n)
+	}
+}
+
+// metricValue finds the sample of f whose labels include labels.
+func metricValue(f *dto.MetricFamily, labels map[string]string) (float64, bool) {
+	if f == nil {
+		return 0, false
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if have[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Untyped != nil:
+			return m.GetUntyped().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+func TestFailureCause(t *testing.T) {
+	for err, want := range map[error]string{
+		&deadMemberError{peer: "x"}:   "peer",
+		&p2p.RingPeerError{Rank: 2}:   "peer",
+		context.DeadlineExceeded:      "timeout",
+		context.Canceled:              "canceled",
+		errors.New("something broke"): "other",
+	} {
+		if got := failureCause(err); got != want {
+			t.Errorf("failureCause(%v) = %s, want %s", err, got, want)
+		}
+	}
+}
