@@ -110,30 +110,14 @@ func (d *demo) stopAll() {
 	}
 }
 
-type demoStatus struct {
-	State     string   `json:"state"`
-	OuterStep uint64   `json:"outer_step"`
-	InnerStep int      `json:"inner_step"`
-	Members   []string `json:"members"`
-	Loss      float64  `json:"loss"`
-	EvalLoss  float64  `json:"eval_loss"`
-	ModelHash string   `json:"model_hash"`
-	Addrs     []string `json:"addrs"`
-	TokPerSec float64  `json:"tokens_per_sec"`
-	Download  *struct {
-		BytesDone  int64 `json:"bytes_done"`
-		BytesTotal int64 `json:"bytes_total"`
-	} `json:"download"`
-}
-
 func (d *demo) run(ctx context.Context, initial int, outer uint64) error {
 	fmt.Printf("intellect-node demo: %d nodes on 127.0.0.1 train one model (homes and logs in %s)\n", initial, d.dir)
 	first, err := d.start("--min-members", fmt.Sprint(initial))
 	if err != nil {
 		return err
 	}
-	var s demoStatus
-	if err := d.waitStatus(ctx, first, func(s demoStatus) bool { return len(s.Addrs) > 0 }, &s); err != nil {
+	var s node.Status
+	if err := d.waitStatus(ctx, first, func(s node.Status) bool { return len(s.Addrs) > 0 }, &s); err != nil {
 		return err
 	}
 	d.boot = s.Addrs[0]
@@ -180,8 +164,8 @@ func (d *demo) run(ctx context.Context, initial int, outer uint64) error {
 }
 
 // poll reads every running node's status; st[i] is nil for a stopped node.
-func (d *demo) poll() (st []*demoStatus, alive int) {
-	st = make([]*demoStatus, len(d.nodes))
+func (d *demo) poll() (st []*node.Status, alive int) {
+	st = make([]*node.Status, len(d.nodes))
 	for i, n := range d.nodes {
 		select {
 		case err := <-n.done:
@@ -190,15 +174,14 @@ func (d *demo) poll() (st []*demoStatus, alive int) {
 		default:
 		}
 		alive++
-		var s demoStatus
-		if apiGet(n.status, "/v1/status", &s) == nil {
+		if s, err := node.NewClient(n.status).Status(context.Background()); err == nil {
 			st[i] = &s
 		}
 	}
 	return st, alive
 }
 
-func maxStep(st []*demoStatus) uint64 {
+func maxStep(st []*node.Status) uint64 {
 	var m uint64
 	for _, s := range st {
 		if s != nil && s.OuterStep > m {
@@ -208,7 +191,7 @@ func maxStep(st []*demoStatus) uint64 {
 	return m
 }
 
-func (d *demo) printRow(step uint64, st []*demoStatus) {
+func (d *demo) printRow(step uint64, st []*node.Status) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "outer %3d |", step)
 	for i, s := range st {
@@ -228,9 +211,11 @@ func (d *demo) printRow(step uint64, st []*demoStatus) {
 	fmt.Println(b.String())
 }
 
-func (d *demo) waitStatus(ctx context.Context, n *demoNode, cond func(demoStatus) bool, out *demoStatus) error {
+func (d *demo) waitStatus(ctx context.Context, n *demoNode, cond func(node.Status) bool, out *node.Status) error {
 	for i := 0; ; i++ {
-		if err := apiGet(n.status, "/v1/status", out); err == nil && cond(*out) {
+		s, err := node.NewClient(n.status).Status(ctx)
+		if err == nil && cond(s) {
+			*out = s
 			return nil
 		}
 		select {

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
 func init() {
@@ -16,96 +20,94 @@ func init() {
 	register("peers", "print the peers a running node knows", runPeers)
 }
 
-// apiGet fetches path from the node's status API into v.
-func apiGet(addr, path string, v any) error {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	cl := &http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get(addr + path)
-	if err != nil {
-		return fmt.Errorf("is a node running with --status %s? %w", strings.TrimPrefix(addr, "http://"), err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return json.Unmarshal(body, v)
-}
-
 func runStatus(args []string) error {
-	fs := newFlagSet("status", "[--status ADDR] [--json]")
+	fs := newFlagSet("status", "[--status ADDR] [--json] [--watch [--every D]]")
 	addr := fs.String("status", "127.0.0.1:8642", "the node's status API `address`")
-	asJSON := fs.Bool("json", false, "print the raw JSON")
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	watch := fs.Bool("watch", false, "refresh until interrupted")
+	every := fs.Duration("every", 2*time.Second, "with --watch: refresh `interval`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var s map[string]any
-	if err := apiGet(*addr, "/v1/status", &s); err != nil {
-		return err
+	if *every < 100*time.Millisecond {
+		return fmt.Errorf("--every %v: want at least 100ms", *every)
 	}
-	if *asJSON {
-		return printJSON(s)
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
-	for _, k := range []string{"peer_id", "run", "state", "device", "preset", "params", "outer_step", "inner_step",
-		"inner_steps", "members", "loss", "eval_loss", "model_hash", "tokens_per_sec", "compute_utilization",
-		"bytes_sent", "bytes_received", "last_allreduce_sec", "download", "uptime_sec", "addrs"} {
-		v, ok := s[k]
-		if !ok || v == nil {
-			continue
+	c := node.NewClient(*addr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for {
+		s, err := c.Status(ctx)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "%s\t%s\n", k, show(v))
+		if *watch && !*asJSON {
+			fmt.Print("\033[H\033[2J") // clear the terminal
+		}
+		if *asJSON {
+			err = printJSON(s)
+		} else {
+			err = printStatus(os.Stdout, s)
+		}
+		if err != nil || !*watch {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*every):
+		}
 	}
-	return w.Flush()
+}
+
+// printStatus writes s as aligned key/value lines.
+func printStatus(w io.Writer, s node.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("peer_id", s.PeerID)
+	row("run", s.Run)
+	row("state", s.State)
+	row("device", s.Device)
+	row("preset", fmt.Sprintf("%s (%d params)", s.Preset, s.Params))
+	row("outer_step", s.OuterStep)
+	row("inner_step", fmt.Sprintf("%d/%d", s.InnerStep, s.InnerSteps))
+	row("members", fmt.Sprintf("%d %s", len(s.Members), strings.Join(s.Members, " ")))
+	row("loss", fmt.Sprintf("%.4f", s.Loss))
+	row("eval_loss", fmt.Sprintf("%.4f", s.EvalLoss))
+	row("model_hash", s.ModelHash)
+	row("tokens_per_sec", fmt.Sprintf("%.0f", s.TokensPerSec))
+	row("compute_utilization", fmt.Sprintf("%.3f", s.ComputeUtilization))
+	row("bytes_sent", s.BytesSent)
+	row("bytes_received", s.BytesReceived)
+	row("last_allreduce_sec", fmt.Sprintf("%.3f", s.LastAllReduceSec))
+	if d := s.Download; d != nil {
+		row("download", fmt.Sprintf("step %d: %d/%d bytes from %d donors (%d retries)", d.Step, d.BytesDone, d.BytesTotal, d.Donors, d.Retries))
+	}
+	row("uptime_sec", fmt.Sprintf("%.0f", s.UptimeSec))
+	row("addrs", strings.Join(s.Addrs, " "))
+	return tw.Flush()
 }
 
 func runPeers(args []string) error {
 	fs := newFlagSet("peers", "[--status ADDR] [--json]")
 	addr := fs.String("status", "127.0.0.1:8642", "the node's status API `address`")
-	asJSON := fs.Bool("json", false, "print the raw JSON")
+	asJSON := fs.Bool("json", false, "print the peers as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var peers []map[string]any
-	if err := apiGet(*addr, "/v1/peers", &peers); err != nil {
+	peers, err := node.NewClient(*addr).Peers(context.Background())
+	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return printJSON(peers)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(w, "PEER\tSTATE\tOUTER\tLATENCY\tLAST SEEN\tADDRS")
+	fmt.Fprintln(w, "PEER\tSTATE\tOUTER\tLATENCY\tLAST SEEN\tCONNECTED\tADDRS")
 	for _, p := range peers {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s ms\t%s\t%s\n", show(p["id"]), show(p["state"]), show(p["outer_step"]),
-			show(p["latency_ms"]), show(p["last_seen"]), show(p["addrs"]))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.1f ms\t%s\t%v\t%s\n", p.ID, p.State, p.OuterStep, p.LatencyMs,
+			p.LastSeen.Format(time.TimeOnly), p.Connected, strings.Join(p.Addrs, " "))
 	}
 	return w.Flush()
-}
-
-func show(v any) string {
-	switch x := v.(type) {
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = show(e)
-		}
-		return strings.Join(parts, " ")
-	case float64:
-		if x == float64(int64(x)) && x < 1e15 && x > -1e15 {
-			return fmt.Sprintf("%d", int64(x))
-		}
-		return fmt.Sprintf("%.4g", x)
-	case map[string]any:
-		b, _ := json.Marshal(x)
-		return string(b)
-	default:
-		return fmt.Sprint(x)
-	}
 }
 
 func printJSON(v any) error {

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestClientReadsTheAPI(t *testing.T) {
+	b := &board{}
+	b.update(func(s *Status) { s.PeerID, s.OuterStep, s.Members = "12D3KooWme", 4, []string{"a"} })
+	b.setPeers([]PeerStatus{{ID: "p1", State: "training", OuterStep: 4}})
+	b.record(OuterRecord{Step: 4, EvalLoss: 1.25})
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.serve()
+	defer a.close(context.Background())
+	ctx := context.Background()
+	c := NewClient(a.Addr())
+	s, err := c.Status(ctx)
+	if err != nil || s.PeerID != "12D3KooWme" || s.OuterStep != 4 {
+		t.Fatalf("status %+v, %v", s, err)
+	}
+	ps, err := c.Peers(ctx)
+	if err != nil || len(ps) != 1 || ps[0].State != "training" {
+		t.Fatalf("peers %+v, %v", ps, err)
+	}
+	h, err := NewClient("http://" + a.Addr() + "/").History(ctx)
+	if err != nil || len(h) != 1 || h[0].EvalLoss != 1.25 {
+		t.Fatalf("history %+v, %v", h, err)
+	}
+	var missing []int
+	if err := c.get(ctx, "/v1/nothing", &missing); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("unknown path: err %v, want a 404", err)
+	}
+	a.close(ctx)
+	if _, err := c.Status(ctx); err == nil || !strings.Contains(err.Error(), "is a node running there") {
+		t.Errorf("stopped node: err %v", err)
+	}
+}
