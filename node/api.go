@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,7 @@ type api struct {
 	ln  net.Listener
 }
 
-func newAPI(addr string, b *board, metrics http.Handler, log *slog.Logger) (*api, error) {
+func newAPI(addr string, b *board, metrics http.Handler, token string, log *slog.Logger) (*api, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("node: status API listen %s: %w", addr, err)
@@ -49,8 +50,12 @@ func newAPI(addr string, b *board, metrics http.Handler, log *slog.Logger) (*api
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(pageHTML)
 	})
+	h := localOnly(mux)
+	if token != "" {
+		h = tokenOrLocal(token, mux)
+	}
 	a.srv = &http.Server{
-		Handler:           localOnly(mux),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		MaxHeaderBytes:    16 << 10,
@@ -92,6 +97,27 @@ func localOnly(h http.Handler) http.Handler {
 				http.Error(w, "forbidden: non-local Origin", http.StatusForbidden)
 				return
 			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// tokenOrLocal serves requests that carry the bearer token from anywhere
+// and the others as localOnly does. Browsers never attach such a header on
+// their own, so a token-bearing request is not a cross-site or rebinding
+// read; the web page sends the token it finds in its URL's #token=.
+func tokenOrLocal(token string, h http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	local := localOnly(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("Authorization")
+		if got == "" {
+			local.ServeHTTP(w, r)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			http.Error(w, "forbidden: wrong token", http.StatusForbidden)
+			return
 		}
 		h.ServeHTTP(w, r)
 	})

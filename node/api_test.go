@@ -32,7 +32,7 @@ func TestAPIServesAndRejectsNonLocal(t *testing.T) {
 	b.update(func(s *Status) { s.PeerID = "12D3KooWtest"; s.OuterStep = 7; s.Members = []string{"a", "b"} })
 	b.record(OuterRecord{Step: 7, Loss: 1.5})
 	met := newMetrics(prometheus.NewRegistry(), b, nil)
-	a, err := newAPI("127.0.0.1:0", b, met.handler(), slog.New(slog.DiscardHandler))
+	a, err := newAPI("127.0.0.1:0", b, met.handler(), "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 // iterates over it), not null.
 func TestAPIEmptyListsAreArrays(t *testing.T) {
 	b := &board{}
-	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), slog.New(slog.DiscardHandler))
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,4 +129,25 @@ func TestAPIEmptyListsAreArrays(t *testing.T) {
 	if s["members"] == nil || s["addrs"] == nil {
 		t.Errorf("status has null lists: members %v addrs %v", s["members"], s["addrs"])
 	}
+}
+
+// With a token, requests from elsewhere that carry it are served, wrong
+// tokens are refused, and token-less requests keep the loopback checks.
+func TestAPIToken(t *testing.T) {
+	b := &board{}
+	const token = "0123456789abcdef-secret"
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), token, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.serve()
+	defer a.close(context.Background())
+	cl := &http.Client{Timeout: 5 * time.Second}
+	url := "http://" + a.Addr() + "/v1/status"
+	get(t, cl, url, map[string]string{"Host": "node.example:8642", "Authorization": "Bearer " + token}, http.StatusOK)
+	get(t, cl, url, map[string]string{"Host": "node.example:8642", "Authorization": "Bearer wrong"}, http.StatusForbidden)
+	get(t, cl, url, map[string]string{"Host": "127.0.0.1", "Authorization": "Bearer " + token + "x"}, http.StatusForbidden)
+	get(t, cl, url, map[string]string{"Host": "node.example:8642"}, http.StatusForbidden)
+	get(t, cl, url, nil, http.StatusOK)
+	get(t, cl, "http://"+a.Addr()+"/metrics", map[string]string{"Host": "prom.example", "Authorization": "Bearer " + token}, http.StatusOK)
 }

@@ -48,6 +48,11 @@ type Config struct {
 	// StatusAddr is where the REST API listens. Default 127.0.0.1:8642;
 	// "off" disables it.
 	StatusAddr string
+	// StatusToken, if set, is a secret that opens the REST API (read-only)
+	// to requests from elsewhere that carry "Authorization: Bearer
+	// <token>"; the loopback Host/Origin checks then give way to it. An
+	// address that is not loopback needs one. At least 16 bytes.
+	StatusToken string
 	// InnerSteps is H, the AdamW steps between outer steps. Default
 	// DefaultInnerSteps; larger H sends proportionally fewer bytes per token
 	// and converges worse (docs/convergence.md).
@@ -115,6 +120,9 @@ const (
 	DefaultOverlapOuterMomentum = 0.0
 )
 
+// minStatusToken is the shortest status API token accepted.
+const minStatusToken = 16
+
 // ErrBadConfig is wrapped by every configuration error.
 var ErrBadConfig = errors.New("node: bad config")
 
@@ -143,9 +151,16 @@ func (c *Config) Validate() error {
 		c.StatusAddr = "127.0.0.1:8642"
 	}
 	if c.StatusAddr != "off" {
-		if _, _, err := net.SplitHostPort(c.StatusAddr); err != nil {
+		host, _, err := net.SplitHostPort(c.StatusAddr)
+		if err != nil {
 			return fmt.Errorf("%w: --status %q: %v", ErrBadConfig, c.StatusAddr, err)
 		}
+		if c.StatusToken == "" && !isLocalHost(host) {
+			return fmt.Errorf("%w: --status %s is reachable from other machines: give --status-token-file, or listen on 127.0.0.1", ErrBadConfig, c.StatusAddr)
+		}
+	}
+	if c.StatusToken != "" && len(c.StatusToken) < minStatusToken {
+		return fmt.Errorf("%w: status token of %d bytes, want at least %d", ErrBadConfig, len(c.StatusToken), minStatusToken)
 	}
 	defInt(&c.InnerSteps, DefaultInnerSteps)
 	defInt(&c.MinMembers, 1)

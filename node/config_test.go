@@ -19,6 +19,10 @@ func TestConfigValidate(t *testing.T) {
 	if err := o.Validate(); err != nil || *o.OuterMomentum != DefaultOverlapOuterMomentum {
 		t.Fatalf("overlapped default momentum %v (%v), want %v", *o.OuterMomentum, err, DefaultOverlapOuterMomentum)
 	}
+	open := Config{Home: t.TempDir(), StatusAddr: "0.0.0.0:0", StatusToken: "0123456789abcdef"}
+	if err := open.Validate(); err != nil {
+		t.Fatalf("non-loopback status with a token: %v", err)
+	}
 	for _, mu := range []float32{0, 0.9} {
 		z := Config{Home: t.TempDir(), OuterMomentum: new(mu)}
 		if err := z.Validate(); err != nil || *z.OuterMomentum != mu {
@@ -33,6 +37,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Shards = 65 },
 		func(c *Config) { c.OuterMomentum = new(float32(1)) },
 		func(c *Config) { c.StatusAddr = "nonsense" },
+		func(c *Config) { c.StatusAddr = "0.0.0.0:8642" },                         // reachable from elsewhere, no token
+		func(c *Config) { c.StatusAddr, c.StatusToken = "0.0.0.0:8642", "short" }, // token too short
 		func(c *Config) { c.RingOrder = "random" },
 		func(c *Config) { c.MaxSendRate = -1 },
 		func(c *Config) { c.Device = "sim" }, // needs --sim-step

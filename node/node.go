@@ -296,7 +296,7 @@ func (n *Node) start(ctx context.Context) error {
 		s.ModelHash, s.StartedAt, s.State = n.hash, time.Now(), "starting"
 	})
 	if n.cfg.StatusAddr != "off" {
-		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.log); err != nil {
+		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.log); err != nil {
 			return err
 		}
 		addrFile := filepath.Join(n.cfg.Home, "api.addr")

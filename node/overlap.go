@@ -43,6 +43,9 @@ type overlapBuffers struct {
 	start []float32 // S: where the current phase's inner steps began
 	bg    []float32 // Δ being reduced in the background
 	stash []float32 // the local model while G is evaluated
+	prev  []float32 // Δ̄ of the last applied step, for the eager start (nil: none yet)
+	// members of the ring that averaged prev
+	members int
 }
 
 func (n *Node) overlapLoop(ctx context.Context) error {
@@ -67,6 +70,7 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 					return err
 				}
 				copy(buf.start, n.engine.Params())
+				buf.prev = nil
 				ot = outerTimes{start: time.Now()}
 				continue
 			}
@@ -97,12 +101,15 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 					return err
 				}
 				copy(buf.start, n.engine.Params())
+				buf.prev = nil
 				ot = outerTimes{start: time.Now()}
 				continue
 			}
 			if err := n.applyBackground(bg, &ot, buf.stash); err != nil {
 				return err
 			}
+			// n.work (Δ̄) is overwritten by the next background all-reduce.
+			buf.prev, buf.members = append(buf.prev[:0], n.work...), len(bg.res.ring.Members)
 			bg = nil
 			if n.cfg.MaxOuterSteps > 0 && n.step >= n.cfg.MaxOuterSteps {
 				continue // leaves at the top of the loop
@@ -115,7 +122,7 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 		ticks := max(mesh.DefaultStragglerTicks, int(1.5*float64(phase)/float64(n.cfg.Tick)))
 		n.mesh(func(m *mesh.Mesh) { m.SetStragglerTicks(ticks) })
 		bg = n.startBackground(ctx, n.step, inner, buf.bg)
-		n.eagerStart(params)
+		n.outer.Eager(params, n.theta0, n.delta, buf.prev, buf.members)
 		if err := n.engine.SetParams(params); err != nil {
 			return err
 		}
@@ -161,11 +168,4 @@ func (n *Node) applyBackground(bg *background, ot *outerTimes, stash []float32) 
 	n.commitOuter(bg.t, *ot, bg.res, bg.took, eval)
 	*ot = outerTimes{start: time.Now()}
 	return nil
-}
-
-// eagerStart sets params (the engine's parameters) to the eager start of
-// the next phase, S_{t+1} = G_t − lr·(Δ_t + μ·(μ·v_t + Δ_t)), from n.theta0 =
-// G_t, n.delta = Δ_t and the outer momentum v_t, without changing v.
-func (n *Node) eagerStart(params []float32) {
-	n.outer.Eager(params, n.theta0, n.delta)
 }

@@ -68,3 +68,20 @@ func (o optFloat32) Set(v string) error {
 	*o.p = &f
 	return nil
 }
+
+// readSmallFile reads a file of at most limit bytes.
+func readSmallFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: over %d bytes", path, limit)
+	}
+	return b, nil
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,6 +27,7 @@ func runStart(args []string) error {
 	fs.StringVar(&c.Data, "data", "", "token shard `path` (file, directory or mixture spec); default: the embedded corpus")
 	fs.StringVar(&c.Home, "home", "", "`dir` for the identity key and checkpoints (default ~/.intellect-node)")
 	fs.StringVar(&c.StatusAddr, "status", "127.0.0.1:8642", "`address` of the local REST status API and web page; off disables it")
+	tokenFile := fs.String("status-token-file", "", "`file` holding a secret (≥ 16 bytes) that opens the status API read-only to other machines (Authorization: Bearer, or the page's URL #token=); needed when --status is not loopback")
 	fs.StringVar(&c.Device, "device", "cpu", "compute `device`: cpu; cuda in a binary built with make build-cuda; sim (simulated compute, see --sim-step)")
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
 	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps (applied one step late)")
@@ -47,6 +49,13 @@ func runStart(args []string) error {
 	}
 	c.Bootstrap, c.Listen = boot, listen
 	c.OuterLR = float32(*outerLR)
+	if *tokenFile != "" {
+		b, err := readSmallFile(*tokenFile, 4096)
+		if err != nil {
+			return fmt.Errorf("--status-token-file: %w", err)
+		}
+		c.StatusToken = strings.TrimSpace(string(b))
+	}
 	log, err := newLogger(os.Stderr, *level)
 	if err != nil {
 		return err
