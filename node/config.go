@@ -101,6 +101,10 @@ type Config struct {
 	// Seed seeds the model initialisation; it must be the same on every
 	// member of a run. Default: derived from Run.
 	Seed uint64
+	// OnProgress, if set, is told the progress of long work (a model fetch)
+	// as it goes, for a progress bar; the node logs it anyway. It is called
+	// from the training goroutine and must not block.
+	OnProgress func(Progress)
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -119,6 +123,13 @@ const (
 	DefaultOuterMomentum        = 0.0
 	DefaultOverlapOuterMomentum = 0.0
 )
+
+// Progress is the state of a long piece of work.
+type Progress struct {
+	Work        string // what: "fetch" (the live model from peers)
+	Done, Total int64  // bytes
+	Detail      string // e.g. "step 42 from 3 donors"
+}
 
 // minStatusToken is the shortest status API token accepted.
 const minStatusToken = 16

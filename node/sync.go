@@ -37,6 +37,10 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		n.board.update(func(s *Status) {
 			s.Download = &Download{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Donors: p.Donors, Retries: p.ChunksRetried}
 		})
+		if n.cfg.OnProgress != nil {
+			n.cfg.OnProgress(Progress{Work: "fetch", Done: p.BytesDone, Total: p.BytesTotal,
+				Detail: fmt.Sprintf("step %d from %d donors", p.Step, p.Donors)})
+		}
 		if time.Since(lastLog) > time.Second || p.BytesDone == p.BytesTotal {
 			lastLog = time.Now()
 			n.log.Info("download", "step", p.Step, "done", p.BytesDone, "total", p.BytesTotal,

@@ -61,6 +61,7 @@ func runStart(args []string) error {
 		return err
 	}
 	c.Logger = log
+	c.OnProgress = progressBars()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.New(ctx, c)
