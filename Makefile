@@ -6,7 +6,7 @@ BIN       := bin
 # bit-identity tests).
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
-.PHONY: all build vet test test-short demo demo-train bench bench-gemm bench-train bench-net \
+.PHONY: all build vet test test-short ui-deps test-ui demo demo-train bench bench-gemm bench-train bench-net \
 	fuzz bench-wan wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
@@ -20,8 +20,24 @@ vet:
 # The whole suite, as CI runs it (.ci/run). Bounded: see docs/testing.md.
 # It also vets and builds the cuda-tagged binary (no GPU needed) so it cannot rot.
 test: vet vet-cuda
+	-@$(MAKE) --no-print-directory ui-deps
 	$(GO) test -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS)
+
+# Debian's chromium for the browser test of the web page (TestPageInBrowser
+# skips without it; make test tries to install it and goes on if it cannot).
+ui-deps:
+	@command -v chromium >/dev/null 2>&1 || for i in 1 2 3; do \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) && break; \
+		echo "apt-get install chromium failed (try $$i), retrying"; sleep 5; done; \
+	command -v chromium >/dev/null 2>&1
+
+# The web page in headless Chromium against real nodes: no console error for a
+# lone node and a 3-node network, peers listed, every plot drawn; screenshot
+# in docs/figures/page.png.
+test-ui: ui-deps
+	INTELLECT_UI=1 INTELLECT_UI_SCREENSHOT=$(CURDIR)/docs/figures/page.png \
+		$(GO) test -count=1 -run TestPageInBrowser -v ./cmd/intellect-node
 
 # The cuda binary (--device cuda): fetches cuda.h and the libcuda stub from
 # Debian's nvidia-cuda-dev into .cuda-headers/ once; no nvcc, no GPU. See docs/cuda.md.
