@@ -43,9 +43,6 @@ type overlapBuffers struct {
 	start []float32 // S: where the current phase's inner steps began
 	bg    []float32 // Δ being reduced in the background
 	stash []float32 // the local model while G is evaluated
-	prev  []float32 // Δ̄ of the last applied step, for the eager start (nil: none yet)
-	// members of the ring that averaged prev
-	members int
 }
 
 func (n *Node) overlapLoop(ctx context.Context) error {
@@ -70,7 +67,6 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 					return err
 				}
 				copy(buf.start, n.engine.Params())
-				buf.prev = nil
 				ot = outerTimes{start: time.Now()}
 				continue
 			}
@@ -101,15 +97,12 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 					return err
 				}
 				copy(buf.start, n.engine.Params())
-				buf.prev = nil
 				ot = outerTimes{start: time.Now()}
 				continue
 			}
 			if err := n.applyBackground(bg, &ot, buf.stash); err != nil {
 				return err
 			}
-			// n.work (Δ̄) is overwritten by the next background all-reduce.
-			buf.prev, buf.members = append(buf.prev[:0], n.work...), len(bg.res.ring.Members)
 			bg = nil
 			if n.cfg.MaxOuterSteps > 0 && n.step >= n.cfg.MaxOuterSteps {
 				continue // leaves at the top of the loop
@@ -122,7 +115,7 @@ func (n *Node) overlapLoop(ctx context.Context) error {
 		ticks := max(mesh.DefaultStragglerTicks, int(1.5*float64(phase)/float64(n.cfg.Tick)))
 		n.mesh(func(m *mesh.Mesh) { m.SetStragglerTicks(ticks) })
 		bg = n.startBackground(ctx, n.step, inner, buf.bg)
-		n.outer.Eager(params, n.theta0, n.delta, buf.prev, buf.members)
+		n.outer.Eager(params, n.theta0, n.delta)
 		if err := n.engine.SetParams(params); err != nil {
 			return err
 		}

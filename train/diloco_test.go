@@ -140,3 +140,31 @@ func TestDiLoCoLagOneWorker(t *testing.T) {
 		}
 	}
 }
+
+// Outer.Eager is the outer step the member would take if the average were
+// its own Δ, and it leaves the shared momentum untouched.
+func TestOuterEager(t *testing.T) {
+	const n = 1000
+	rng := newRNG(5)
+	vec := func() []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.float()*2 - 1)
+		}
+		return v
+	}
+	theta0, delta, v := vec(), vec(), vec()
+	want := make([]float32, n)
+	(&Outer{LR: 0.7, Momentum: 0.9, V: append([]float32(nil), v...)}).Apply(want, theta0, delta)
+	o := &Outer{LR: 0.7, Momentum: 0.9, V: append([]float32(nil), v...)}
+	got := make([]float32, n)
+	o.Eager(got, theta0, delta)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("element %d = %v, want %v (Apply with the member's own Δ)", i, got[i], want[i])
+		}
+		if o.V[i] != v[i] {
+			t.Fatal("Eager changed the momentum")
+		}
+	}
+}
