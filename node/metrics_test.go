@@ -2,7 +2,10 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +126,51 @@ func TestFailureCause(t *testing.T) {
 		if got := failureCause(err); got != want {
 			t.Errorf("failureCause(%v) = %s, want %s", err, got, want)
 		}
+	}
+}
+
+// Every intellect_ metric the Grafana dashboard (docs/grafana-dashboard.json)
+// queries exists: a renamed metric must take the dashboard along.
+func TestDashboardNamesExist(t *testing.T) {
+	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard is not JSON: %v", err)
+	}
+	b := &board{}
+	b.setPeers([]PeerStatus{{State: "training"}})
+	b.update(func(s *Status) { s.Download = &Download{BytesTotal: 1} })
+	m := newMetrics(prometheus.NewRegistry(), b, func() map[protocol.ID]p2p.Traffic { return map[protocol.ID]p2p.Traffic{"x": {}} })
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range fams {
+		have[f.GetName()] = true
+	}
+	name := regexp.MustCompile(`intellect_[a-z0-9_]+`)
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, ref := range name.FindAllString(tg.Expr, -1) {
+				n++
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(ref, "_bucket"), "_sum"), "_count")
+				if !have[base] {
+					t.Errorf("panel %q queries %s, which the node does not export", p.Title, ref)
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d metric references found in the dashboard", n)
 	}
 }
