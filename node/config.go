@@ -45,6 +45,15 @@ type Config struct {
 	// Overlap runs the all-reduce of outer step t in the background during
 	// the inner steps of t+1 and applies the averaged update one step late.
 	Overlap bool
+	// OverlapSteps, with Overlap, is after how many inner steps of a phase
+	// the previous phase's average is applied (1..InnerSteps; the node waits
+	// there if it has not arrived). 0 applies it after the first inner step
+	// at which it has arrived: as early as the network allows, so quality
+	// stays near blocking on fast links and the all-reduce is still hidden
+	// on slow ones (members then make different but equally valid choices;
+	// the global models stay identical). Fixed values make seeded runs
+	// reproducible.
+	OverlapSteps int
 	// StatusAddr is where the REST API listens. Default 127.0.0.1:8642;
 	// "off" disables it.
 	StatusAddr string
@@ -197,6 +206,8 @@ func (c *Config) Validate() error {
 		c.AllReduceTimeout = 60 * time.Second
 	}
 	switch {
+	case c.OverlapSteps < 0 || c.OverlapSteps > c.InnerSteps:
+		return fmt.Errorf("%w: --overlap-steps %d: want 0..--inner-steps (%d)", ErrBadConfig, c.OverlapSteps, c.InnerSteps)
 	case c.InnerSteps < 1:
 		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
 	case c.MinMembers < 1:

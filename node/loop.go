@@ -169,25 +169,28 @@ func (n *Node) commitOuter(t uint64, ot outerTimes, res reduceResult, arTime tim
 // innerSteps runs the H inner steps of one phase, accumulating timing and
 // losses into ot, and returns how many it ran.
 func (n *Node) innerSteps(ctx context.Context, ot *outerTimes) (int, error) {
-	inner := 0
-	for inner < n.cfg.InnerSteps {
-		st, err := n.engine.Step()
-		if err != nil {
-			return inner, fmt.Errorf("node: inner step: %w", err)
-		}
-		inner++
-		ot.compute += st.Compute
-		ot.loss += st.Loss
-		ot.losses++
-		n.board.update(func(s *Status) {
-			s.InnerStep, s.Loss = inner, st.Loss
-			s.TokensPerSec = float64(st.Tokens) / st.Compute.Seconds()
-		})
-		if ctx.Err() != nil {
-			return inner, ctx.Err()
+	for inner := 1; inner <= n.cfg.InnerSteps; inner++ {
+		if err := n.innerStep(ctx, ot, inner); err != nil {
+			return inner - 1, err
 		}
 	}
-	return inner, nil
+	return n.cfg.InnerSteps, nil
+}
+
+// innerStep runs inner step number inner (1-based) of the phase.
+func (n *Node) innerStep(ctx context.Context, ot *outerTimes, inner int) error {
+	st, err := n.engine.Step()
+	if err != nil {
+		return fmt.Errorf("node: inner step: %w", err)
+	}
+	ot.compute += st.Compute
+	ot.loss += st.Loss
+	ot.losses++
+	n.board.update(func(s *Status) {
+		s.InnerStep, s.Loss = inner, st.Loss
+		s.TokensPerSec = float64(st.Tokens) / st.Compute.Seconds()
+	})
+	return ctx.Err()
 }
 
 // reduceResult describes the all-reduce attempt that succeeded.

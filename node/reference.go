@@ -17,7 +17,7 @@ import (
 // ReferenceDiLoCo returns the in-process DiLoCo run that a network of members
 // (in ring order, as `--ring-order sorted` orders them), each started with
 // cfg, performs in its first outer steps while the ring holds all of them,
-// blocking or overlapped (cfg.Overlap: lag 1).
+// blocking or overlapped with fixed cfg.OverlapSteps.
 // cfg is validated (defaults filled) first.
 func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) {
 	if err := cfg.Validate(); err != nil {
@@ -30,7 +30,10 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 	d := train.DiLoCoConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, Reduce: MeshReducer(allReduceConfig(cfg))}
 	if cfg.Overlap {
-		d.Lag = 1
+		if cfg.OverlapSteps == 0 {
+			return train.DiLoCoConfig{}, fmt.Errorf("%w: the reference of an overlapped run needs a fixed --overlap-steps", ErrBadConfig)
+		}
+		d.OverlapSteps = cfg.OverlapSteps
 	}
 	for _, id := range members {
 		d.Workers = append(d.Workers, workerID(id))

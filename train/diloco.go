@@ -32,12 +32,13 @@ type DiLoCoConfig struct {
 	OuterLR, OuterMomentum float32
 	// Reduce averages the pseudo-gradients; nil is MeanReducer.
 	Reduce Reducer
-	// Lag is 0 (blocking: every phase starts from the new global model) or
-	// 1 (overlapped, node.Config.Overlap: the average of phase t is applied
-	// after phase t+1, which starts from the worker's eager step,
-	// Outer.Eager). Outer step t's record is then the global model after t
-	// averages, made after t+1 phases.
-	Lag int
+	// OverlapSteps is 0 for blocking DiLoCo (every phase starts from the new
+	// global model). τ ≥ 1 is overlapped DiLoCo (node.Config.Overlap): each
+	// phase starts where the worker's last one ended while the last phase's
+	// average is reduced, and after τ inner steps the worker moves onto the
+	// new global model keeping its progress since (Rebase). Global model t
+	// is then made during phase t+1.
+	OverlapSteps int
 }
 
 // DiLoCoRecord is the state after one outer step.
@@ -72,8 +73,8 @@ func RunDiLoCo(ctx context.Context, cfg DiLoCoConfig, data Source, each func(DiL
 	if len(cfg.Workers) < 1 || cfg.Inner < 1 || cfg.Outer < 1 {
 		return nil, fmt.Errorf("%w: diloco: %d workers, inner %d, outer %d", ErrConfig, len(cfg.Workers), cfg.Inner, cfg.Outer)
 	}
-	if cfg.Lag != 0 && cfg.Lag != 1 {
-		return nil, fmt.Errorf("%w: diloco: lag %d, want 0 or 1", ErrConfig, cfg.Lag)
+	if cfg.OverlapSteps < 0 || cfg.OverlapSteps > cfg.Inner {
+		return nil, fmt.Errorf("%w: diloco: overlap steps %d, want 0..H (%d)", ErrConfig, cfg.OverlapSteps, cfg.Inner)
 	}
 	if !(cfg.OuterLR > 0) || !(cfg.OuterMomentum >= 0 && cfg.OuterMomentum < 1) {
 		return nil, fmt.Errorf("%w: diloco: outer lr %v, momentum %v", ErrConfig, cfg.OuterLR, cfg.OuterMomentum)
@@ -117,36 +118,61 @@ func (d *diloco) run(ctx context.Context, each func(DiLoCoRecord)) ([]float32, e
 		reduce = MeanReducer
 	}
 	weights := make([]float32, len(d.ws))
-	var tokens, folded int64
-	var loss float64
-	for t := 0; t < d.cfg.Outer+d.cfg.Lag; t++ {
-		l, err := d.phase(ctx, weights, &tokens)
+	var tokens int64
+	if d.cfg.OverlapSteps == 0 {
+		return d.blocking(ctx, reduce, weights, &tokens, each)
+	}
+	return d.overlapped(ctx, reduce, weights, &tokens, each)
+}
+
+// blocking: reduce after each phase, every worker starts the next phase
+// from the new global model.
+func (d *diloco) blocking(ctx context.Context, reduce Reducer, weights []float32, tokens *int64, each func(DiLoCoRecord)) ([]float32, error) {
+	for t := 1; t <= d.cfg.Outer; t++ {
+		loss, err := d.phase(ctx, weights, tokens, false)
 		if err != nil {
 			return nil, err
 		}
-		if d.cfg.Lag == 1 && t > 0 {
-			// The average of phase t−1 (in d.avg) becomes global model t.
+		if err := reduce(ctx, d.deltas, weights, d.avg); err != nil {
+			return nil, fmt.Errorf("train: diloco: reduce of outer step %d: %w", t, err)
+		}
+		d.outer.Apply(d.theta0, d.theta0, d.avg)
+		for i := range d.starts {
+			copy(d.starts[i], d.theta0)
+		}
+		if err := d.record(t, *tokens, loss, each); err != nil {
+			return nil, err
+		}
+	}
+	return d.theta0, nil
+}
+
+// overlapped: phase t+1 runs while phase t's average is reduced; global
+// model t+1 is made from it and each worker rebases onto it after
+// OverlapSteps inner steps of phase t+1.
+func (d *diloco) overlapped(ctx context.Context, reduce Reducer, weights []float32, tokens *int64, each func(DiLoCoRecord)) ([]float32, error) {
+	var folded int64
+	var loss float64
+	for t := 0; t <= d.cfg.Outer; t++ {
+		rebase := t > 0
+		if t > 0 {
+			// Global model t, from the average of phase t−1 (made here, before
+			// the workers run phase t: it depends on nothing they do now).
 			d.outer.Apply(d.theta0, d.theta0, d.avg)
 			if err := d.record(t, folded, loss, each); err != nil {
 				return nil, err
 			}
+			if t == d.cfg.Outer {
+				break
+			}
 		}
-		folded, loss = tokens, l
+		l, err := d.phase(ctx, weights, tokens, rebase)
+		if err != nil {
+			return nil, err
+		}
+		folded, loss = *tokens, l
 		if err := reduce(ctx, d.deltas, weights, d.avg); err != nil {
 			return nil, fmt.Errorf("train: diloco: reduce of phase %d: %w", t+1, err)
-		}
-		if d.cfg.Lag == 0 {
-			d.outer.Apply(d.theta0, d.theta0, d.avg)
-			for i := range d.starts {
-				copy(d.starts[i], d.theta0)
-			}
-			if err := d.record(t+1, folded, loss, each); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		for i := range d.starts {
-			d.outer.Eager(d.starts[i], d.theta0, d.deltas[i])
 		}
 	}
 	return d.theta0, nil
@@ -170,16 +196,19 @@ func (d *diloco) record(t int, tokens int64, loss float64, each func(DiLoCoRecor
 	return w.SetParams(keep)
 }
 
-// phase runs H inner steps on every worker from its start Sᵢ and leaves
-// each worker's pseudo-gradient Sᵢ − θᵢ in d.deltas[i] and its weight (inner steps done)
-// in weights[i]. It returns the workers' mean training loss.
-func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64) (float64, error) {
+// phase runs H inner steps on every worker and leaves each worker's
+// pseudo-gradient θ₀ − Eᵢ (its end Eᵢ against the global model) in
+// d.deltas[i], its weight (inner steps done) in weights[i], and Eᵢ in
+// d.starts[i]. A worker starts from d.starts[i]: θ₀ when blocking, its last
+// end when overlapped; with rebase it moves onto θ₀ after OverlapSteps
+// steps: θ += θ₀ − Eᵢ(last). It returns the workers' mean training loss.
+func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64, rebase bool) (float64, error) {
 	var loss float64
 	for i, w := range d.ws {
 		if err := w.SetParams(d.starts[i]); err != nil {
 			return 0, err
 		}
-		for range d.cfg.Inner {
+		for s := 1; s <= d.cfg.Inner; s++ {
 			if err := ctx.Err(); err != nil {
 				return 0, err
 			}
@@ -189,12 +218,27 @@ func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64) (f
 			}
 			loss += st.Loss
 			*tokens += int64(st.Tokens)
+			if rebase && s == d.cfg.OverlapSteps {
+				Rebase(w.Params(), d.starts[i], d.theta0)
+			}
 		}
 		p := w.Params()
 		for j := range p {
-			d.deltas[i][j] = d.starts[i][j] - p[j]
+			d.deltas[i][j] = d.theta0[j] - p[j]
 		}
+		copy(d.starts[i], p)
 		weights[i] = float32(d.cfg.Inner)
 	}
 	return loss / float64(len(d.ws)*d.cfg.Inner), nil
+}
+
+// Rebase moves a member's local model from one global model onto another,
+// keeping the progress it made since: params[i] += to[i] − from[i]
+// (overlapped DiLoCo, when the average it was waiting for arrives).
+// Element-wise float32, the same on every machine.
+func Rebase(params, from, to []float32) {
+	from, to = from[:len(params)], to[:len(params)]
+	for i := range params {
+		params[i] += to[i] - from[i]
+	}
 }

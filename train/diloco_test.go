@@ -112,16 +112,15 @@ func TestRunDiLoCoRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// With one worker and plain averaging, the overlapped schedule (lag 1)
-// trains continuously — each phase starts where the last ended — and its
-// global model t is the model after t phases: the blocking run's, up to
-// float32 rounding.
-func TestDiLoCoLagOneWorker(t *testing.T) {
+// With one worker and plain averaging, the overlapped schedule trains
+// continuously: its rebase moves the worker by θ₀ − E = 0 up to rounding,
+// and global model t is the model after t phases — the blocking run's.
+func TestDiLoCoOverlapOneWorker(t *testing.T) {
 	o := testOptions(t)
 	o.GradAccum = 1
 	var blocking, lagged []float64
 	for lag, out := range []*[]float64{&blocking, &lagged} {
-		cfg := DiLoCoConfig{Options: o, Workers: []uint64{4}, Inner: 4, Outer: 4, OuterLR: 1, Lag: lag}
+		cfg := DiLoCoConfig{Options: o, Workers: []uint64{4}, Inner: 4, Outer: 4, OuterLR: 1, OverlapSteps: 2 * lag}
 		if _, err := RunDiLoCo(context.Background(), cfg, DefaultSource(), func(r DiLoCoRecord) {
 			*out = append(*out, r.EvalLoss)
 			if r.Step != len(*out) {
@@ -137,34 +136,6 @@ func TestDiLoCoLagOneWorker(t *testing.T) {
 	for i := range blocking {
 		if math.Abs(lagged[i]-blocking[i]) > 1e-4*blocking[i] {
 			t.Errorf("step %d: lagged eval %.6f, blocking %.6f", i+1, lagged[i], blocking[i])
-		}
-	}
-}
-
-// Outer.Eager is the outer step the member would take if the average were
-// its own Δ, and it leaves the shared momentum untouched.
-func TestOuterEager(t *testing.T) {
-	const n = 1000
-	rng := newRNG(5)
-	vec := func() []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.float()*2 - 1)
-		}
-		return v
-	}
-	theta0, delta, v := vec(), vec(), vec()
-	want := make([]float32, n)
-	(&Outer{LR: 0.7, Momentum: 0.9, V: append([]float32(nil), v...)}).Apply(want, theta0, delta)
-	o := &Outer{LR: 0.7, Momentum: 0.9, V: append([]float32(nil), v...)}
-	got := make([]float32, n)
-	o.Eager(got, theta0, delta)
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("element %d = %v, want %v (Apply with the member's own Δ)", i, got[i], want[i])
-		}
-		if o.V[i] != v[i] {
-			t.Fatal("Eager changed the momentum")
 		}
 	}
 }

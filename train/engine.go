@@ -130,19 +130,3 @@ func (o *Outer) Apply(theta, theta0, avgDelta []float32) {
 		theta[i] = theta0[i] - float32(lr*step)
 	}
 }
-
-// Eager writes to dst the outer step this member would take if the average
-// equalled its own pseudo-gradient delta, without changing v:
-// dst ← θ₀ − lr·(Δ + μ·(μ·v + Δ)) ("eager updates", Kale et al. 2025). The
-// overlapped loop starts each phase there while the real average is still
-// being reduced. Same float32 operations as Apply; dst may alias theta0.
-func (o *Outer) Eager(dst, theta0, delta []float32) {
-	n := len(o.V)
-	dst, theta0, delta = dst[:n], theta0[:n], delta[:n]
-	mu, lr := o.Momentum, o.LR
-	for i := range o.V {
-		d := delta[i]
-		v := float32(mu*o.V[i]) + d
-		dst[i] = theta0[i] - float32(lr*(d+float32(mu*v)))
-	}
-}

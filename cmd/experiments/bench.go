@@ -136,10 +136,12 @@ func defaultDiLoCo(m, h int, codec string) sweepRun {
 	return r
 }
 
-// overlapDiLoCo is DiLoCo as a node runs it with --overlap.
+// overlapDiLoCo is DiLoCo as a node runs it with --overlap on a link fast
+// enough for the average to arrive within one inner step (the default,
+// --overlap-steps 0, applies it then).
 func overlapDiLoCo(m, h int) sweepRun {
 	r := defaultDiLoCo(m, h, "int8")
-	r.Name, r.Lag, r.Mu = fmt.Sprintf("diloco-%d-int8-overlap", m), 1, node.DefaultOverlapOuterMomentum
+	r.Name, r.Overlap, r.Mu = fmt.Sprintf("diloco-%d-int8-overlap1", m), 1, node.DefaultOverlapOuterMomentum
 	return r
 }
 

@@ -10,12 +10,12 @@ import (
 )
 
 func TestParseRuns(t *testing.T) {
-	rs, err := parseRuns("single:k=4; diloco:m=8,h=5,lr=1,mu=0,codec=fp32,lag=1", 20)
+	rs, err := parseRuns("single:k=4; diloco:m=8,h=5,lr=1,mu=0,codec=fp32,ov=1", 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rs) != 2 || rs[0].K != 4 || rs[0].H != 20 || rs[1].M != 8 || rs[1].H != 5 || rs[1].LR != 1 ||
-		rs[1].Mu != 0 || rs[1].Codec != "fp32" || rs[1].Lag != 1 {
+		rs[1].Mu != 0 || rs[1].Codec != "fp32" || rs[1].Overlap != 1 {
 		t.Fatalf("parsed %+v", rs)
 	}
 	for _, bad := range []string{"dilo:m=2", "diloco:m", "diloco:m=x", "diloco:q=1", "diloco:m=0", "diloco:codec=int4"} {

@@ -37,7 +37,7 @@ type sweepRun struct {
 	LR      float32 `json:"outer_lr"`      // DiLoCo outer learning rate
 	Mu      float32 `json:"outer_mu"`      // DiLoCo outer momentum
 	InnerLR float64 `json:"inner_lr"`      // 0: the preset's
-	Lag     int     `json:"lag,omitempty"` // 1: overlapped (node --overlap)
+	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
 	Codec   string  `json:"codec"`         // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce)
 }
 
@@ -56,7 +56,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,codec=fp32|int8|int8-ef][,ov=OVERLAP_STEPS]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -139,7 +139,7 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 		res.Secs = time.Since(start).Seconds()
 		return res, err
 	}
-	cfg := train.DiLoCoConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, Lag: r.Lag}
+	cfg := train.DiLoCoConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, OverlapSteps: r.Overlap}
 	switch r.Codec {
 	case "int8":
 		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: 4})
@@ -244,8 +244,8 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				r.Mu = float32(f)
 			case "ilr":
 				r.InnerLR = f
-			case "lag":
-				r.Lag = int(f)
+			case "ov":
+				r.Overlap = int(f)
 			default:
 				return nil, fmt.Errorf("run %q: unknown key %q", spec, k)
 			}

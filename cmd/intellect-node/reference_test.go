@@ -30,7 +30,7 @@ func TestNetworkMatchesReference(t *testing.T) {
 		cfg   func(*node.Config)
 	}{
 		{"int8", nil, func(*node.Config) {}},
-		{"overlap", []string{"--overlap"}, func(c *node.Config) { c.Overlap = true }},
+		{"overlap", []string{"--overlap", "--overlap-steps", "2"}, func(c *node.Config) { c.Overlap, c.OverlapSteps = true, 2 }},
 		{"fp32-plain", []string{"--fp32", "--outer-lr", "1.3", "--outer-momentum", "0"},
 			func(c *node.Config) { c.FP32, c.OuterLR, c.OuterMomentum = true, 1.3, new(float32(0)) }},
 	} {

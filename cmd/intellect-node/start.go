@@ -30,7 +30,8 @@ func runStart(args []string) error {
 	tokenFile := fs.String("status-token-file", "", "`file` holding a secret (≥ 16 bytes) that opens the status API read-only to other machines (Authorization: Bearer, or the page's URL #token=); needed when --status is not loopback")
 	fs.StringVar(&c.Device, "device", "cpu", "compute `device`: cpu; cuda in a binary built with make build-cuda; sim (simulated compute, see --sim-step)")
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
-	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps (applied one step late)")
+	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps")
+	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
 	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner AdamW steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md)")
 	outerLR := fs.Float64("outer-lr", node.DefaultOuterLR, "outer (Nesterov) learning `rate`; every member must use the same")
 	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` in [0, 1), 0 for none (default %v, %v with --overlap); every member must use the same",
