@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -42,4 +44,23 @@ func TestClientReadsTheAPI(t *testing.T) {
 	if _, err := c.Status(ctx); err == nil || !strings.Contains(err.Error(), "is a node running there") {
 		t.Errorf("stopped node: err %v", err)
 	}
+}
+
+// A checkpoint's progress ends with a report of completion, and the bytes
+// on disk are counted from the regular files under the directory.
+func TestDirProgress(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a"), make([]byte, 100), 0o600)
+	os.WriteFile(filepath.Join(dir, "sub", "b"), make([]byte, 23), 0o600)
+	if got := dirBytes(dir); got != 123 {
+		t.Fatalf("dirBytes = %d, want 123", got)
+	}
+	var got []Progress
+	n := &Node{cfg: Config{OnProgress: func(p Progress) { got = append(got, p) }}}
+	n.dirProgress(dir, 1000, "step 3")()
+	if len(got) == 0 || got[len(got)-1] != (Progress{Work: "checkpoint", Done: 1000, Total: 1000, Detail: "step 3"}) {
+		t.Fatalf("reports %+v, want a final one of completion", got)
+	}
+	(&Node{}).dirProgress(dir, 1000, "")() // no OnProgress: nothing to do
 }

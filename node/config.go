@@ -110,9 +110,10 @@ type Config struct {
 	// Seed seeds the model initialisation; it must be the same on every
 	// member of a run. Default: derived from Run.
 	Seed uint64
-	// OnProgress, if set, is told the progress of long work (a model fetch)
-	// as it goes, for a progress bar; the node logs it anyway. It is called
-	// from the training goroutine and must not block.
+	// OnProgress, if set, is told the progress of long work (a model fetch,
+	// a checkpoint write) as it goes, for a progress bar; the node logs
+	// fetches anyway. Calls come from one goroutine at a time and must not
+	// block.
 	OnProgress func(Progress)
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -135,7 +136,7 @@ const (
 
 // Progress is the state of a long piece of work.
 type Progress struct {
-	Work        string // what: "fetch" (the live model from peers)
+	Work        string // what: "fetch" (the live model from peers) or "checkpoint"
 	Done, Total int64  // bytes
 	Detail      string // e.g. "step 42 from 3 donors"
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -123,6 +124,7 @@ func (n *Node) writeCheckpoint() error {
 	root := filepath.Join(n.cfg.Home, checkpointDir)
 	name := fmt.Sprintf("%s%08d", train.CheckpointPrefix, n.step)
 	return train.WriteDirAtomic(root, name, func(tmp string) error {
+		defer n.dirProgress(tmp, checkpointBytes(n.params), fmt.Sprintf("step %d", n.step))()
 		if err := n.engine.Save(filepath.Join(tmp, engineSubdir)); err != nil {
 			return err
 		}
@@ -206,4 +208,53 @@ func (n *Node) resumeEngine(dir string, opts train.Options) (train.Engine, error
 		return t, nil
 	}
 	return n.newEngine(opts)
+}
+
+// checkpointBytes estimates a checkpoint's size for its progress: the
+// engine's parameters and two AdamW moments, θ₀ and the outer momentum,
+// 4 bytes each.
+func checkpointBytes(params int64) int64 { return 5 * 4 * params }
+
+// dirProgress reports, while a checkpoint is written into dir, the bytes
+// written so far against total to Config.OnProgress (nothing without one),
+// by looking at the files every 200 ms. The returned func stops it and
+// reports completion.
+func (n *Node) dirProgress(dir string, total int64, detail string) func() {
+	report := n.cfg.OnProgress
+	if report == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				report(Progress{Work: "checkpoint", Done: min(dirBytes(dir), total-1), Total: total, Detail: detail})
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		report(Progress{Work: "checkpoint", Done: total, Total: total, Detail: detail})
+	}
+}
+
+// dirBytes sums the sizes of the regular files under dir.
+func dirBytes(dir string) int64 {
+	var sum int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				sum += info.Size()
+			}
+		}
+		return nil
+	})
+	return sum
 }
