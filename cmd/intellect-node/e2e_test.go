@@ -194,8 +194,15 @@ func TestThreeNodesTrainOneModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process e2e test")
 	}
+	t.Run("blocking", func(t *testing.T) { threeNodesTrainOneModel(t) })
+	// Each member applies the average when it arrives, at an inner step of
+	// its own: the global models must still agree bit for bit.
+	t.Run("overlapped", func(t *testing.T) { threeNodesTrainOneModel(t, "--overlap") })
+}
+
+func threeNodesTrainOneModel(t *testing.T, extra ...string) {
 	const nodes, steps = 3, 4
-	args := append(append([]string{}, e2eArgs...), "--min-members", fmt.Sprint(nodes),
+	args := append(append(append([]string{}, e2eArgs...), extra...), "--min-members", fmt.Sprint(nodes),
 		"--max-outer-steps", fmt.Sprint(steps))
 	a := startNode(t, "a", "", args...)
 	boot := bootstrapAddr(t, a)
