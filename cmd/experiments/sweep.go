@@ -30,15 +30,15 @@ import (
 // sweepRun is one configuration of a sweep.
 type sweepRun struct {
 	Name    string  `json:"name"`
-	Kind    string  `json:"kind"`          // "single" or "diloco"
-	M       int     `json:"m"`             // DiLoCo workers
-	K       int     `json:"k"`             // single: gradient-accumulation factor (batch multiple)
-	H       int     `json:"h"`             // inner steps per outer step
-	LR      float32 `json:"outer_lr"`      // DiLoCo outer learning rate
-	Mu      float32 `json:"outer_mu"`      // DiLoCo outer momentum
-	InnerLR float64 `json:"inner_lr"`      // 0: the preset's
+	Kind    string  `json:"kind"`                    // "single" or "diloco"
+	M       int     `json:"m"`                       // DiLoCo workers
+	K       int     `json:"k"`                       // single: gradient-accumulation factor (batch multiple)
+	H       int     `json:"h"`                       // inner steps per outer step
+	LR      float32 `json:"outer_lr"`                // DiLoCo outer learning rate
+	Mu      float32 `json:"outer_mu"`                // DiLoCo outer momentum
+	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
-	Codec   string  `json:"codec"`         // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce)
+	Codec   string  `json:"codec"`                   // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce)
 }
 
 // sweepResult is one run of one seed.

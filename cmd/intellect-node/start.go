@@ -55,7 +55,9 @@ func runStart(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--status-token-file: %w", err)
 		}
-		c.StatusToken = strings.TrimSpace(string(b))
+		if c.StatusToken = strings.TrimSpace(string(b)); c.StatusToken == "" {
+			return fmt.Errorf("--status-token-file %s is empty", *tokenFile)
+		}
 	}
 	log, err := newLogger(os.Stderr, *level)
 	if err != nil {
