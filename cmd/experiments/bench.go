@@ -269,25 +269,29 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v), int8 ring all-reduce, H = %d, %d inner steps per node.\n\n",
 		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, o.h, o.steps)
 	b.WriteString("| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | seeds |\n|---|---|---|---|---|---|---|---|\n")
+	var notes strings.Builder
 	for _, c := range corpora {
-		one := statOf(byRun[c+"|single-1x"])
 		for _, m := range msOf(plan) {
-			big, dl := statOf(byRun[c+"|"+singleRun(m, o.h).Name]), statOf(byRun[c+"|"+defaultDiLoCo(m, o.h, "int8").Name])
-			if dl.n == 0 || big.n == 0 {
+			// Every column of a row over the seeds its DiLoCo run has.
+			dlRuns := byRun[c+"|"+defaultDiLoCo(m, o.h, "int8").Name]
+			same := func(run string) stat { return statOf(sameSeeds(byRun[c+"|"+run], dlRuns)) }
+			one, big, dl := same("single-1x"), same(singleRun(m, o.h).Name), statOf(dlRuns)
+			if dl.n == 0 || big.n != dl.n || one.n != dl.n {
 				continue
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %d |\n", c, m, fmtStat(one), fmtStat(big), fmtStat(dl),
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), dl.n)
-		}
-		for _, m := range msOf(plan) {
-			fp, i8 := statOf(byRun[c+"|"+defaultDiLoCo(m, o.h, "fp32").Name]), statOf(byRun[c+"|"+defaultDiLoCo(m, o.h, "int8").Name])
-			if fp.n > 0 && i8.n > 0 {
-				fmt.Fprintf(&b, "\n%s, M = %d: int8 %s vs fp32 %s: **%s**\n", c, m, fmtStat(i8), fmtStat(fp), pct(i8.mean/fp.mean-1))
+			fp := same(defaultDiLoCo(m, o.h, "fp32").Name)
+			if fp.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d: int8 %s vs fp32 %s: **%s** (%d seeds)\n", c, m, fmtStat(dl), fmtStat(fp), pct(dl.mean/fp.mean-1), fp.n)
 			}
-			if ov := statOf(byRun[c+"|"+overlapDiLoCo(m, o.h).Name]); ov.n > 0 && i8.n > 0 {
-				fmt.Fprintf(&b, "\n%s, M = %d: overlapped %s vs blocking %s: **%s**\n", c, m, fmtStat(ov), fmtStat(i8), pct(ov.mean/i8.mean-1))
+			if ov := same(overlapDiLoCo(m, o.h).Name); ov.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d: overlapped (average applied after 1 inner step) %s vs blocking %s: **%s** (%d seeds)\n", c, m, fmtStat(ov), fmtStat(dl), pct(ov.mean/dl.mean-1), ov.n)
 			}
 		}
+	}
+	if notes.Len() > 0 {
+		b.WriteString("\n" + notes.String())
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -304,6 +308,20 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// sameSeeds returns the results of rs whose seed is among those of ref.
+func sameSeeds(rs, ref []sweepResult) []sweepResult {
+	var out []sweepResult
+	for _, r := range rs {
+		for _, x := range ref {
+			if r.Seed == x.Seed {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func msOf(plan []benchJob) []int {
