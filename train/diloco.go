@@ -98,7 +98,7 @@ type diloco struct {
 	ws     []*Trainer
 	outer  *Outer
 	theta0 []float32
-	starts [][]float32 // each worker's start of the current phase
+	ends   [][]float32 // overlapped: each worker's end of its last phase, the base of its rebase
 	deltas [][]float32
 	avg    []float32
 }
@@ -107,11 +107,9 @@ func (d *diloco) run(ctx context.Context, each func(DiLoCoRecord)) ([]float32, e
 	n := len(d.ws[0].Params())
 	d.theta0 = append([]float32(nil), d.ws[0].Params()...)
 	d.avg = make([]float32, n)
-	d.starts = make([][]float32, len(d.ws))
 	d.deltas = make([][]float32, len(d.ws))
 	for i := range d.deltas {
 		d.deltas[i] = make([]float32, n)
-		d.starts[i] = append([]float32(nil), d.theta0...)
 	}
 	reduce := d.cfg.Reduce
 	if reduce == nil {
@@ -129,7 +127,7 @@ func (d *diloco) run(ctx context.Context, each func(DiLoCoRecord)) ([]float32, e
 // from the new global model.
 func (d *diloco) blocking(ctx context.Context, reduce Reducer, weights []float32, tokens *int64, each func(DiLoCoRecord)) ([]float32, error) {
 	for t := 1; t <= d.cfg.Outer; t++ {
-		loss, err := d.phase(ctx, weights, tokens, false)
+		loss, err := d.phase(ctx, weights, tokens, false, false)
 		if err != nil {
 			return nil, err
 		}
@@ -137,9 +135,6 @@ func (d *diloco) blocking(ctx context.Context, reduce Reducer, weights []float32
 			return nil, fmt.Errorf("train: diloco: reduce of outer step %d: %w", t, err)
 		}
 		d.outer.Apply(d.theta0, d.theta0, d.avg)
-		for i := range d.starts {
-			copy(d.starts[i], d.theta0)
-		}
 		if err := d.record(t, *tokens, loss, each); err != nil {
 			return nil, err
 		}
@@ -151,6 +146,7 @@ func (d *diloco) blocking(ctx context.Context, reduce Reducer, weights []float32
 // model t+1 is made from it and each worker rebases onto it after
 // OverlapSteps inner steps of phase t+1.
 func (d *diloco) overlapped(ctx context.Context, reduce Reducer, weights []float32, tokens *int64, each func(DiLoCoRecord)) ([]float32, error) {
+	d.ends = make([][]float32, len(d.ws))
 	var folded int64
 	var loss float64
 	for t := 0; t <= d.cfg.Outer; t++ {
@@ -166,7 +162,7 @@ func (d *diloco) overlapped(ctx context.Context, reduce Reducer, weights []float
 				break
 			}
 		}
-		l, err := d.phase(ctx, weights, tokens, rebase)
+		l, err := d.phase(ctx, weights, tokens, true, rebase)
 		if err != nil {
 			return nil, err
 		}
@@ -198,15 +194,18 @@ func (d *diloco) record(t int, tokens int64, loss float64, each func(DiLoCoRecor
 
 // phase runs H inner steps on every worker and leaves each worker's
 // pseudo-gradient θ₀ − Eᵢ (its end Eᵢ against the global model) in
-// d.deltas[i], its weight (inner steps done) in weights[i], and Eᵢ in
-// d.starts[i]. A worker starts from d.starts[i]: θ₀ when blocking, its last
-// end when overlapped; with rebase it moves onto θ₀ after OverlapSteps
-// steps: θ += θ₀ − Eᵢ(last). It returns the workers' mean training loss.
-func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64, rebase bool) (float64, error) {
+// d.deltas[i] and its weight (inner steps done) in weights[i]. Blocking, a
+// worker starts from θ₀; overlapped, from where its last phase ended (its
+// Trainer still holds it), keeping Eᵢ in d.ends[i] for the next rebase;
+// with rebase it moves onto θ₀ after OverlapSteps steps: θ += θ₀ − Eᵢ(last).
+// It returns the workers' mean training loss.
+func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64, overlapped, rebase bool) (float64, error) {
 	var loss float64
 	for i, w := range d.ws {
-		if err := w.SetParams(d.starts[i]); err != nil {
-			return 0, err
+		if !overlapped {
+			if err := w.SetParams(d.theta0); err != nil {
+				return 0, err
+			}
 		}
 		for s := 1; s <= d.cfg.Inner; s++ {
 			if err := ctx.Err(); err != nil {
@@ -219,14 +218,16 @@ func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64, re
 			loss += st.Loss
 			*tokens += int64(st.Tokens)
 			if rebase && s == d.cfg.OverlapSteps {
-				Rebase(w.Params(), d.starts[i], d.theta0)
+				Rebase(w.Params(), d.ends[i], d.theta0)
 			}
 		}
 		p := w.Params()
 		for j := range p {
 			d.deltas[i][j] = d.theta0[j] - p[j]
 		}
-		copy(d.starts[i], p)
+		if overlapped {
+			d.ends[i] = append(d.ends[i][:0], p...)
+		}
 		weights[i] = float32(d.cfg.Inner)
 	}
 	return loss / float64(len(d.ws)*d.cfg.Inner), nil

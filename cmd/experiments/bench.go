@@ -131,9 +131,8 @@ func singleRun(k, h int) sweepRun {
 
 // defaultDiLoCo is DiLoCo as a node runs it by default.
 func defaultDiLoCo(m, h int, codec string) sweepRun {
-	r := sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
+	return sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
 		LR: node.DefaultOuterLR, Mu: node.DefaultOuterMomentum, Codec: codec}
-	return r
 }
 
 // overlapDiLoCo is DiLoCo as a node runs it with --overlap on a link fast
