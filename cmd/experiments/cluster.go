@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
 // errTimeout is returned when a configuration runs past -timeout.
@@ -171,9 +170,6 @@ func copyIdentity(from, home string) error {
 	return os.WriteFile(filepath.Join(home, "identity.key"), b, 0o600)
 }
 
-// maxStatusBody bounds the status document read from a node.
-const maxStatusBody = 1 << 20
-
 // bootstrapAddr waits for the node's API address file, then for its status
 // to list a listen address, and returns that address.
 func bootstrapAddr(ctx context.Context, p *process) (string, error) {
@@ -195,26 +191,12 @@ func bootstrapAddr(ctx context.Context, p *process) (string, error) {
 	}
 }
 
-// statusAddr reads GET /v1/status of the API at hostport and returns its
-// first libp2p address.
+// statusAddr reads the status of the API at hostport and returns its
+// first libp2p address ("" while it has none).
 func statusAddr(ctx context.Context, hostport string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+hostport+"/v1/status", nil)
-	if err != nil {
+	st, err := node.NewClient(hostport).Status(ctx)
+	if err != nil || len(st.Addrs) == 0 {
 		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Addrs []string `json:"addrs"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(&st); err != nil {
-		return "", err
-	}
-	if len(st.Addrs) == 0 {
-		return "", nil
 	}
 	return st.Addrs[0], nil
 }
