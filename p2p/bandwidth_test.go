@@ -23,6 +23,9 @@ func TestBandwidthPerProtocol(t *testing.T) {
 	const size = 3<<20 + 17
 	hosts := startNetwork(t, "bandwidth", 2)
 	a, b := hosts[0], hosts[1]
+	// b dials a while starting; a learns b's addresses only from that
+	// connection, so wait for it before a opens a stream to b.
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 
 	received := make(chan int64, 1)
 	b.Libp2p().SetStreamHandler(proto, func(s network.Stream) {
