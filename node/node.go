@@ -174,8 +174,8 @@ func (n *Node) initModel() error {
 			return err
 		}
 	}
-	if n.data.Vocab() > opts.Model.Vocab {
-		return fmt.Errorf("%w: data %s has vocabulary %d > model's %d", ErrBadConfig, n.data, n.data.Vocab(), opts.Model.Vocab)
+	if opts.Model, err = train.FitVocab(opts.Model, n.data, n.cfg.ConfigFile == ""); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
 	resumed, err := n.resume(opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -25,6 +26,9 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 	}
 	opts, err := trainOptions(cfg, "")
 	if err != nil {
+		return train.DiLoCoConfig{}, err
+	}
+	if opts.Model, err = dataVocab(cfg, opts.Model); err != nil {
 		return train.DiLoCoConfig{}, err
 	}
 	d := train.DiLoCoConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
@@ -85,4 +89,19 @@ func allReduceConfig(cfg Config) mesh.AllReduceConfig {
 		c.Codec = mesh.CodecFP32
 	}
 	return c
+}
+
+// dataVocab fits the model's vocabulary to cfg.Data's, as a node does.
+func dataVocab(cfg Config, m train.Config) (train.Config, error) {
+	if cfg.Data == "" {
+		return m, nil
+	}
+	src, err := train.OpenSource(cfg.Data)
+	if err != nil {
+		return m, err
+	}
+	if c, ok := src.(io.Closer); ok {
+		defer c.Close()
+	}
+	return train.FitVocab(m, src, cfg.ConfigFile == "")
 }

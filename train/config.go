@@ -157,16 +157,38 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // parseConfig decodes a JSON model config, fills defaults and validates it.
+// A vocab of 0 (or none) means "the data's": FitVocab fills it in.
 func parseConfig(b []byte) (Config, error) {
 	var c Config
 	if err := json.Unmarshal(b, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	c = withDefaults(c)
-	if err := c.Validate(); err != nil {
+	v := c
+	if v.Vocab == 0 {
+		v.Vocab = 2
+	}
+	if err := v.Validate(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// FitVocab gives a model the vocabulary of its training data: a preset's
+// (fromPreset) or a config's vocab of 0 becomes the data's vocabulary rounded
+// up to a multiple of 64, for token shards; the embedded corpus keeps the
+// model's. A vocabulary smaller than the data's is an error.
+func FitVocab(c Config, data Source, fromPreset bool) (Config, error) {
+	if _, shards := data.(*ShardSource); shards && (fromPreset || c.Vocab == 0) {
+		c.Vocab = (data.Vocab() + 63) / 64 * 64
+	}
+	if c.Vocab == 0 {
+		return c, fmt.Errorf("%w: vocab 0 (\"the data's\") needs token shards as data, not %s", ErrConfig, data)
+	}
+	if data.Vocab() > c.Vocab {
+		return c, fmt.Errorf("%w: data %s has vocabulary %d > model vocab %d", ErrConfig, data, data.Vocab(), c.Vocab)
+	}
+	return c, c.Validate()
 }
 
 // readFileLimited reads a whole file, refusing one larger than limit bytes.

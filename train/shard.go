@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
 
 // Token shard file format (little endian):
@@ -131,6 +132,10 @@ func (s *Shard) Len() int { return s.n }
 // Vocab returns the vocabulary size recorded in the header.
 func (s *Shard) Vocab() int { return s.vocab }
 
+// Token returns token i (0 ≤ i < Len), or an error if it is not below the
+// vocabulary.
+func (s *Shard) Token(i int) (int32, error) { return s.token(i) }
+
 // token returns token i, or an error if it is not below the vocabulary.
 func (s *Shard) token(i int) (int32, error) {
 	var t uint32
@@ -158,11 +163,14 @@ func (s *Shard) Close() error {
 // heldOutFrac is the tail fraction of each shard kept for Eval (at least one window).
 const heldOutFrac = 64
 
-// component is one weighted entry of a mixture: a set of shards.
+// component is one weighted entry of a mixture: a set of shards, and the
+// held-out shards when the data was split by document (tokenize's layout).
 type component struct {
 	name   string
 	weight float64
 	shards []*Shard
+	held   []*Shard
+	seen   *atomic.Int64 // training tokens drawn from it
 }
 
 // ShardSource samples training windows from memory-mapped shards, optionally
@@ -182,6 +190,7 @@ type ShardSource struct {
 // {"sources": [{"path": "fineweb/", "weight": 0.55}, {"path": "stack.tok", "weight": 0.2}]}
 type mixtureSpec struct {
 	Sources []struct {
+		Name   string  `json:"name"`
 		Path   string  `json:"path"`
 		Weight float64 `json:"weight"`
 	} `json:"sources"`
@@ -230,6 +239,9 @@ func openMixture(path string) (Source, error) {
 			closeComps(comps)
 			return nil, err
 		}
+		if s.Name != "" {
+			c.name = s.Name
+		}
 		comps = append(comps, c)
 	}
 	return newShardSource(path, comps)
@@ -239,31 +251,67 @@ func openComponent(path string, weight float64) (component, error) {
 	if !(weight > 0) || weight > 1e12 {
 		return component{}, fmt.Errorf("%w: %s: weight %v must be positive", ErrShard, path, weight)
 	}
-	files := []string{path}
-	if st, err := os.Stat(path); err != nil {
-		return component{}, fmt.Errorf("train: open source: %w", err)
-	} else if st.IsDir() {
-		files, _ = filepath.Glob(filepath.Join(path, "*"+ShardExt))
-		sort.Strings(files)
-		if len(files) == 0 || len(files) > maxMixture {
-			return component{}, fmt.Errorf("%w: %s: %d shard files (*%s)", ErrShard, path, len(files), ShardExt)
-		}
+	c := component{name: path, weight: weight, seen: new(atomic.Int64)}
+	trainFiles, heldFiles, err := shardFiles(path)
+	if err != nil {
+		return component{}, err
 	}
-	c := component{name: path, weight: weight}
-	for _, f := range files {
-		s, err := OpenShard(f)
-		if err != nil {
-			closeComps([]component{c})
-			return component{}, err
-		}
-		c.shards = append(c.shards, s)
+	if c.shards, err = openShards(trainFiles); err != nil {
+		return component{}, err
+	}
+	if c.held, err = openShards(heldFiles); err != nil {
+		closeComps([]component{c})
+		return component{}, err
 	}
 	return c, nil
 }
 
+// TokenizedManifest is the file that marks a directory written by
+// `intellect-node tokenize`: training shards in train/, held-out documents
+// in heldout/.
+const TokenizedManifest = "manifest.json"
+
+// shardFiles lists a source's shard files: the file itself, a directory's
+// *.tok, or a tokenized directory's train/ and heldout/ shards.
+func shardFiles(path string) (trainFiles, heldFiles []string, err error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: open source: %w", err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil, nil
+	}
+	glob := func(dir string) []string {
+		fs, _ := filepath.Glob(filepath.Join(dir, "*"+ShardExt))
+		sort.Strings(fs)
+		return fs
+	}
+	trainFiles = glob(path)
+	if _, err := os.Stat(filepath.Join(path, TokenizedManifest)); err == nil {
+		trainFiles, heldFiles = glob(filepath.Join(path, "train")), glob(filepath.Join(path, "heldout"))
+	}
+	if len(trainFiles) == 0 || len(trainFiles)+len(heldFiles) > maxMixture {
+		return nil, nil, fmt.Errorf("%w: %s: %d shard files (*%s)", ErrShard, path, len(trainFiles), ShardExt)
+	}
+	return trainFiles, heldFiles, nil
+}
+
+func openShards(files []string) ([]*Shard, error) {
+	var out []*Shard
+	for _, f := range files {
+		s, err := OpenShard(f)
+		if err != nil {
+			closeComps([]component{{shards: out}})
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 func closeComps(cs []component) {
 	for _, c := range cs {
-		for _, s := range c.shards {
+		for _, s := range append(c.shards, c.held...) {
 			s.Close()
 		}
 	}
@@ -274,7 +322,7 @@ func newShardSource(name string, comps []component) (*ShardSource, error) {
 	var total float64
 	for _, c := range comps {
 		total += c.weight
-		for _, s := range c.shards {
+		for _, s := range append(c.shards, c.held...) {
 			src.vocab = max(src.vocab, s.vocab)
 		}
 	}
@@ -304,6 +352,48 @@ func (s *ShardSource) Close() error {
 func split(sh *Shard, width int) (train, held int) {
 	held = max(sh.n/heldOutFrac, width)
 	return sh.n - held, held
+}
+
+// region is the part of a shard windows are drawn from.
+type region struct {
+	sh         *Shard
+	start, end int
+}
+
+// regions returns where a component's training or held-out windows lie: its
+// held-out shards when it has them, else the tail 1/64 of every shard.
+func (c component) regions(width int, held bool) []region {
+	var rs []region
+	switch {
+	case len(c.held) > 0 && held:
+		for _, sh := range c.held {
+			rs = append(rs, region{sh, 0, sh.n})
+		}
+	case len(c.held) > 0:
+		for _, sh := range c.shards {
+			rs = append(rs, region{sh, 0, sh.n})
+		}
+	default:
+		for _, sh := range c.shards {
+			tr, _ := split(sh, width)
+			if held {
+				rs = append(rs, region{sh, tr, sh.n})
+			} else {
+				rs = append(rs, region{sh, 0, tr})
+			}
+		}
+	}
+	return rs
+}
+
+// TokensBySource returns the training tokens drawn so far from each source
+// (mixture component), by name.
+func (s *ShardSource) TokensBySource() map[string]int64 {
+	m := make(map[string]int64, len(s.comps))
+	for _, c := range s.comps {
+		m[c.name] += c.seen.Load()
+	}
+	return m
 }
 
 // Train fills dst with rows × width training tokens for key k.
@@ -341,38 +431,30 @@ func (s *ShardSource) window(row []int32, g *rng, held bool) error {
 	ci = min(ci, len(s.comps)-1)
 	c := s.comps[ci]
 	width := len(row)
-	var sizes []int
+	rs := c.regions(width, held)
 	total := 0
-	for _, sh := range c.shards {
-		tr, ho := split(sh, width)
-		n := tr
-		if held {
-			n = ho
-		}
-		n = max(n-width+1, 0) // possible start positions
-		sizes = append(sizes, n)
-		total += n
+	for _, r := range rs {
+		total += max(r.end-r.start-width+1, 0) // possible start positions
 	}
 	if total == 0 {
 		return fmt.Errorf("%w: %s has no room for a %d-token window", ErrData, c.name, width)
 	}
 	pos := g.intn(total)
-	for si, n := range sizes {
+	for _, r := range rs {
+		n := max(r.end-r.start-width+1, 0)
 		if pos >= n {
 			pos -= n
 			continue
 		}
-		sh := c.shards[si]
-		if held {
-			tr, _ := split(sh, width)
-			pos += tr
-		}
 		for j := range row {
-			t, err := sh.token(pos + j)
+			t, err := r.sh.token(r.start + pos + j)
 			if err != nil {
 				return err
 			}
 			row[j] = t
+		}
+		if !held {
+			c.seen.Add(int64(width))
 		}
 		return nil
 	}

@@ -62,6 +62,9 @@ func runTrain(args []string) error {
 	if err != nil {
 		return err
 	}
+	if rc.Options.Model, err = train.FitVocab(rc.Options.Model, data, f.config == ""); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return train.Run(ctx, rc, data)

@@ -265,12 +265,14 @@ func TestParseHFRejects(t *testing.T) {
 		"prefix space": tinyFile(func(f map[string]any) {
 			f["pre_tokenizer"] = map[string]any{"type": "ByteLevel", "add_prefix_space": true, "use_regex": true}
 		}),
-		"metaspace":  tinyFile(func(f map[string]any) { f["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }),
-		"no eot":     tinyFile(func(f map[string]any) { f["added_tokens"] = []any{} }),
-		"bad regex":  tinyFile(splitWith("(?<")),
-		"not bytes":  tinyFile(model("vocab", map[string]int{"\u4e00": 0})),
-		"neg added":  tinyFile(func(f map[string]any) { f["added_tokens"] = []any{map[string]any{"id": -1, "content": "x"}} }),
-		"missing 0x": tinyFile(func(f map[string]any) { delete(f["model"].(map[string]any)["vocab"].(map[string]int), ByteLevel("\x00")) }),
+		"metaspace": tinyFile(func(f map[string]any) { f["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }),
+		"no eot":    tinyFile(func(f map[string]any) { f["added_tokens"] = []any{} }),
+		"bad regex": tinyFile(splitWith("(?<")),
+		"not bytes": tinyFile(model("vocab", map[string]int{"\u4e00": 0})),
+		"neg added": tinyFile(func(f map[string]any) { f["added_tokens"] = []any{map[string]any{"id": -1, "content": "x"}} }),
+		"missing 0x": tinyFile(func(f map[string]any) {
+			delete(f["model"].(map[string]any)["vocab"].(map[string]int), ByteLevel("\x00"))
+		}),
 	}
 	for name, b := range cases {
 		if _, err := ParseHF(b); err == nil || !strings.Contains(err.Error(), "tokenizer") {
