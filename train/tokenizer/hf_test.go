@@ -321,3 +321,50 @@ func FuzzParseHF(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncodeVsHF measures one core's encode throughput of ours and of
+// Hugging Face's library (Node.js binding, one encode call at a time) on the
+// same text in the same run: bytes/s of each and ours/HF.
+func BenchmarkEncodeVsHF(b *testing.B) {
+	dir := referenceFiles(b)
+	var text strings.Builder
+	files, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", "net", "http", "*.go"))
+	for _, f := range files {
+		s, _ := os.ReadFile(f)
+		text.Write(s)
+		text.WriteString("\n\n")
+	}
+	corpusFile := filepath.Join(b.TempDir(), "corpus.txt")
+	os.WriteFile(corpusFile, []byte(text.String()), 0o644)
+	docs := strings.Split(text.String(), "\n\n")
+	for _, name := range []string{"gpt2", "llama3"} {
+		b.Run(name, func(b *testing.B) {
+			path := filepath.Join(dir, name+".json")
+			tok, err := Load(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(text.Len()))
+			for b.Loop() {
+				for _, d := range docs {
+					tok.Encode(d)
+				}
+			}
+			ours := float64(text.Len()) * float64(b.N) / b.Elapsed().Seconds()
+			cmd := exec.Command("node", "hf.js", "bench", path, corpusFile, "3")
+			cmd.Dir = fixtureDir
+			out, err := cmd.Output()
+			if err != nil {
+				b.Fatalf("node bench: %v", err)
+			}
+			var r struct{ Bytes, Tokens, Seconds float64 }
+			if err := json.Unmarshal(out, &r); err != nil {
+				b.Fatal(err)
+			}
+			hf := r.Bytes / r.Seconds
+			b.ReportMetric(ours/1e6, "MB/s")
+			b.ReportMetric(hf/1e6, "hf-MB/s")
+			b.ReportMetric(ours/hf, "x-hf")
+		})
+	}
+}
