@@ -195,6 +195,9 @@ func Export(m *CheckpointModel, out string, o ExportOptions) error {
 		return err
 	}
 	return WriteDirAtomic(filepath.Dir(out), filepath.Base(out), func(tmp string) error {
+		if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700 is for private state
+			return err
+		}
 		return writeHF(tmp, m, o.DType, tok)
 	}, 0)
 }
