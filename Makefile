@@ -6,7 +6,7 @@ BIN       := bin
 # bit-identity tests).
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
-.PHONY: all build vet test test-short ui-deps tok-deps test-ui demo demo-train bench bench-gemm bench-train bench-net \
+.PHONY: all build vet test test-short ui-deps tok-deps hf-deps test-hf test-ui demo demo-train bench bench-gemm bench-train bench-net \
 	fuzz bench-wan wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
@@ -22,6 +22,7 @@ vet:
 test: vet vet-cuda
 	-@$(MAKE) --no-print-directory ui-deps
 	@$(MAKE) --no-print-directory tok-deps
+	-@$(MAKE) --no-print-directory hf-deps
 	$(GO) test -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS)
 
@@ -41,6 +42,21 @@ ui-deps:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) && break; \
 		echo "apt-get install chromium failed (try $$i), retrying"; sleep 5; done; \
 	command -v chromium >/dev/null 2>&1
+
+# Debian's python3-torch (1.13, at /usr/bin/python3) for the export check
+# against an independent PyTorch Llama forward (TestExportMatchesTorch skips
+# without it unless CI is set; make test tries to install it and goes on if it
+# cannot). A first try can fail on a cleaned .deb cache: update, then retry.
+hf-deps:
+	@/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || for i in 1 2 3; do \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null) && break; \
+		echo "apt-get install python3-torch failed (try $$i), retrying"; sleep 5; done; \
+	/usr/bin/python3 -c 'import torch' >/dev/null 2>&1
+
+# Export a checkpoint as a Hugging Face Llama directory and check its logits
+# against testdata/hf_torch_check.py, a plain PyTorch forward (docs/export.md).
+test-hf: hf-deps
+	CI=true $(GO) test -count=1 -run 'TestExportMatchesTorch' -v ./cmd/intellect-node
 
 # The web page in headless Chromium against real nodes: no console error for a
 # lone node and a 3-node network, peers listed, every plot drawn; screenshot

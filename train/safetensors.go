@@ -32,16 +32,42 @@ const (
 )
 
 type stEntry struct {
-	DType   string   `json:"dtype"`
+	DType   DType    `json:"dtype"`
 	Shape   []int    `json:"shape"`
 	Offsets [2]int64 `json:"data_offsets"`
+}
+
+// DType is the element type a safetensors file stores its tensors in.
+type DType string
+
+// The dtypes this package writes and reads; in memory tensors are float32.
+const (
+	F32  DType = "F32"  // IEEE binary32, exact
+	BF16 DType = "BF16" // bfloat16: float32 rounded to nearest even to 8 significant bits
+)
+
+// size returns the bytes per element, or 0 for an unknown dtype.
+func (d DType) size() int64 {
+	switch d {
+	case F32:
+		return 4
+	case BF16:
+		return 2
+	}
+	return 0
 }
 
 // WriteSafetensors writes ts as a safetensors file (F32, little endian) with
 // optional string metadata, then syncs it. Tensors are stored in the order
 // given; names must be unique and not "__metadata__".
 func WriteSafetensors(path string, ts []Tensor, meta map[string]string) error {
-	hdr, err := stHeader(ts, meta)
+	return WriteSafetensorsAs(path, ts, meta, F32)
+}
+
+// WriteSafetensorsAs is WriteSafetensors storing the tensors as dt: F32, or
+// BF16 rounded to nearest even (see ToBF16).
+func WriteSafetensorsAs(path string, ts []Tensor, meta map[string]string, dt DType) error {
+	hdr, err := stHeader(ts, meta, dt)
 	if err != nil {
 		return err
 	}
@@ -54,12 +80,8 @@ func WriteSafetensors(path string, ts []Tensor, meta map[string]string) error {
 	binary.LittleEndian.PutUint64(n8[:], uint64(len(hdr)))
 	w.Write(n8[:])
 	w.Write(hdr)
-	var b4 [4]byte
 	for _, t := range ts {
-		for _, v := range t.Data {
-			binary.LittleEndian.PutUint32(b4[:], math.Float32bits(v))
-			w.Write(b4[:])
-		}
+		writeValues(w, t.Data, dt)
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
@@ -72,8 +94,42 @@ func WriteSafetensors(path string, ts []Tensor, meta map[string]string) error {
 	return f.Close()
 }
 
+// writeValues encodes data as dt, little endian; errors stick in w.
+func writeValues(w *bufio.Writer, data []float32, dt DType) {
+	var b [4]byte
+	for _, v := range data {
+		if dt == BF16 {
+			binary.LittleEndian.PutUint16(b[:], ToBF16(v))
+			w.Write(b[:2])
+			continue
+		}
+		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+		w.Write(b[:])
+	}
+}
+
+// ToBF16 returns the bfloat16 bits of f rounded to nearest, ties to even:
+// the upper half of f's bits after adding 0x7fff plus the lowest kept bit.
+// Values beyond the largest bfloat16 round to ±Inf; NaN stays NaN (quieted,
+// sign kept) — adding to its bits could otherwise carry it into Inf.
+func ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x0040
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// FromBF16 returns the float32 of bfloat16 bits h (exact).
+func FromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
 // stHeader builds the JSON header, padded with spaces to a multiple of 8.
-func stHeader(ts []Tensor, meta map[string]string) ([]byte, error) {
+func stHeader(ts []Tensor, meta map[string]string, dt DType) ([]byte, error) {
+	es := dt.size()
+	if es == 0 {
+		return nil, fmt.Errorf("train: safetensors dtype %q: want F32 or BF16", dt)
+	}
 	h := map[string]any{}
 	if len(meta) > 0 {
 		h["__metadata__"] = meta
@@ -94,8 +150,8 @@ func stHeader(ts []Tensor, meta map[string]string) ([]byte, error) {
 		if shape == nil {
 			shape = []int{}
 		}
-		h[t.Name] = stEntry{DType: "F32", Shape: shape, Offsets: [2]int64{off, off + 4*int64(n)}}
-		off += 4 * int64(n)
+		h[t.Name] = stEntry{DType: dt, Shape: shape, Offsets: [2]int64{off, off + es*int64(n)}}
+		off += es * int64(n)
 	}
 	b, err := json.Marshal(h)
 	if err != nil {
@@ -107,8 +163,8 @@ func stHeader(ts []Tensor, meta map[string]string) ([]byte, error) {
 	return b, nil
 }
 
-// ReadSafetensors reads an F32 safetensors file: its tensors in file order
-// and its metadata. Malformed or truncated files give an error wrapping
+// ReadSafetensors reads an F32 or BF16 safetensors file: its tensors in file
+// order (BF16 widened to float32, exactly) and its metadata. Malformed or truncated files give an error wrapping
 // ErrCheckpoint.
 func ReadSafetensors(path string) ([]Tensor, map[string]string, error) {
 	f, err := os.Open(path)
@@ -163,7 +219,7 @@ type namedEntry struct {
 }
 
 // parseSTHeader decodes and checks the header against the data size: F32
-// only, shapes matching their byte ranges, ranges in bounds, contiguous and
+// and BF16 only, shapes matching their byte ranges, ranges in bounds, contiguous and
 // non-overlapping.
 func parseSTHeader(hdr []byte, dataSize int64) ([]namedEntry, map[string]string, error) {
 	var raw map[string]json.RawMessage
@@ -211,8 +267,9 @@ func parseSTHeader(hdr []byte, dataSize int64) ([]namedEntry, map[string]string,
 }
 
 func checkEntry(name string, e stEntry, dataSize int64) error {
-	if e.DType != "F32" {
-		return fmt.Errorf("%w: tensor %q has dtype %q, want F32", ErrCheckpoint, name, e.DType)
+	es := e.DType.size()
+	if es == 0 {
+		return fmt.Errorf("%w: tensor %q has dtype %q, want F32 or BF16", ErrCheckpoint, name, e.DType)
 	}
 	if len(e.Shape) > maxSTRank {
 		return fmt.Errorf("%w: tensor %q has rank %d", ErrCheckpoint, name, len(e.Shape))
@@ -225,7 +282,7 @@ func checkEntry(name string, e stEntry, dataSize int64) error {
 		n *= int64(d)
 	}
 	b, en := e.Offsets[0], e.Offsets[1]
-	if b < 0 || en < b || en > dataSize || en-b != 4*n {
+	if b < 0 || en < b || en > dataSize || en-b != es*n {
 		return fmt.Errorf("%w: tensor %q offsets %v for shape %v (data %d bytes)", ErrCheckpoint, name, e.Offsets, e.Shape, dataSize)
 	}
 	return nil
@@ -236,19 +293,29 @@ func readSTData(r io.Reader, es []namedEntry) ([]Tensor, error) {
 	ts := make([]Tensor, 0, len(es))
 	buf := make([]byte, 1<<16)
 	for _, e := range es {
-		n := int((e.Offsets[1] - e.Offsets[0]) / 4)
+		sz := int(e.DType.size())
+		n := int((e.Offsets[1] - e.Offsets[0]) / int64(sz))
 		t := Tensor{Name: e.name, Shape: append([]int{}, e.Shape...), Data: make([]float32, n)}
 		for i := 0; i < n; {
-			k := min(n-i, len(buf)/4)
-			if _, err := io.ReadFull(r, buf[:4*k]); err != nil {
+			k := min(n-i, len(buf)/sz)
+			if _, err := io.ReadFull(r, buf[:sz*k]); err != nil {
 				return nil, fmt.Errorf("%w: tensor %q truncated: %v", ErrCheckpoint, e.name, err)
 			}
-			for j := 0; j < k; j++ {
-				t.Data[i+j] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*j:]))
-			}
+			decodeValues(t.Data[i:i+k], buf, e.DType)
 			i += k
 		}
 		ts = append(ts, t)
 	}
 	return ts, nil
+}
+
+// decodeValues fills dst from the little-endian elements of type dt in buf.
+func decodeValues(dst []float32, buf []byte, dt DType) {
+	for j := range dst {
+		if dt == BF16 {
+			dst[j] = FromBF16(binary.LittleEndian.Uint16(buf[2*j:]))
+		} else {
+			dst[j] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*j:]))
+		}
+	}
 }
