@@ -146,9 +146,12 @@ func parseState(b []byte) (checkpointState, error) {
 	return st, nil
 }
 
-// loadModel reads model.safetensors into the parameters; every tensor of the
-// layout must be present with its exact shape, and nothing else.
-func (t *Trainer) loadModel(path string) error {
+// loadModel reads model.safetensors into the parameters (readModelFile).
+func (t *Trainer) loadModel(path string) error { return readModelFile(path, t.lay, t.m.params) }
+
+// readModelFile reads a model.safetensors into dst, laid out as lay; every
+// tensor of the layout must be present with its exact shape, and nothing else.
+func readModelFile(path string, lay []TensorInfo, dst []float32) error {
 	ts, _, err := ReadSafetensors(path)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCheckpoint, err)
@@ -157,15 +160,15 @@ func (t *Trainer) loadModel(path string) error {
 	for _, x := range ts {
 		byName[x.Name] = x
 	}
-	if len(byName) != len(t.lay) {
-		return fmt.Errorf("%w: %s has %d tensors, model has %d", ErrCheckpoint, path, len(byName), len(t.lay))
+	if len(byName) != len(lay) {
+		return fmt.Errorf("%w: %s has %d tensors, model has %d", ErrCheckpoint, path, len(byName), len(lay))
 	}
-	for _, ti := range t.lay {
+	for _, ti := range lay {
 		x, ok := byName[ti.Name]
 		if !ok || fmt.Sprint(x.Shape) != fmt.Sprint(ti.Shape) {
 			return fmt.Errorf("%w: %s: tensor %s missing or shape %v, want %v", ErrCheckpoint, path, ti.Name, x.Shape, ti.Shape)
 		}
-		copy(t.m.params[ti.Offset:], x.Data)
+		copy(dst[ti.Offset:], x.Data)
 	}
 	return nil
 }
