@@ -7,8 +7,10 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/intellect-node/intellect-node/train"
+	"github.com/intellect-node/intellect-node/train/tokenizer"
 )
 
 func init() {
@@ -32,7 +34,7 @@ func generate(args []string, out, info io.Writer) error {
 	fs.SetOutput(info)
 	fs.StringVar(&f.checkpoint, "checkpoint", "", "checkpoint: a step directory, or a train/start --home (newest step)")
 	fs.StringVar(&f.prompt, "prompt", "", "text to continue (required)")
-	fs.StringVar(&f.tokenizer, "tokenizer", "byte", "tokenizer: byte")
+	fs.StringVar(&f.tokenizer, "tokenizer", "byte", "tokenizer: byte, or the path of a Hugging Face tokenizer.json")
 	fs.IntVar(&f.maxTokens, "max-tokens", 200, "most tokens to generate")
 	fs.Float64Var(&f.sample.Temperature, "temperature", 0.8, "sampling temperature, ≥ 0; 0 is greedy (argmax)")
 	fs.Float64Var(&f.sample.TopP, "top-p", 0.95, "nucleus sampling mass, in (0, 1]; 1 samples from all tokens")
@@ -87,10 +89,10 @@ func (f generateFlags) run(l loaded, s *train.Sampler, out, info io.Writer) erro
 }
 
 // streamer writes generated text as it grows. It decodes all ids so far and
-// writes what was not written yet, holding back text that ends in an
-// incomplete character (U+FFFD) until a later token completes it.
+// writes what was not written yet, holding back a multi-byte UTF-8
+// character cut by a token boundary until a later token completes it.
 type streamer struct {
-	tok     tokenizer
+	tok     tokenizer.Tokenizer
 	w       *bufio.Writer
 	ids     []int32
 	written string
@@ -99,7 +101,7 @@ type streamer struct {
 func (s *streamer) add(id int32) error {
 	s.ids = append(s.ids, id)
 	text := s.tok.Decode(s.ids)
-	if strings.HasSuffix(text, "\uFFFD") || !strings.HasPrefix(text, s.written) {
+	if incompleteTail(text) || !strings.HasPrefix(text, s.written) {
 		return nil
 	}
 	if _, err := s.w.WriteString(text[len(s.written):]); err != nil {
@@ -117,4 +119,15 @@ func (s *streamer) flush() error {
 	}
 	s.w.WriteString("\n")
 	return s.w.Flush()
+}
+
+// incompleteTail reports whether s ends inside a multi-byte UTF-8 character
+// that more bytes may complete.
+func incompleteTail(s string) bool {
+	for i := len(s) - 1; i >= 0 && i >= len(s)-utf8.UTFMax+1; i-- {
+		if utf8.RuneStart(s[i]) {
+			return !utf8.FullRuneInString(s[i:])
+		}
+	}
+	return false
 }

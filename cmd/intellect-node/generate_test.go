@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/intellect-node/intellect-node/train"
+	"github.com/intellect-node/intellect-node/train/tokenizer"
 )
 
 var (
@@ -91,7 +92,7 @@ func TestGenerateGreedyIsArgmax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := byteTokenizer{}
+	tok := tokenizer.Byte{}
 	logits, _ := m.Forward(tok.Encode("3+4="))
 	want := make([]int32, 40)
 	for i := range want {
@@ -119,7 +120,7 @@ func TestGenerateRejects(t *testing.T) {
 		{[]string{"--checkpoint", home, "--prompt", "x", "--top-p", "0"}, "top-p"},
 		{[]string{"--checkpoint", home, "--prompt", "x", "--top-p", "1.5"}, "top-p"},
 		{[]string{"--checkpoint", home, "--prompt", "x", "--max-tokens", "0"}, "--max-tokens"},
-		{[]string{"--checkpoint", home, "--prompt", "x", "--tokenizer", "gpt2.json"}, "--tokenizer"},
+		{[]string{"--checkpoint", home, "--prompt", "x", "--tokenizer", "gpt2.json"}, "no such file"},
 	} {
 		if _, err := runCmd(t, gen, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)
@@ -127,15 +128,33 @@ func TestGenerateRejects(t *testing.T) {
 	}
 }
 
-// bigTokenizer is the byte tokenizer claiming a larger vocabulary.
-type bigTokenizer struct{ byteTokenizer }
-
-func (bigTokenizer) Vocab() int { return 300 }
-
+// TestGenerateTokenizerLargerThanModel: a tokenizer.json of 260 ids does not
+// fit the 256-token model.
 func TestGenerateTokenizerLargerThanModel(t *testing.T) {
-	err := checkTokenizer(bigTokenizer{}, train.Config{Vocab: 256})
-	if err == nil || !strings.Contains(err.Error(), "300") || !strings.Contains(err.Error(), "256") {
-		t.Fatalf("error %v, want one naming 300 and 256", err)
+	vocab := map[string]int{}
+	for b := 0; b < 256; b++ {
+		vocab[tokenizer.ByteLevel(string([]byte{byte(b)}))] = b
+	}
+	vocab["ab"], vocab["abc"] = 256, 257
+	f := map[string]any{
+		"added_tokens":  []any{map[string]any{"id": 258, "content": "<|endoftext|>", "special": true}},
+		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"a b", "ab c"}},
+	}
+	b, _ := json.Marshal(f)
+	path := filepath.Join(t.TempDir(), "tokenizer.json")
+	os.WriteFile(path, b, 0o644)
+	_, err := runCmd(t, gen, "--checkpoint", testCheckpoint(t), "--prompt", "abc", "--tokenizer", path)
+	if err == nil || !strings.Contains(err.Error(), "259") || !strings.Contains(err.Error(), "256") {
+		t.Fatalf("error %v, want one naming 259 and 256", err)
+	}
+}
+
+func TestGenerateStreamsWholeCharacters(t *testing.T) {
+	for s, want := range map[string]bool{"ab": false, "a\xc3": true, "a\xc3\xa9": false, "\xe2\x82": true, "\xff": false, "": false} {
+		if incompleteTail(s) != want {
+			t.Errorf("incompleteTail(%q) = %v", s, !want)
+		}
 	}
 }
 
@@ -173,7 +192,7 @@ func TestScoreJSON(t *testing.T) {
 		t.Fatalf("bits_per_byte %v perplexity %v for mean loss %v", rep.BitsPerByte, rep.Perplexity, rep.MeanLoss)
 	}
 	m, _ := train.LoadModel(home)
-	nats, n, _ := m.Score(byteTokenizer{}.Encode(text))
+	nats, n, _ := m.Score(tokenizer.Byte{}.Encode(text))
 	if f := rep.Files[0]; f.Tokens != n || math.Abs(f.MeanLoss-nats/float64(n)) > 1e-12 {
 		t.Fatalf("file loss %v over %d, model says %v over %d", f.MeanLoss, f.Tokens, nats/float64(n), n)
 	}

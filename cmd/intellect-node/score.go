@@ -49,10 +49,10 @@ func runScore(args []string) error { return score(args, os.Stdin, os.Stdout, os.
 func score(args []string, stdin io.Reader, out, info io.Writer) error {
 	var ckpt, spec string
 	var asJSON bool
-	fs := newFlagSet("score", "--checkpoint DIR [--tokenizer byte] [--json] FILE... (- is stdin)")
+	fs := newFlagSet("score", "--checkpoint DIR [--tokenizer byte|FILE] [--json] FILE... (- is stdin)")
 	fs.SetOutput(info)
 	fs.StringVar(&ckpt, "checkpoint", "", "checkpoint: a step directory, or a train/start --home (newest step)")
-	fs.StringVar(&spec, "tokenizer", "byte", "tokenizer: byte")
+	fs.StringVar(&spec, "tokenizer", "byte", "tokenizer: byte, or the path of a Hugging Face tokenizer.json")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object")
 	files, err := parseInterleaved(fs, args)
 	if err != nil {

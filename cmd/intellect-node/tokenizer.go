@@ -4,35 +4,11 @@ import (
 	"fmt"
 
 	"github.com/intellect-node/intellect-node/train"
+	"github.com/intellect-node/intellect-node/train/tokenizer"
 )
 
-// tokenizer has the method set of train/tokenizer.Tokenizer, which is on its
-// way to main; generate and score are written against it.
-type tokenizer interface {
-	ID() string                 // names the tokenizer, e.g. "byte"
-	Vocab() int                 // ids are in [0, Vocab)
-	Encode(text string) []int32 // text to ids
-	Decode(ids []int32) string  // ids to text
-	EOT() int32                 // the end-of-text id
-}
-
-// byteTokenizer is train.ByteTokenizer with the id "byte" and end-of-text 0.
-type byteTokenizer struct{ train.ByteTokenizer }
-
-func (byteTokenizer) ID() string { return "byte" }
-func (byteTokenizer) EOT() int32 { return 0 }
-
-// loadTokenizer returns the tokenizer spec names: "byte" (one token per
-// byte). Hugging Face tokenizer.json files come with train/tokenizer.
-func loadTokenizer(spec string) (tokenizer, error) {
-	if spec == "byte" {
-		return byteTokenizer{}, nil
-	}
-	return nil, fmt.Errorf("--tokenizer %q: only \"byte\" is supported by this build (tokenizer.json files need train/tokenizer)", spec)
-}
-
 // checkTokenizer rejects a tokenizer whose ids do not all fit the model.
-func checkTokenizer(tok tokenizer, c train.Config) error {
+func checkTokenizer(tok tokenizer.Tokenizer, c train.Config) error {
 	if tok.Vocab() > c.Vocab {
 		return fmt.Errorf("tokenizer %s has a vocabulary of %d, more than the model's %d", tok.ID(), tok.Vocab(), c.Vocab)
 	}
@@ -42,7 +18,7 @@ func checkTokenizer(tok tokenizer, c train.Config) error {
 // loaded is a model with the tokenizer it is run with.
 type loaded struct {
 	m   *train.Model
-	tok tokenizer
+	tok tokenizer.Tokenizer
 	dir string // the step directory the model came from
 }
 
@@ -52,7 +28,7 @@ func loadModelAndTokenizer(checkpoint, spec string) (loaded, error) {
 	if checkpoint == "" {
 		return loaded{}, fmt.Errorf("--checkpoint is required (a step directory, or a --home holding checkpoints)")
 	}
-	tok, err := loadTokenizer(spec)
+	tok, err := tokenizer.Load(spec)
 	if err != nil {
 		return loaded{}, err
 	}
