@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/intellect-node/intellect-node/kernels"
 )
@@ -175,9 +177,35 @@ func (m *Model) chunk(tokens []int32, rows int) {
 	matmul(s.logits, s.ln, m.p.lm, rows, C, c.Vocab, 0)
 }
 
-// matmul: out (N, OC) = inp (N, IC) · wᵀ + beta·out, w (OC, IC).
+// gemvRows is the most rows matmul multiplies with dot products: below it,
+// Sgemm's packing of w (a copy of the weights) costs more than the product.
+const gemvRows = 4
+
+// matmul: out (N, OC) = inp (N, IC) · wᵀ + beta·out, w (OC, IC). Up to
+// gemvRows rows it takes dot products of w's rows, in parallel over the
+// output columns (each row of w read once, from memory, for all N rows).
 func matmul(out, inp, w []float32, N, IC, OC int, beta float32) {
-	kernels.Sgemm(false, true, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC)
+	if N > gemvRows {
+		kernels.Sgemm(false, true, N, OC, IC, 1, inp, IC, w, IC, beta, out, OC)
+		return
+	}
+	parts := min(runtime.GOMAXPROCS(0), max(1, OC*IC/(1<<15)))
+	var wg sync.WaitGroup
+	for k := range parts {
+		wg.Go(func() {
+			for o := k * OC / parts; o < (k+1)*OC/parts; o++ {
+				row := w[o*IC : (o+1)*IC]
+				for n := 0; n < N; n++ {
+					d := kernels.Dot(inp[n*IC:(n+1)*IC], row)
+					if beta != 0 {
+						d += beta * out[n*OC+o]
+					}
+					out[n*OC+o] = d
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // store copies the chunk's keys and values (rows of s.qkv) into layer l's
@@ -208,7 +236,7 @@ func (m *Model) attend(l, p0, N int) {
 			off := (h / group) * hd
 			maxv := float32(math.Inf(-1))
 			for j := range sc {
-				sc[j] = dot(q, m.k[l][j*KW+off:j*KW+off+hd]) * scale
+				sc[j] = kernels.Dot(q, m.k[l][j*KW+off:j*KW+off+hd]) * scale
 				maxv = max(maxv, sc[j])
 			}
 			var sum float32
@@ -219,23 +247,8 @@ func (m *Model) attend(l, p0, N int) {
 			o := m.s.att[(n*H+h)*hd : (n*H+h+1)*hd]
 			clear(o)
 			for j, p := range sc {
-				axpy(p/sum, m.v[l][j*KW+off:j*KW+off+hd], o)
+				kernels.Axpy(p/sum, m.v[l][j*KW+off:j*KW+off+hd], o)
 			}
 		}
-	}
-}
-
-func dot(a, b []float32) float32 {
-	var s float32
-	for i, x := range a {
-		s += x * b[i]
-	}
-	return s
-}
-
-// axpy: y += a·x.
-func axpy(a float32, x, y []float32) {
-	for i, v := range x {
-		y[i] += a * v
 	}
 }

@@ -118,3 +118,30 @@ func TestInferRejects(t *testing.T) {
 		t.Fatalf("rejected input entered the cache (%d tokens)", m.Len())
 	}
 }
+
+// BenchmarkInferGenerate measures decoding one token at a time at positions
+// 0..SeqLen−1 of freshly initialised presets (cost does not depend on the
+// values), in tokens per second.
+func BenchmarkInferGenerate(b *testing.B) {
+	for _, name := range []string{"tiny", "small"} {
+		b.Run("preset="+name, func(b *testing.B) {
+			c, _ := Preset(name)
+			params := make([]float32, c.NumParams())
+			InitParams(c, 1, params)
+			m, err := NewModel(c, params)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tok := []int32{1}
+			n := 0
+			for b.Loop() {
+				if m.Len() == c.SeqLen {
+					m.Reset()
+				}
+				m.Forward(tok)
+				n++
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
