@@ -21,15 +21,16 @@ const inferChunk = 64
 // Model is a trained network for inference. It runs the math of the training
 // forward — RMSNorm, grouped-query attention with HF rotate_half RoPE at
 // rope_theta, SwiGLU, untied lm_head — on one token or one chunk at a time,
-// keeping every layer's keys (after RoPE) and values in a cache of
-// Config.SeqLen positions, so a new token costs one pass over the parameters
-// plus O(position·dim) attention instead of a pass over the whole context.
+// keeping every layer's keys (after RoPE) and values in a cache, so a new
+// token costs one pass over the parameters plus O(position·dim) attention
+// instead of a pass over the whole context.
 //
-// The cache holds at most SeqLen tokens. When a token does not fit, the
-// model slides: it clears the cache and re-encodes the last SeqLen/2 tokens
-// at positions 0..SeqLen/2−1, then goes on. Past SeqLen tokens the logits are
-// therefore those of the model on a truncated context (at most SeqLen tokens,
-// the longest it was trained on), not of the unbounded one.
+// The context window is Config.SeqLen tokens, or fewer (SetContext: a model
+// trained on rows shorter than SeqLen never saw the later positions). When a
+// token does not fit, the model slides:
+// it clears the cache and re-encodes the last window/2 tokens at positions
+// 0..window/2−1, then goes on. Past the window the logits are therefore
+// those of the model on a truncated context, not of the unbounded one.
 //
 // A Model is not safe for concurrent use.
 type Model struct {
@@ -39,6 +40,7 @@ type Model struct {
 	cos, sin []float32   // (SeqLen, hd/2) RoPE tables
 	k, v     [][]float32 // L × (SeqLen, KVH·hd): the cache
 	ctx      []int32     // the tokens in the cache, one per position
+	window   int         // context window, 1..SeqLen
 	s        inferActs
 }
 
@@ -68,7 +70,7 @@ func NewModel(c Config, params []float32) (*Model, error) {
 	if need := float64(len(params)) + 2*float64(c.Layers*S*KW); need > maxCPUFloats {
 		return nil, fmt.Errorf("%w: %.0f GiB for parameters and cache: too many for the CPU", ErrConfig, need*4/(1<<30))
 	}
-	m := &Model{cfg: c, params: params, p: carve(c, params), ctx: make([]int32, 0, S)}
+	m := &Model{cfg: c, params: params, p: carve(c, params), ctx: make([]int32, 0, S), window: S}
 	m.cos, m.sin = make([]float32, S*hd/2), make([]float32, S*hd/2)
 	kernels.RoPETables(m.cos, m.sin, S, hd, c.RopeTheta)
 	for range c.Layers {
@@ -85,8 +87,22 @@ func NewModel(c Config, params []float32) (*Model, error) {
 // Config returns the model's architecture.
 func (m *Model) Config() Config { return m.cfg }
 
-// Len returns the number of tokens in the cache (≤ SeqLen).
+// Len returns the number of tokens in the cache (≤ Context()).
 func (m *Model) Len() int { return len(m.ctx) }
+
+// Context returns the context window: the most tokens the model attends to.
+func (m *Model) Context() int { return m.window }
+
+// SetContext sets the context window to n tokens, 1..SeqLen, and empties
+// the cache.
+func (m *Model) SetContext(n int) error {
+	if n < 1 || n > m.cfg.SeqLen {
+		return fmt.Errorf("%w: context %d, want 1..%d (seq_len)", ErrConfig, n, m.cfg.SeqLen)
+	}
+	m.window = n
+	m.Reset()
+	return nil
+}
 
 // Reset empties the cache: the next token is at position 0.
 func (m *Model) Reset() { m.ctx = m.ctx[:0] }
@@ -119,7 +135,7 @@ func (m *Model) checkTokens(tokens []int32) error {
 // feed appends tokens in chunks, sliding when the cache is full, and calls
 // emit(i, logits) for every token i (all) or only the last one.
 func (m *Model) feed(tokens []int32, all bool, emit func(i int, logits []float32)) {
-	S, V := m.cfg.SeqLen, m.cfg.Vocab
+	S, V := m.window, m.cfg.Vocab
 	for done := 0; done < len(tokens); {
 		if len(m.ctx) == S {
 			m.slide()
@@ -139,9 +155,9 @@ func (m *Model) feed(tokens []int32, all bool, emit func(i int, logits []float32
 	}
 }
 
-// slide re-encodes the last SeqLen/2 tokens of the context from position 0.
+// slide re-encodes the last window/2 tokens of the context from position 0.
 func (m *Model) slide() {
-	keep := append([]int32(nil), m.ctx[len(m.ctx)-m.cfg.SeqLen/2:]...)
+	keep := append([]int32(nil), m.ctx[len(m.ctx)-m.window/2:]...)
 	m.Reset()
 	m.feed(keep, false, func(int, []float32) {})
 }

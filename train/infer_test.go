@@ -73,29 +73,40 @@ func TestInferIncrementalMatchesTraining(t *testing.T) {
 	}
 }
 
-// TestInferSlides: past SeqLen the model re-encodes the last SeqLen/2 tokens,
-// so its logits are the training forward's on that truncated context.
+// TestInferSlides: past the context window (SeqLen, or a shorter one set
+// by SetContext) the model re-encodes the last window/2 tokens, so its
+// logits are the training forward's on that truncated context.
 func TestInferSlides(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	c := inferCfg
 	params := make([]float32, c.NumParams())
 	randParams(r, c, params)
-	tokens := randTokens(r, c.SeqLen+5, c.Vocab)
 	m, _ := NewModel(c, params)
-	if _, err := m.Forward(tokens[:c.SeqLen]); err != nil {
-		t.Fatal(err)
+	for _, W := range []int{c.SeqLen, 21} {
+		if err := m.SetContext(W); err != nil {
+			t.Fatal(err)
+		}
+		tokens := randTokens(r, W+5, c.Vocab)
+		if _, err := m.Forward(tokens[:W]); err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Forward(tokens[W:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := tokens[W-W/2:]
+		if m.Len() != len(kept) {
+			t.Fatalf("window %d: after sliding the cache holds %d tokens, want %d", W, m.Len(), len(kept))
+		}
+		tm := trainingLogits(t, c, params, kept)
+		if d := relDiff(got, tm.logits(len(kept)-1)); d > 1e-4 {
+			t.Fatalf("window %d: logits after sliding differ by %.3g relative", W, d)
+		}
 	}
-	got, err := m.Forward(tokens[c.SeqLen:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := tokens[c.SeqLen-c.SeqLen/2:]
-	if m.Len() != len(kept) {
-		t.Fatalf("after sliding the cache holds %d tokens, want %d", m.Len(), len(kept))
-	}
-	tm := trainingLogits(t, c, params, kept)
-	if d := relDiff(got, tm.logits(len(kept)-1)); d > 1e-4 {
-		t.Fatalf("logits after sliding differ by %.3g relative", d)
+	for _, W := range []int{0, c.SeqLen + 1} {
+		if err := m.SetContext(W); !errors.Is(err, ErrConfig) {
+			t.Fatalf("SetContext(%d): %v, want ErrConfig", W, err)
+		}
 	}
 }
 

@@ -55,6 +55,9 @@ func TestInferLoadCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if m.Context() != tr.Options().Model.SeqLen {
+			t.Fatalf("context %d, want seq_len %d", m.Context(), tr.Options().Model.SeqLen)
+		}
 		if !slices.Equal(logitsOf(t, m, prompt), logitsOf(t, want, prompt)) {
 			t.Fatalf("%s: loaded model's logits differ from the trainer's", dir)
 		}

@@ -134,7 +134,7 @@ const NoEOT int32 = -1
 // tokens with s, calling emit with each as soon as it is drawn (emit may stop
 // generation by returning an error, which Generate returns). It stops before
 // maxTokens when it draws eot (unless eot is NoEOT); eot is neither emitted
-// nor returned. The context slides past SeqLen tokens (see Model).
+// nor returned. The context slides past Context() tokens (see Model).
 func (m *Model) Generate(prompt []int32, maxTokens int, s *Sampler, eot int32, emit func(int32) error) ([]int32, error) {
 	if maxTokens < 0 {
 		return nil, fmt.Errorf("%w: max tokens %d", ErrSample, maxTokens)
@@ -167,17 +167,17 @@ func (m *Model) Generate(prompt []int32, maxTokens int, s *Sampler, eot int32, e
 
 // Score returns the summed next-token cross-entropy (nats) of tokens under
 // the model and the number of tokens predicted, len(tokens)−1 (0 for fewer
-// than two tokens). Tokens go in non-overlapping windows of SeqLen+1 tokens,
-// each sharing its last token with the next window's first: window k feeds
-// tokens[k·SeqLen : (k+1)·SeqLen] from an empty cache and predicts each
+// than two tokens). With W = Context(), tokens go in non-overlapping windows
+// of W+1 tokens, each sharing its last token with the next window's first:
+// window k feeds tokens[k·W : (k+1)·W] from an empty cache and predicts each
 // following token, so every token but the first is predicted exactly once,
-// from the context since its window's start (1..SeqLen tokens). The cache is
-// left holding the last window.
+// from the context since its window's start (1..W tokens). The cache is left
+// holding the last window.
 func (m *Model) Score(tokens []int32) (nats float64, n int, err error) {
 	if err := m.checkTokens(tokens); err != nil {
 		return 0, 0, err
 	}
-	S := m.cfg.SeqLen
+	S := m.window
 	for start := 0; start+1 < len(tokens); start += S {
 		w := tokens[start:min(start+S+1, len(tokens))]
 		m.Reset()

@@ -20,7 +20,7 @@ func init() {
 // generateFlags are the flags of `intellect-node generate`.
 type generateFlags struct {
 	checkpoint, prompt, tokenizer string
-	maxTokens                     int
+	maxTokens, context            int
 	sample                        train.SampleOptions
 }
 
@@ -36,6 +36,7 @@ func generate(args []string, out, info io.Writer) error {
 	fs.StringVar(&f.prompt, "prompt", "", "text to continue (required)")
 	fs.StringVar(&f.tokenizer, "tokenizer", "byte", "tokenizer: byte, or the path of a Hugging Face tokenizer.json")
 	fs.IntVar(&f.maxTokens, "max-tokens", 200, "most tokens to generate")
+	fs.IntVar(&f.context, "context", 0, "context window in tokens, 1..seq_len (default seq_len); past it the context slides")
 	fs.Float64Var(&f.sample.Temperature, "temperature", 0.8, "sampling temperature, ≥ 0; 0 is greedy (argmax)")
 	fs.Float64Var(&f.sample.TopP, "top-p", 0.95, "nucleus sampling mass, in (0, 1]; 1 samples from all tokens")
 	fs.Uint64Var(&f.sample.Seed, "seed", 0, "seed of the sampler: the same seed gives the same text")
@@ -49,7 +50,7 @@ func generate(args []string, out, info io.Writer) error {
 	if err != nil {
 		return err
 	}
-	l, err := loadModelAndTokenizer(f.checkpoint, f.tokenizer)
+	l, err := loadModelAndTokenizer(f.checkpoint, f.tokenizer, f.context)
 	if err != nil {
 		return err
 	}
@@ -62,6 +63,8 @@ func (f generateFlags) check() error {
 		return fmt.Errorf("--prompt is required and must not be empty")
 	case f.maxTokens < 1:
 		return fmt.Errorf("--max-tokens %d: want ≥ 1", f.maxTokens)
+	case f.context < 0:
+		return fmt.Errorf("--context %d: want ≥ 1", f.context)
 	}
 	return f.sample.Validate()
 }

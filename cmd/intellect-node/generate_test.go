@@ -120,6 +120,8 @@ func TestGenerateRejects(t *testing.T) {
 		{[]string{"--checkpoint", home, "--prompt", "x", "--top-p", "0"}, "top-p"},
 		{[]string{"--checkpoint", home, "--prompt", "x", "--top-p", "1.5"}, "top-p"},
 		{[]string{"--checkpoint", home, "--prompt", "x", "--max-tokens", "0"}, "--max-tokens"},
+		{[]string{"--checkpoint", home, "--prompt", "x", "--context", "33"}, "context 33, want 1..32"},
+		{[]string{"--checkpoint", home, "--prompt", "x", "--context", "-1"}, "--context"},
 		{[]string{"--checkpoint", home, "--prompt", "x", "--tokenizer", "gpt2.json"}, "no such file"},
 	} {
 		if _, err := runCmd(t, gen, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -221,6 +223,7 @@ func TestScoreRejects(t *testing.T) {
 		{[]string{"-"}, "abc", "--checkpoint is required"},
 		{[]string{"--checkpoint", home, "/nonexistent/file"}, "", "no such file"},
 		{[]string{"--checkpoint", home, "-"}, "x", "too short"},
+		{[]string{"--checkpoint", home, "--context", "40", "-"}, "abc", "context 40, want 1..32"},
 		{[]string{"--checkpoint", t.TempDir(), "-"}, "abc", "holds no checkpoint"},
 	} {
 		if _, err := runCmd(t, scoreCmd(tc.stdin), tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {

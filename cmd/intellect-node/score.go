@@ -49,11 +49,13 @@ func runScore(args []string) error { return score(args, os.Stdin, os.Stdout, os.
 func score(args []string, stdin io.Reader, out, info io.Writer) error {
 	var ckpt, spec string
 	var asJSON bool
+	var context int
 	fs := newFlagSet("score", "--checkpoint DIR [--tokenizer byte|FILE] [--json] FILE... (- is stdin)")
 	fs.SetOutput(info)
 	fs.StringVar(&ckpt, "checkpoint", "", "checkpoint: a step directory, or a train/start --home (newest step)")
 	fs.StringVar(&spec, "tokenizer", "byte", "tokenizer: byte, or the path of a Hugging Face tokenizer.json")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fs.IntVar(&context, "context", 0, "window in tokens, 1..seq_len (default seq_len): windows of context+1 tokens")
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -61,7 +63,10 @@ func score(args []string, stdin io.Reader, out, info io.Writer) error {
 	if len(files) == 0 {
 		return fmt.Errorf("no FILE to score (give paths, or - for stdin)")
 	}
-	l, err := loadModelAndTokenizer(ckpt, spec)
+	if context < 0 {
+		return fmt.Errorf("--context %d: want ≥ 1", context)
+	}
+	l, err := loadModelAndTokenizer(ckpt, spec, context)
 	if err != nil {
 		return err
 	}

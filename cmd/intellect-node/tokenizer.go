@@ -23,8 +23,8 @@ type loaded struct {
 }
 
 // loadModelAndTokenizer loads the checkpoint's model and the tokenizer and
-// checks they fit together.
-func loadModelAndTokenizer(checkpoint, spec string) (loaded, error) {
+// checks they fit together; context > 0 sets the model's context window.
+func loadModelAndTokenizer(checkpoint, spec string, context int) (loaded, error) {
 	if checkpoint == "" {
 		return loaded{}, fmt.Errorf("--checkpoint is required (a step directory, or a --home holding checkpoints)")
 	}
@@ -42,6 +42,11 @@ func loadModelAndTokenizer(checkpoint, spec string) (loaded, error) {
 	}
 	if err := checkTokenizer(tok, m.Config()); err != nil {
 		return loaded{}, err
+	}
+	if context != 0 {
+		if err := m.SetContext(context); err != nil {
+			return loaded{}, fmt.Errorf("--context: %w", err)
+		}
 	}
 	return loaded{m: m, tok: tok, dir: dir}, nil
 }
