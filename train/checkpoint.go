@@ -146,15 +146,11 @@ func parseState(b []byte) (checkpointState, error) {
 	return st, nil
 }
 
-// loadModel reads model.safetensors into the parameters; every tensor of the
-// layout must be present with its exact shape, and nothing else.
-func (t *Trainer) loadModel(path string) error {
-	return readModelFile(path, t.lay, t.m.params)
-}
+// loadModel reads model.safetensors into the parameters (readModelFile).
+func (t *Trainer) loadModel(path string) error { return readModelFile(path, t.lay, t.m.params) }
 
-// readModelFile reads a model.safetensors into dst, the flat parameters of
-// layout lay: every tensor of the layout must be present with its exact
-// shape, and nothing else.
+// readModelFile reads a model.safetensors into dst, laid out as lay; every
+// tensor of the layout must be present with its exact shape, and nothing else.
 func readModelFile(path string, lay []TensorInfo, dst []float32) error {
 	ts, _, err := ReadSafetensors(path)
 	if err != nil {

@@ -41,7 +41,7 @@ const (
 // A missing, malformed or inconsistent checkpoint gives an error wrapping
 // ErrCheckpoint.
 func LoadCheckpointModel(path string) (*CheckpointModel, error) {
-	dir, err := resolveCheckpoint(path)
+	dir, err := ResolveCheckpoint(path)
 	if err != nil {
 		return nil, err
 	}
@@ -51,8 +51,8 @@ func LoadCheckpointModel(path string) (*CheckpointModel, error) {
 	return loadTrainerModel(dir)
 }
 
-// resolveCheckpoint returns the step directory path names (see LoadCheckpointModel).
-func resolveCheckpoint(path string) (string, error) {
+// ResolveCheckpoint returns the step directory path names (see LoadCheckpointModel).
+func ResolveCheckpoint(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrCheckpoint, err)
@@ -96,6 +96,9 @@ func loadTrainerModel(dir string) (*CheckpointModel, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	c := st.Options.Model
+	if n := c.NumParams(); n > maxCPUFloats {
+		return nil, fmt.Errorf("%w: %s: %d parameters: too many for the CPU", ErrCheckpoint, dir, n)
+	}
 	params := make([]float32, c.NumParams())
 	if err := readModelFile(filepath.Join(dir, modelFile), c.Layout(), params); err != nil {
 		return nil, err

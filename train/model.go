@@ -544,13 +544,4 @@ func hasSuffix(s, suf string) bool { return len(s) >= len(suf) && s[len(s)-len(s
 
 // argmax returns the most likely next token at row n of the last forward pass
 // (valid after a forward with lossScale 0, which leaves the logits in place).
-func (m *model) argmax(n int) int32 {
-	row := m.logits(n)
-	best := 0
-	for i, v := range row {
-		if v > row[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
+func (m *model) argmax(n int) int32 { return Argmax(m.logits(n)) }

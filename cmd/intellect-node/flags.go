@@ -85,3 +85,22 @@ func readSmallFile(path string, limit int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// parseInterleaved parses flags that may come before, between or after the
+// positional arguments, which it returns; everything after "--" is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -53,22 +52,6 @@ func runTokenize(args []string) error {
 		*out, m.Train.Documents+m.Held.Documents, m.Train.Tokens, len(m.Train.Shards), m.Held.Tokens, m.Held.Documents,
 		m.Tokenizer.ID, m.Seconds, float64(m.Train.Tokens+m.Held.Tokens)/max(m.Seconds, 1e-9))
 	return nil
-}
-
-// parseInterleaved parses flags anywhere among the positional arguments
-// ("INPUT... --out DIR" works as "--out DIR INPUT...").
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 // tokenizeProgress draws a bar (bytes, rate, time left) on a terminal and
