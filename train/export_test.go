@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -295,5 +296,39 @@ func TestLoadNodeCheckpoint(t *testing.T) {
 	writeJSON(t, filepath.Join(dir, "node.json"), map[string]any{"format": nodeStateFormat, "step": 4, "hash": Hash(tr.Params())})
 	if _, err := LoadCheckpointModel(dir); !errors.Is(err, ErrCheckpoint) {
 		t.Fatalf("θ₀ not matching node.json's hash: %v", err)
+	}
+}
+
+// TestByteTokenizerJSONInHF: Hugging Face's own tokenizers library (the npm
+// package `make tok-deps` installs) loads the byte tokenizer.json Export
+// writes and maps every byte to the id of its value, and back.
+func TestByteTokenizerJSONInHF(t *testing.T) {
+	ref := filepath.Join("..", "testdata", "tokenizers")
+	if _, err := os.Stat(filepath.Join(ref, "node_modules", "tokenizers")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("reference tokenizers not installed (make tok-deps): %v", err)
+		}
+		t.Skip("needs `make tok-deps`")
+	}
+	dir := t.TempDir()
+	tj, in, out := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "in.json"), filepath.Join(dir, "out.json")
+	os.WriteFile(tj, byteLevelTokenizerJSON(), 0o644)
+	text := "héllo, wörld\n\t  12 😀 <|endoftext|> \u00a0"
+	b, _ := json.Marshal([]string{text})
+	os.WriteFile(in, b, 0o644)
+	cmd := exec.Command("node", "hf.js", "encode", tj, in, out)
+	cmd.Dir = ref
+	if o, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("node: %v\n%s", err, o)
+	}
+	var ids [][]int
+	b, _ = os.ReadFile(out)
+	if err := json.Unmarshal(b, &ids); err != nil || len(ids) != 1 || len(ids[0]) != len(text) {
+		t.Fatalf("HF ids %v (%v), want one per byte of %q", ids, err, text)
+	}
+	for i := range len(text) {
+		if ids[0][i] != int(text[i]) {
+			t.Fatalf("byte %d (%#x) encoded as %d", i, text[i], ids[0][i])
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/intellect-node/intellect-node/train/tokenizer"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -206,7 +207,8 @@ func (t *hfTokenizer) write(dir string, seqLen int) error {
 func byteLevelTokenizerJSON() []byte {
 	var vocab bytes.Buffer
 	vocab.WriteByte('{')
-	for b, r := range bytesToUnicode() {
+	for b := range 256 {
+		r := tokenizer.ByteChar(byte(b))
 		if b > 0 {
 			vocab.WriteByte(',')
 		}
@@ -231,21 +233,4 @@ func byteLevelTokenizerJSON() []byte {
 		panic(err) // static content
 	}
 	return b
-}
-
-// bytesToUnicode is GPT-2's byte-to-character table of the ByteLevel
-// pre-tokenizer: printable bytes map to themselves, the other 68 to
-// U+0100 onwards in byte order.
-func bytesToUnicode() [256]rune {
-	var t [256]rune
-	n := 0
-	for b := 0; b < 256; b++ {
-		if ('!' <= b && b <= '~') || (0xA1 <= b && b <= 0xAC) || (0xAE <= b && b <= 0xFF) {
-			t[b] = rune(b)
-		} else {
-			t[b] = rune(256 + n)
-			n++
-		}
-	}
-	return t
 }

@@ -43,3 +43,6 @@ func ByteLevel(raw string) string {
 	}
 	return string(rs)
 }
+
+// ByteChar returns the byte-level symbol of one byte.
+func ByteChar(b byte) rune { return byteChar[b] }
