@@ -186,9 +186,11 @@ func (n *Node) innerStep(ctx context.Context, ot *outerTimes, inner int) error {
 	ot.compute += st.Compute
 	ot.loss += st.Loss
 	ot.losses++
+	bySource := tokensBySource(n.data)
 	n.board.update(func(s *Status) {
 		s.InnerStep, s.Loss = inner, st.Loss
 		s.TokensPerSec = float64(st.Tokens) / st.Compute.Seconds()
+		s.TokensBySource = bySource
 	})
 	return ctx.Err()
 }
@@ -364,3 +366,12 @@ func (n *Node) finishOuter(ot outerTimes, res reduceResult, arTime time.Duration
 }
 
 func fmtDur(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }
+
+// tokensBySource returns the training tokens drawn from each source of data
+// (nil for the embedded corpus, which has one).
+func tokensBySource(data train.Source) map[string]int64 {
+	if c, ok := data.(interface{ TokensBySource() map[string]int64 }); ok {
+		return c.TokensBySource()
+	}
+	return nil
+}

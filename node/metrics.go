@@ -106,6 +106,7 @@ var (
 	descParams      = prometheus.NewDesc("intellect_model_parameters", "Parameters of the model.", nil, nil)
 	descPeers       = prometheus.NewDesc("intellect_peers", "Peers this node knows, by membership state.", []string{"state"}, nil)
 	descDownload    = prometheus.NewDesc("intellect_model_fetch_progress_ratio", "Fraction of the model fetched in the current download (absent when none).", nil, nil)
+	descDataTokens  = prometheus.NewDesc("intellect_data_tokens_total", "Training tokens drawn from each source of the data since the node started.", []string{"source"}, nil)
 	descBytes       = prometheus.NewDesc("intellect_p2p_bytes_total", "Application bytes on libp2p streams by protocol and direction.", []string{"protocol", "direction"}, nil)
 )
 
@@ -114,7 +115,7 @@ type boardCollector struct{ b *board }
 
 func (c boardCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOuterStep, descInnerStep, descInnerSteps, descMembers, descLoss,
-		descEvalLoss, descTokens, descUtilization, descParams, descPeers, descDownload} {
+		descEvalLoss, descTokens, descUtilization, descParams, descPeers, descDownload, descDataTokens} {
 		ch <- d
 	}
 }
@@ -133,6 +134,9 @@ func (c boardCollector) Collect(ch chan<- prometheus.Metric) {
 	g(descParams, float64(s.Params))
 	if d := s.Download; d != nil && d.BytesTotal > 0 {
 		g(descDownload, float64(d.BytesDone)/float64(d.BytesTotal))
+	}
+	for src, n := range s.TokensBySource {
+		ch <- prometheus.MustNewConstMetric(descDataTokens, prometheus.CounterValue, float64(n), src)
 	}
 	states := map[string]int{}
 	for _, p := range c.b.peerList() {

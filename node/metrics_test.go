@@ -27,6 +27,7 @@ func TestMetricsExposition(t *testing.T) {
 	b.update(func(s *Status) {
 		s.OuterStep, s.InnerSteps, s.Members, s.EvalLoss = 3, 5, []string{"a", "b"}, 1.5
 		s.Download = &Download{BytesDone: 25, BytesTotal: 100}
+		s.TokensBySource = map[string]int64{"web": 4096, "code": 1024}
 	})
 	b.setPeers([]PeerStatus{{ID: "x", State: "training"}, {ID: "y", State: "training"}, {ID: "z", State: "left"}})
 	bw := func() map[protocol.ID]p2p.Traffic {
@@ -77,6 +78,7 @@ func TestMetricsExposition(t *testing.T) {
 		{"intellect_p2p_bytes_total", map[string]string{"direction": "received", "protocol": "unnegotiated"}, 1},
 		{"intellect_model_fetch_progress_ratio", nil, 0.25},
 		{"intellect_outer_step", nil, 3},
+		{"intellect_data_tokens_total", map[string]string{"source": "code"}, 1024},
 	} {
 		if got, ok := metricValue(parsed[c.name], c.labels); !ok || got != c.want {
 			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)

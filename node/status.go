@@ -27,8 +27,11 @@ type Status struct {
 	BytesReceived      int64     `json:"bytes_received"`
 	LastAllReduceSec   float64   `json:"last_allreduce_sec"`
 	Download           *Download `json:"download,omitempty"`
-	StartedAt          time.Time `json:"started_at"`
-	UptimeSec          float64   `json:"uptime_sec"`
+	// TokensBySource counts the training tokens this node drew from each
+	// source of its data (mixture component) since it started.
+	TokensBySource map[string]int64 `json:"tokens_by_source,omitempty"`
+	StartedAt      time.Time        `json:"started_at"`
+	UptimeSec      float64          `json:"uptime_sec"`
 }
 
 // Download is the progress of a model fetch from peers (joining or adopting).
