@@ -123,8 +123,8 @@ func (n *Node) newEngine(opts train.Options) (train.Engine, error) {
 	return train.NewEngine(n.cfg.Device, opts, n.data)
 }
 
-// runSeed derives the model-initialisation seed every member of run shares.
-func runSeed(run string) uint64 {
+// RunSeed derives the model-initialisation seed every member of run shares.
+func RunSeed(run string) uint64 {
 	s := sha256.Sum256([]byte("intellect-node/init/" + run))
 	return binary.LittleEndian.Uint64(s[:8])
 }
@@ -153,7 +153,7 @@ func trainOptions(cfg Config, self peer.ID) (train.Options, error) {
 	}
 	opts.Seed = cfg.Seed
 	if opts.Seed == 0 {
-		opts.Seed = runSeed(cfg.Run)
+		opts.Seed = RunSeed(cfg.Run)
 	}
 	opts.Worker = workerID(self)
 	if cfg.MaxOuterSteps > 0 {

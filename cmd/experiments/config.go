@@ -83,13 +83,13 @@ func newSetup(o options) (*setup, error) {
 	}
 	return &setup{run: o.run, preset: o.preset, nodes: o.nodes, inner: o.inner, outer: o.outer,
 		params: opts.Model.NumParams(), tokensPerStep: opts.Batch * opts.Seq * opts.GradAccum,
-		seed: runSeed(o.run)}, nil
+		seed: RunSeed(o.run)}, nil
 }
 
 // runSeed is node's derivation of the initialisation seed from the run name
 // (node/node.go runSeed), so the single-node baseline starts from the same
 // parameters as the DiLoCo nodes.
-func runSeed(run string) uint64 {
+func RunSeed(run string) uint64 {
 	s := sha256.Sum256([]byte("intellect-node/init/" + run))
 	return binary.LittleEndian.Uint64(s[:8])
 }

@@ -4,7 +4,8 @@
 //                                     encoder.json + vocab.bpe) and OUTDIR/llama3.json
 //   node hf.js encode TOK IN OUT      IN: JSON array of strings; OUT: JSON array of id arrays
 //   node hf.js decode TOK IN OUT      IN: JSON array of id arrays; OUT: JSON array of strings
-//   node hf.js bench TOK FILE REPS    one-thread encode throughput of FILE's text, JSON on stdout
+//   node hf.js bench TOK FILE REPS    one-thread encode throughput of FILE's documents
+//                                     (separated by U+001E), JSON on stdout
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -53,7 +54,7 @@ async function decode(tok, inp, out) {
 async function bench(tok, file, reps) {
   const t = tk.Tokenizer.fromFile(tok);
   const text = fs.readFileSync(file, 'utf8');
-  const docs = text.split('\n\n');
+  const docs = text.split('\x1e'); // one document per file
   let tokens = 0;
   const start = process.hrtime.bigint();
   for (let r = 0; r < reps; r++) {

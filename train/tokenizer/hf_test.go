@@ -331,12 +331,14 @@ func BenchmarkEncodeVsHF(b *testing.B) {
 	files, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", "net", "http", "*.go"))
 	for _, f := range files {
 		s, _ := os.ReadFile(f)
+		if text.Len() > 0 {
+			text.WriteByte(0x1e) // document separator of hf.js bench
+		}
 		text.Write(s)
-		text.WriteString("\n\n")
 	}
 	corpusFile := filepath.Join(b.TempDir(), "corpus.txt")
 	os.WriteFile(corpusFile, []byte(text.String()), 0o644)
-	docs := strings.Split(text.String(), "\n\n")
+	docs := strings.Split(text.String(), "\x1e") // one document per file
 	for _, name := range []string{"gpt2", "llama3"} {
 		b.Run(name, func(b *testing.B) {
 			path := filepath.Join(dir, name+".json")
