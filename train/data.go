@@ -3,6 +3,8 @@ package train
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/intellect-node/intellect-node/train/tokenizer"
 )
 
 // Key identifies one training micro-batch. A Source's stream is a pure
@@ -29,32 +31,9 @@ type Source interface {
 	String() string
 }
 
-// ByteTokenizer is the default tokenizer: one token per byte, vocabulary 256.
-type ByteTokenizer struct{}
-
-// Vocab returns 256.
-func (ByteTokenizer) Vocab() int { return 256 }
-
-// Encode returns the bytes of s as tokens.
-func (ByteTokenizer) Encode(s string) []int32 {
-	out := make([]int32, len(s))
-	for i := 0; i < len(s); i++ {
-		out[i] = int32(s[i])
-	}
-	return out
-}
-
-// Decode returns the bytes of tokens (ids ≥ 256 become '?').
-func (ByteTokenizer) Decode(tokens []int32) string {
-	b := make([]byte, len(tokens))
-	for i, t := range tokens {
-		if t < 0 || t > 255 {
-			t = '?'
-		}
-		b[i] = byte(t)
-	}
-	return string(b)
-}
+// ByteTokenizer is the byte-level tokenizer of the embedded corpus and of
+// byte shards (tokenizer.Byte).
+type ByteTokenizer = tokenizer.Byte
 
 // arithmetic is the embedded default corpus: an endless stream of additions
 // "a+b=c\n" with 1–3 digit operands, byte-tokenized. About 1/16 of all (a, b)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -136,7 +137,7 @@ func TestMatchesHuggingFace(t *testing.T) {
 			bad := 0
 			for i, s := range texts {
 				got := tok.Encode(s)
-				if !equalIDs(got, want[i]) {
+				if !slices.Equal(got, want[i]) {
 					if bad++; bad <= 3 {
 						t.Errorf("text %d %q:\n got %v\nwant %v", i, abbrev([]byte(s)), got, want[i])
 					}
@@ -153,17 +154,6 @@ func TestMatchesHuggingFace(t *testing.T) {
 	}
 }
 
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // TestKnownIDs pins the ids of one string on both real vocabularies (the
 // values Hugging Face and tiktoken give), the vocabulary sizes and the
@@ -182,7 +172,7 @@ func TestKnownIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := tok.Encode("Hello world, 123 😀"); !equalIDs(got, c.ids) {
+		if got := tok.Encode("Hello world, 123 😀"); !slices.Equal(got, c.ids) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.ids)
 		}
 		if tok.Vocab() != c.vocab || int(tok.EOT()) != c.eot {
@@ -239,7 +229,7 @@ func TestParseHFSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tok.Encode("abcab x"); !equalIDs(got, []int32{257, 256, 258}) {
+	if got := tok.Encode("abcab x"); !slices.Equal(got, []int32{257, 256, 258}) {
 		t.Fatalf("encode: %v", got)
 	}
 	if tok.Vocab() != 260 || tok.EOT() != 259 || tok.Decode([]int32{257, 259, 999}) != "abc<|endoftext|>\uFFFD" {
