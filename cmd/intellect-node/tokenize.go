@@ -45,6 +45,9 @@ func runTokenize(args []string) error {
 	if err != nil {
 		return err
 	}
+	if m.Held.Documents == 0 && o.HeldOut > 0 {
+		fmt.Fprintf(os.Stderr, "note: no document fell in the held-out %g; evaluation will use the tail 1/64 of each training shard\n", o.HeldOut)
+	}
 	for _, s := range m.Skipped {
 		fmt.Fprintf(os.Stderr, "skipped %s: %s\n", s.Path, s.Why)
 	}
