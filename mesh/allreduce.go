@@ -132,11 +132,33 @@ func (s *Stats) add(o Stats) {
 //
 // residual is used only with cfg.ErrorFeedback; it must then be nil or as
 // long as vec, zero before the first call, and is carried from one call to
-// the next. On error, vec and residual hold unspecified values (the caller
-// recomputes vec and may zero residual) and the error is a *PeerError naming
-// the member at fault when one is known, context.Canceled when ctx was
-// cancelled, or wraps ErrInvalidArgument or ErrNonFinite.
+// the next (in place: AllReduceFeedback with resIn = resOut). On error, vec
+// and residual hold unspecified values (the caller recomputes vec and may
+// zero residual) and the error is a *PeerError naming the member at fault
+// when one is known, context.Canceled when ctx was cancelled, or wraps
+// ErrInvalidArgument or ErrNonFinite.
 func AllReduce(ctx context.Context, tr Transport, rank int, weights []float32, vec, residual []float32, cfg AllReduceConfig) (Stats, error) {
+	return AllReduceInto(ctx, tr, rank, weights, Buffers{Dst: vec, ResIn: residual, ResOut: residual}, cfg)
+}
+
+// Buffers are the vectors of one AllReduceInto call, all as long as Dst.
+type Buffers struct {
+	// Src is this member's vector, only read; nil means Dst holds it.
+	Src []float32
+	// Dst receives the mean.
+	Dst []float32
+	// ResIn is the error-feedback residual carried in and ResOut where the
+	// new one goes (cfg.ErrorFeedback; both nil or both set; they may be
+	// the same slice).
+	ResIn, ResOut []float32
+}
+
+// AllReduceInto is AllReduce over separate buffers. With Src set and two
+// distinct residuals a failed attempt leaves Src and ResIn as they were, so
+// a caller retries with them and, on success, swaps ResIn and ResOut: no
+// model-sized copy or allocation per attempt (the copy of Src into Dst is
+// made chunk by chunk inside the pass).
+func AllReduceInto(ctx context.Context, tr Transport, rank int, weights []float32, b Buffers, cfg AllReduceConfig) (Stats, error) {
 	if err := cfg.Validate(); err != nil {
 		return Stats{}, err
 	}
@@ -144,13 +166,15 @@ func AllReduce(ctx context.Context, tr Transport, rank int, weights []float32, v
 	if err != nil {
 		return Stats{}, err
 	}
+	if err := b.check(cfg); err != nil {
+		return Stats{}, err
+	}
+	vec, resIn, resOut := b.Dst, b.ResIn, b.ResOut
 	if !cfg.ErrorFeedback {
-		residual = nil
-	} else if residual != nil && len(residual) != len(vec) {
-		return Stats{}, fmt.Errorf("%w: residual has %d values, vec %d", ErrInvalidArgument, len(residual), len(vec))
+		resIn, resOut = nil, nil
 	}
 	if len(weights) == 1 {
-		return Stats{}, reduceAlone(vec, residual, scale, cfg)
+		return Stats{}, reduceAlone(b.Src, vec, resIn, resOut, scale, cfg)
 	}
 	r := &ring{parent: ctx, tr: tr, rank: rank, k: len(weights), cfg: cfg}
 	r.ctx, r.cancel = context.WithCancel(ctx)
@@ -159,7 +183,7 @@ func AllReduce(ctx context.Context, tr Transport, rank int, weights []float32, v
 	var wg sync.WaitGroup
 	for s := range shards {
 		lo, hi := span(len(vec), cfg.Shards, s)
-		shards[s] = newShardRun(r, s, vec[lo:hi], sub(residual, lo, hi), scale)
+		shards[s] = newShardRun(r, s, sub(b.Src, lo, hi), vec[lo:hi], sub(resIn, lo, hi), sub(resOut, lo, hi), scale)
 		wg.Go(shards[s].run)
 	}
 	wg.Wait()
@@ -174,6 +198,27 @@ func AllReduce(ctx context.Context, tr Transport, rank int, weights []float32, v
 		return st, err
 	}
 	return st, nil
+}
+
+// check validates the buffers' lengths.
+func (b Buffers) check(cfg AllReduceConfig) error {
+	n := len(b.Dst)
+	bad := b.Src != nil && len(b.Src) != n
+	if cfg.ErrorFeedback {
+		bad = bad || (b.ResIn == nil) != (b.ResOut == nil) || b.ResIn != nil && (len(b.ResIn) != n || len(b.ResOut) != n)
+	}
+	if bad {
+		return fmt.Errorf("%w: buffers of %d (src), %d (dst), %d and %d (residuals) values", ErrInvalidArgument,
+			len(b.Src), n, len(b.ResIn), len(b.ResOut))
+	}
+	return nil
+}
+
+// fill copies src into x unless src is nil (x holds the input already).
+func fill(x, src []float32) {
+	if src != nil {
+		copy(x, src)
+	}
 }
 
 // weightScale validates weights and returns weights[rank] / Σ weights.
@@ -211,15 +256,16 @@ func sub(s []float32, lo, hi int) []float32 {
 // vector plus any residual carried from earlier rings, checked for
 // non-finite values as the fp32 codec checks them. A lone node thus trains
 // exactly as it would without DiLoCo's averaging (outer lr 1, momentum 0).
-func reduceAlone(vec, residual []float32, scale float32, cfg AllReduceConfig) error {
+func reduceAlone(src, vec, residual, resOut []float32, scale float32, cfg AllReduceConfig) error {
 	var c coder
 	c.init(CodecFP32)
 	payload := make([]byte, CodecFP32.msgSize(min(cfg.ChunkElems, len(vec))))
 	for lo := 0; lo < len(vec); lo += cfg.ChunkElems {
 		hi := min(lo+cfg.ChunkElems, len(vec))
-		x, res := vec[lo:hi], sub(residual, lo, hi)
-		c.prepare(x, res, scale)
-		if err := c.encodeOwned(payload, x, res); err != nil {
+		x := vec[lo:hi]
+		fill(x, sub(src, lo, hi))
+		c.prepare(x, sub(residual, lo, hi), scale)
+		if err := c.encodeOwned(payload, x, sub(resOut, lo, hi)); err != nil {
 			return err
 		}
 	}
@@ -383,7 +429,9 @@ const (
 type shardRun struct {
 	r         *ring
 	s         int
-	vec, res  []float32 // this shard's slice
+	src       []float32 // this shard's input, read only (nil: vec holds it)
+	vec, res  []float32 // this shard's slice; res is the residual carried in
+	resOut    []float32 // where the new residual goes (may be res)
 	scale     float32
 	segs      []int // k+1 segment boundaries in vec
 	out       chan []byte
@@ -395,8 +443,8 @@ type shardRun struct {
 	sent, got  Stats
 }
 
-func newShardRun(r *ring, s int, vec, res []float32, scale float32) *shardRun {
-	sr := &shardRun{r: r, s: s, vec: vec, res: res, scale: scale, segs: make([]int, r.k+1),
+func newShardRun(r *ring, s int, src, vec, res, resOut []float32, scale float32) *shardRun {
+	sr := &shardRun{r: r, s: s, src: src, vec: vec, res: res, resOut: resOut, scale: scale, segs: make([]int, r.k+1),
 		step0Done: make(chan struct{})}
 	for i := range sr.segs {
 		sr.segs[i], _ = span(len(vec), r.k, i)
@@ -470,10 +518,11 @@ func (sr *shardRun) sendLoop() {
 	for c := range sr.nChunks(r.rank) {
 		lo, hi := sr.chunk(r.rank, c)
 		x, res := sr.vec[lo:hi], sub(sr.res, lo, hi)
+		fill(x, sub(sr.src, lo, hi))
 		sr.send.prepare(x, res, sr.scale)
 		msg := sr.buf(hi - lo)
 		putHeader(msg, sr.header(phaseScatter, 0, c, hi-lo))
-		if err := sr.send.encodeSent(msg[chunkHeaderSize:], x, res); err != nil {
+		if err := sr.send.encodeSent(msg[chunkHeaderSize:], x, sub(sr.resOut, lo, hi)); err != nil {
 			r.fail(fmt.Errorf("mesh: shard %d own values: %w", sr.s, err))
 			return
 		}
@@ -565,17 +614,18 @@ func (sr *shardRun) reduceScatter() error {
 			if err != nil {
 				return err
 			}
-			x, res := sr.vec[lo:hi], sub(sr.res, lo, hi)
+			x, res, resOut := sr.vec[lo:hi], sub(sr.res, lo, hi), sub(sr.resOut, lo, hi)
+			fill(x, sub(sr.src, lo, hi))
 			if err := sr.recv.prepareAdd(x, res, sr.scale, payload); err != nil {
 				return &PeerError{Rank: r.left(), Err: fmt.Errorf("shard %d: %w", sr.s, err)}
 			}
 			msg := sr.buf(hi - lo)
 			if j < k-2 {
 				putHeader(msg, sr.header(phaseScatter, j+1, c, hi-lo))
-				err = sr.recv.encodeSent(msg[chunkHeaderSize:], x, res)
+				err = sr.recv.encodeSent(msg[chunkHeaderSize:], x, resOut)
 			} else {
 				putHeader(msg, sr.header(phaseGather, 0, c, hi-lo))
-				err = sr.recv.encodeOwned(msg[chunkHeaderSize:], x, res)
+				err = sr.recv.encodeOwned(msg[chunkHeaderSize:], x, resOut)
 			}
 			if err != nil {
 				return fmt.Errorf("mesh: shard %d sum of segment %d: %w", sr.s, seg, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -503,5 +504,86 @@ func TestAllReduceAloneIsExact(t *testing.T) {
 	got[9] = float32(math.Inf(1))
 	if _, err := AllReduce(context.Background(), nil, 0, []float32{1}, got, nil, AllReduceConfig{}); !errors.Is(err, ErrNonFinite) {
 		t.Errorf("Inf alone: err %v, want ErrNonFinite", err)
+	}
+}
+
+// TestAllReduceIntoBuffers: with separate source, destination and residual
+// buffers the result and the new residual are bit-identical to the in-place
+// call, the source and the residual read are left as they were, and a
+// failed attempt leaves them as they were too, so a retry needs no copy.
+func TestAllReduceIntoBuffers(t *testing.T) {
+	const k, n = 3, 5000
+	rng := rand.New(rand.NewPCG(11, 12))
+	in, res := randVecs(rng, k, n), randVecs(rng, k, n)
+	w := []float32{1, 2, 3}
+	cfg := AllReduceConfig{Shards: 2, ChunkElems: 300, ErrorFeedback: true}
+	inPlace := make([][]float32, k)
+	for i := range res {
+		inPlace[i] = slices.Clone(res[i])
+	}
+	want := runRing(t, testCtx(t), in, inPlace, w, cfg, nil)
+	run := func(wrap func(i int, t *MemTransport) Transport) ([][]float32, [][]float32, []error) {
+		ts := NewMemRing(k, cfg.Shards)
+		out, resOut, errs := make([][]float32, k), make([][]float32, k), make([]error, k)
+		var wg sync.WaitGroup
+		for i := range k {
+			out[i], resOut[i] = make([]float32, n), make([]float32, n)
+			var tr Transport = ts[i]
+			if wrap != nil {
+				tr = wrap(i, ts[i])
+			}
+			wg.Go(func() {
+				b := Buffers{Src: in[i], Dst: out[i], ResIn: res[i], ResOut: resOut[i]}
+				_, errs[i] = AllReduceInto(testCtx(t), tr, i, w, b, cfg)
+			})
+		}
+		wg.Wait()
+		return out, resOut, errs
+	}
+	before, inBefore := make([][]float32, k), make([][]float32, k)
+	for i := range res {
+		before[i], inBefore[i] = slices.Clone(res[i]), slices.Clone(in[i])
+	}
+	out, resOut, errs := run(nil)
+	for i := range k {
+		if errs[i] != nil || !slices.Equal(out[i], want.out[i]) || !slices.Equal(resOut[i], inPlace[i]) || !slices.Equal(res[i], before[i]) {
+			t.Fatalf("member %d: err %v, same result %v, same new residual %v, residual read kept %v", i, errs[i],
+				slices.Equal(out[i], want.out[i]), slices.Equal(resOut[i], inPlace[i]), slices.Equal(res[i], before[i]))
+		}
+	}
+	_, _, errs = run(func(i int, tr *MemTransport) Transport {
+		if i == 1 {
+			return &dyingTransport{MemTransport: tr, sendsLeft: 4}
+		}
+		return tr
+	})
+	for i := range k {
+		if errs[i] == nil || !slices.Equal(res[i], before[i]) || !slices.Equal(in[i], inBefore[i]) {
+			t.Fatalf("member %d after a failed attempt: err %v, residual kept %v, source kept %v", i, errs[i],
+				slices.Equal(res[i], before[i]), slices.Equal(in[i], inBefore[i]))
+		}
+	}
+}
+
+// TestAllReduceIntoAlone: the ring of one reads Src and fills Dst as the
+// in-place call does, bit for bit.
+func TestAllReduceIntoAlone(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	v, r := randVecs(rng, 2, 3000), randVecs(rng, 1, 3000)[0]
+	cfg := AllReduceConfig{ErrorFeedback: true}
+	want, wantRes := slices.Clone(v[0]), slices.Clone(r)
+	if _, err := AllReduce(context.Background(), nil, 0, []float32{2}, want, wantRes, cfg); err != nil {
+		t.Fatal(err)
+	}
+	dst, res := make([]float32, 3000), make([]float32, 3000)
+	b := Buffers{Src: v[0], Dst: dst, ResIn: r, ResOut: res}
+	if _, err := AllReduceInto(context.Background(), nil, 0, []float32{2}, b, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dst, want) || !slices.Equal(res, wantRes) {
+		t.Fatal("ring of one: AllReduceInto differs from AllReduce")
+	}
+	if _, err := AllReduceInto(context.Background(), nil, 0, []float32{2}, Buffers{Src: v[0][:10], Dst: dst}, cfg); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("short source: %v", err)
 	}
 }
