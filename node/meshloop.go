@@ -40,7 +40,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 				log.Warn("bad mesh message", "from", msg.From, "err", err)
 			}
 		case c := <-n.meshCmds:
-			c.f(m)
+			c.apply(m)
 			done = c.done
 		}
 		for m.HasReady() {

@@ -35,43 +35,19 @@ type Node struct {
 	met    *metrics
 	self   mesh.PeerID
 
-	// The training goroutine owns everything below (and outer).
-	theta0   []float32 // global model of the current outer step, identical on every member
-	delta    []float32 // pseudo-gradient of the current step
-	work     []float32 // all-reduce buffer
-	residual []float32 // int8 error feedback, if enabled
-	step     uint64    // current outer step: the one being trained
-	hash     string    // train.Hash(theta0)
-	params   int64
+	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
+	params int64
 
 	meshCmds chan meshCmd
 	events   chan meshEvent
 	sendRate *p2p.Limiter // nil: unlimited
 
-	// modelMu guards θ₀, v, step and hash against donors encoding a
-	// snapshot: the training goroutine writes them under Lock (setModel) and
-	// reads them freely; donors read them under RLock.
-	modelMu sync.RWMutex
-	snapMu  sync.Mutex
-	snap    *p2p.Snapshot // cached donor snapshot, encoded on first request of a step
+	snapMu sync.Mutex
+	snap   *p2p.Snapshot // cached donor snapshot, encoded on first request of a step
 
 	inflight inflight // the all-reduce attempt running now, if any
 
 	wg sync.WaitGroup
-}
-
-// meshCmd runs f on the mesh goroutine; done, if not nil, is closed once the
-// Ready that f caused has been carried out.
-type meshCmd struct {
-	f    func(*mesh.Mesh)
-	done chan struct{}
-}
-
-// meshEvent is something the mesh goroutine asks the training goroutine to do.
-type meshEvent struct {
-	ring  *mesh.Ring
-	fetch *mesh.Fetch
-	adopt bool // fetch is an adoption of a larger side's model
 }
 
 // New prepares a node: it validates cfg, starts the libp2p host, and builds
@@ -185,18 +161,13 @@ func (n *Node) initModel() error {
 		if n.engine, err = n.newEngine(opts); err != nil {
 			return err
 		}
-		n.theta0 = append([]float32(nil), n.engine.Params()...)
-		n.outer = train.NewOuter(len(n.theta0), n.cfg.OuterLR, *n.cfg.OuterMomentum)
+		n.model.theta0 = append([]float32(nil), n.engine.Params()...)
+		n.model.outer = train.NewOuter(len(n.model.theta0), n.cfg.OuterLR, *n.cfg.OuterMomentum)
 	}
-	n.params = int64(len(n.theta0))
-	n.hash = train.Hash(n.theta0)
-	n.delta = make([]float32, len(n.theta0))
-	n.work = make([]float32, len(n.theta0))
-	if n.cfg.ErrorFeedback {
-		n.residual = make([]float32, len(n.theta0))
-	}
+	n.params = int64(len(n.model.theta0))
+	n.model.hash = train.Hash(n.model.theta0)
 	n.log.Info("model ready", "preset", opts.Model.Name, "params", n.params, "device", n.cfg.Device,
-		"data", n.data.String(), "outer_step", n.step, "hash", short(n.hash), "resumed", resumed)
+		"data", n.data.String(), "outer_step", n.model.step, "hash", short(n.model.hash), "resumed", resumed)
 	return nil
 }
 
@@ -238,7 +209,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.ckpt.Close()
 	n.wg.Wait()
 	if err == nil || errors.Is(err, errLeft) || errors.Is(err, context.Canceled) {
-		n.log.Info("node stopped", "outer_step", n.step, "hash", short(n.hash))
+		n.log.Info("node stopped", "outer_step", n.model.step, "hash", short(n.model.hash))
 		return nil
 	}
 	return err
@@ -247,18 +218,18 @@ func (n *Node) Run(ctx context.Context) error {
 // evalInitial records the held-out loss of the run's initial model (outer
 // step 0), the reference a run's progress is measured against.
 func (n *Node) evalInitial() error {
-	if n.step != 0 {
+	if n.model.step != 0 {
 		return nil
 	}
 	eval, err := n.engine.Eval()
 	if err != nil {
 		return fmt.Errorf("node: eval: %w", err)
 	}
-	rec := OuterRecord{Step: 0, Time: time.Now(), EvalLoss: eval, ModelHash: n.hash}
+	rec := OuterRecord{Step: 0, Time: time.Now(), EvalLoss: eval, ModelHash: n.model.hash}
 	n.board.record(rec)
 	n.board.update(func(s *Status) { s.EvalLoss = eval })
 	n.appendHistory(rec)
-	n.log.Info("initial model", "eval_loss", fmt.Sprintf("%.4f", eval), "hash", short(n.hash))
+	n.log.Info("initial model", "eval_loss", fmt.Sprintf("%.4f", eval), "hash", short(n.model.hash))
 	return nil
 }
 
@@ -286,14 +257,14 @@ func (n *Node) start(ctx context.Context) error {
 		Seed: int64(workerID(n.host.ID())),
 		// A restarted node's old votes and Ready are dropped by its peers.
 		Incarnation: uint64(time.Now().UnixNano()),
-	}, n.step, n.hash)
+	}, n.model.step, n.model.hash)
 	if err != nil {
 		return err
 	}
 	n.board.update(func(s *Status) {
 		s.PeerID, s.Addrs, s.Run, s.Device = string(n.self), n.host.Addrs(), n.cfg.Run, n.cfg.Device
-		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.step
-		s.ModelHash, s.StartedAt, s.State = n.hash, time.Now(), "starting"
+		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.model.step
+		s.ModelHash, s.StartedAt, s.State = n.model.hash, time.Now(), "starting"
 	})
 	if n.cfg.StatusAddr != "off" {
 		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.log); err != nil {
@@ -329,11 +300,11 @@ func (n *Node) start(ctx context.Context) error {
 func (n *Node) snapshot() *p2p.Snapshot {
 	n.snapMu.Lock()
 	defer n.snapMu.Unlock()
-	n.modelMu.RLock()
-	defer n.modelMu.RUnlock()
-	if n.snap == nil || n.snap.Step != n.step || n.snap.Hash != n.hash {
-		state := fmt.Appendf(nil, `{"run":%q,"step":%d,"params":%d}`, n.cfg.Run, n.step, n.params)
-		n.snap = p2p.EncodeSnapshot(n.step, n.theta0, n.outer.V, state)
+	n.model.mu.RLock()
+	defer n.model.mu.RUnlock()
+	if n.snap == nil || n.snap.Step != n.model.step || n.snap.Hash != n.model.hash {
+		state := fmt.Appendf(nil, `{"run":%q,"step":%d,"params":%d}`, n.cfg.Run, n.model.step, n.params)
+		n.snap = p2p.EncodeSnapshot(n.model.step, n.model.theta0, n.model.outer.V, state)
 	}
 	return n.snap
 }
@@ -342,7 +313,7 @@ func (n *Node) snapshot() *p2p.Snapshot {
 func (n *Node) leave() {
 	done := make(chan struct{})
 	select {
-	case n.meshCmds <- meshCmd{f: (*mesh.Mesh).Leave, done: done}:
+	case n.meshCmds <- meshCmd{kind: cmdLeave, done: done}:
 	case <-time.After(time.Second):
 		return
 	}

@@ -10,52 +10,24 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// The all-reduce of one outer step: wait for the ring the mesh decides, run
-// an attempt over it, report the member at fault and retry on failure.
+// ringReducer is the reducer of a running node: one attempt of the int8
+// ring all-reduce over libp2p streams (p2p.AllReduceService).
+type ringReducer struct{ n *Node }
 
-// reduceResult describes the all-reduce attempt that succeeded.
-type reduceResult struct {
-	ring  *mesh.Ring
-	stats p2p.RingStats
+func (r ringReducer) attempt(ctx context.Context, ring *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error) {
+	return r.n.allReduce(ctx, ring, b)
 }
 
-// reduce waits for the ring of step t and runs the all-reduce of src into
-// n.work, retrying with each new ring the mesh decides after a failure. If
-// the mesh asks for a model fetch instead (this node was left out, or its
-// side lost), reduce returns that event for the caller to carry out.
-func (n *Node) reduce(ctx context.Context, t uint64, src []float32, attempts *int) (reduceResult, *meshEvent, error) {
-	for {
-		var ev meshEvent
-		select {
-		case <-ctx.Done():
-			return reduceResult{}, nil, ctx.Err()
-		case ev = <-n.events:
-		}
-		if ev.fetch != nil {
-			return reduceResult{}, &ev, nil
-		}
-		r := ev.ring
-		if r == nil || r.Step != t {
-			continue
-		}
-		*attempts++
-		stats, err := n.allReduce(ctx, r, src)
-		if err == nil {
-			return reduceResult{ring: r, stats: stats}, nil, nil
-		}
-		if ctx.Err() != nil {
-			return reduceResult{}, nil, ctx.Err()
-		}
-		bad := n.culprit(r, err)
-		n.met.arFailures.WithLabelValues(failureCause(err)).Inc()
-		n.log.Warn("all-reduce failed", "step", t+1, "ring", r.ID, "members", len(r.Members), "culprit", bad, "err", err)
-		n.mesh(func(m *mesh.Mesh) { m.ReportFailure(t, bad) })
-	}
+func (r ringReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
+	bad := r.n.culprit(ring, err)
+	r.n.met.arFailures.WithLabelValues(failureCause(err)).Inc()
+	r.n.log.Warn("all-reduce failed", "step", ring.Step+1, "ring", ring.ID, "members", len(ring.Members), "culprit", bad, "err", err)
+	return bad
 }
 
-// allReduce runs one attempt over ring r: n.work ← weighted mean of the
-// members' pseudo-gradients, this member's being src.
-func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.RingStats, error) {
+// allReduce runs one attempt over ring r: b.Dst ← weighted mean of the
+// members' pseudo-gradients, this member's being b.Src.
+func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error) {
 	rank := r.Rank(n.self)
 	if rank < 0 {
 		return p2p.RingStats{}, fmt.Errorf("node: not a member of ring %s", r.ID)
@@ -85,25 +57,16 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.
 	defer cancel()
 	actx = n.inflight.begin(actx, r)
 	defer n.inflight.end()
-	copy(n.work, src)
 	var t mesh.Transport = tr
 	if n.sendRate != nil {
 		t = limitedTransport{RingTransport: tr, l: n.sendRate}
 	}
-	var residual []float32
-	if n.residual != nil {
-		// AllReduce leaves the residual unspecified on failure: work on a copy.
-		residual = append([]float32(nil), n.residual...)
-	}
-	if _, err := mesh.AllReduce(actx, t, rank, r.Weights, n.work, residual, cfg); err != nil {
+	if _, err := mesh.AllReduceInto(actx, t, rank, r.Weights, b, cfg); err != nil {
 		var dead *deadMemberError
 		if errors.As(context.Cause(actx), &dead) {
 			err = dead // aborted by the mesh: name the member it declared dead
 		}
 		return tr.Stats(), err
-	}
-	if residual != nil {
-		copy(n.residual, residual)
 	}
 	return tr.Stats(), nil
 }
@@ -138,4 +101,3 @@ func peerID(id mesh.PeerID) (peer.ID, error) {
 	}
 	return p, nil
 }
-

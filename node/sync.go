@@ -25,7 +25,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	if adopt {
 		what = "adopting the larger side's model"
 	}
-	n.log.Info(what, "step", f.Step, "hash", short(f.Hash), "donors", len(f.From), "our_step", n.step, "our_hash", short(n.hash))
+	n.log.Info(what, "step", f.Step, "hash", short(f.Hash), "donors", len(f.From), "our_step", n.model.step, "our_hash", short(n.model.hash))
 	donors := make([]peer.ID, 0, len(f.From))
 	for _, id := range f.From {
 		if p, err := peerID(id); err == nil && id != n.self {
@@ -59,7 +59,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		}
 		n.met.fetchFailures.WithLabelValues("download").Inc()
 		n.log.Warn("model fetch failed; the mesh picks donors again", "step", f.Step, "err", err)
-		n.mesh((*mesh.Mesh).SyncFailed)
+		nodePort{n}.SyncFailed()
 		return nil
 	}
 	theta0, v, _, err := p2p.DecodeSnapshot(data)
@@ -72,15 +72,15 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	if err != nil {
 		n.met.fetchFailures.WithLabelValues("unusable").Inc()
 		n.log.Error("fetched model unusable", "step", f.Step, "err", err)
-		n.mesh((*mesh.Mesh).SyncFailed)
+		nodePort{n}.SyncFailed()
 		return nil
 	}
 	if err := n.engine.SetParams(theta0); err != nil {
 		return err
 	}
-	n.setModel(f.Step, func() { n.theta0, n.outer.V = theta0, v })
-	step, hash := n.step, n.hash
-	n.mesh(func(m *mesh.Mesh) { m.Synced(step, hash) })
+	n.model.set(f.Step, func() { n.model.theta0, n.model.outer.V = theta0, v })
+	step, hash := n.model.step, n.model.hash
+	nodePort{n}.Synced(step, hash)
 	n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
 	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
 	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
@@ -122,20 +122,20 @@ func (n *Node) saveCheckpoint() error {
 // writeCheckpoint writes the checkpoint of the current step.
 func (n *Node) writeCheckpoint() error {
 	root := filepath.Join(n.cfg.Home, checkpointDir)
-	name := fmt.Sprintf("%s%08d", train.CheckpointPrefix, n.step)
+	name := fmt.Sprintf("%s%08d", train.CheckpointPrefix, n.model.step)
 	return train.WriteDirAtomic(root, name, func(tmp string) error {
-		defer n.dirProgress(tmp, checkpointBytes(n.params), fmt.Sprintf("step %d", n.step))()
+		defer n.dirProgress(tmp, checkpointBytes(n.params), fmt.Sprintf("step %d", n.model.step))()
 		if err := n.engine.Save(filepath.Join(tmp, engineSubdir)); err != nil {
 			return err
 		}
 		ts := []train.Tensor{
-			{Name: "theta0", Shape: []int{len(n.theta0)}, Data: n.theta0},
-			{Name: "outer_momentum", Shape: []int{len(n.outer.V)}, Data: n.outer.V},
+			{Name: "theta0", Shape: []int{len(n.model.theta0)}, Data: n.model.theta0},
+			{Name: "outer_momentum", Shape: []int{len(n.model.outer.V)}, Data: n.model.outer.V},
 		}
-		if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": n.hash}); err != nil {
+		if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": n.model.hash}); err != nil {
 			return err
 		}
-		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Step: n.step, Hash: n.hash}, "", "  ")
+		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Step: n.model.step, Hash: n.model.hash}, "", "  ")
 		return os.WriteFile(filepath.Join(tmp, nodeStateFile), b, 0o600)
 	}, n.cfg.KeepCheckpoints)
 }
@@ -188,8 +188,8 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 		eng.Close()
 		return bad(err)
 	}
-	n.engine, n.theta0, n.step = eng, theta0, st.Step
-	n.outer = &train.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: v}
+	n.engine, n.model.theta0, n.model.step = eng, theta0, st.Step
+	n.model.outer = &train.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: v}
 	n.log.Info("resumed from checkpoint", "dir", dir, "outer_step", st.Step)
 	return true, nil
 }

@@ -17,22 +17,22 @@ func TestSnapshotLazyAndConsistent(t *testing.T) {
 	for i := range theta {
 		theta[i] = rng.Float32() - 0.5
 	}
-	nd := &Node{theta0: theta, outer: train.NewOuter(len(theta), 0.7, 0.9), params: int64(len(theta))}
-	nd.setModel(3, func() {})
+	nd := &Node{model: globalModel{theta0: theta, outer: train.NewOuter(len(theta), 0.7, 0.9)}, params: int64(len(theta))}
+	nd.model.set(3, func() {})
 	s := nd.snapshot()
-	if s.Step != 3 || s.Hash != train.Hash(theta) || s.Hash != nd.hash {
-		t.Fatalf("snapshot step %d hash %s; model hash %s", s.Step, s.Hash, nd.hash)
+	if s.Step != 3 || s.Hash != train.Hash(theta) || s.Hash != nd.model.hash {
+		t.Fatalf("snapshot step %d hash %s; model hash %s", s.Step, s.Hash, nd.model.hash)
 	}
 	if nd.snapshot() != s {
 		t.Fatal("encoded twice in one step")
 	}
-	nd.setModel(4, func() { nd.theta0[0]++ })
+	nd.model.set(4, func() { nd.model.theta0[0]++ })
 	s2 := nd.snapshot()
-	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(nd.theta0) {
+	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(nd.model.theta0) {
 		t.Fatalf("stale snapshot after the model changed: step %d", s2.Step)
 	}
 	th, _, _, err := p2p.DecodeSnapshot(s2.Data)
-	if err != nil || !slices.Equal(th, nd.theta0) {
+	if err != nil || !slices.Equal(th, nd.model.theta0) {
 		t.Fatalf("decoded θ₀ differs: %v", err)
 	}
 }
