@@ -10,8 +10,8 @@ import (
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// randVec returns n deterministic values in [-scale, scale).
-func randVec(seed uint64, n int, scale float32) []float32 {
+// unitVec returns n deterministic values in [-scale, scale).
+func unitVec(seed uint64, n int, scale float32) []float32 {
 	rng := rand.New(rand.NewPCG(seed, 0x6d6f64656c))
 	v := make([]float32, n)
 	for i := range v {
@@ -20,9 +20,9 @@ func randVec(seed uint64, n int, scale float32) []float32 {
 	return v
 }
 
-// newTestModel returns a global model of n parameters at step 0.
-func newTestModel(n int, lr, mu float32) *globalModel {
-	g := &globalModel{theta0: randVec(1, n, 1), outer: train.NewOuter(n, lr, mu)}
+// unitModel returns a global model of n parameters at step 0.
+func unitModel(n int, lr, mu float32) *globalModel {
+	g := &globalModel{theta0: unitVec(1, n, 1), outer: train.NewOuter(n, lr, mu)}
 	g.set(0, func() {})
 	return g
 }
@@ -30,7 +30,7 @@ func newTestModel(n int, lr, mu float32) *globalModel {
 // TestGlobalModelSet pins set: the update runs, then step and hash change
 // together, the hash being θ₀'s.
 func TestGlobalModelSet(t *testing.T) {
-	g := newTestModel(1000, 1, 0)
+	g := unitModel(1000, 1, 0)
 	if g.step != 0 || g.hash != train.Hash(g.theta0) {
 		t.Fatalf("initial step %d hash %s", g.step, g.hash)
 	}
@@ -40,8 +40,8 @@ func TestGlobalModelSet(t *testing.T) {
 	if !ran || g.step != 7 || g.hash != train.Hash(g.theta0) || g.hash == h0 {
 		t.Fatalf("after set: ran %v step %d hash %s (θ₀'s %s, before %s)", ran, g.step, g.hash, train.Hash(g.theta0), h0)
 	}
-	newTheta := randVec(2, 1000, 1)
-	newV := randVec(3, 1000, 0.1)
+	newTheta := unitVec(2, 1000, 1)
+	newV := unitVec(3, 1000, 0.1)
 	g.set(12, func() { g.theta0, g.outer.V = newTheta, newV }) // as a fetch does
 	if g.step != 12 || g.hash != train.Hash(newTheta) || !slices.Equal(g.outer.V, newV) {
 		t.Fatalf("after a fetch: step %d hash %s", g.step, g.hash)
@@ -55,7 +55,7 @@ func TestGlobalModelSet(t *testing.T) {
 // TestGlobalModelSetHoldsLock pins that set runs its update under the write
 // lock: no reader holds the read lock meanwhile.
 func TestGlobalModelSetHoldsLock(t *testing.T) {
-	g := newTestModel(10, 1, 0)
+	g := unitModel(10, 1, 0)
 	g.set(1, func() {
 		if g.mu.TryRLock() {
 			g.mu.RUnlock()
@@ -74,11 +74,11 @@ func TestGlobalModelSetHoldsLock(t *testing.T) {
 func TestGlobalModelAdvanceIsOuterApply(t *testing.T) {
 	for _, c := range []struct{ lr, mu float32 }{{1, 0}, {0.7, 0.9}, {0.5, 0.5}, {2, 0.1}} {
 		const n = 777
-		g := newTestModel(n, c.lr, c.mu)
+		g := unitModel(n, c.lr, c.mu)
 		refTheta := slices.Clone(g.theta0)
 		ref := train.NewOuter(n, c.lr, c.mu)
 		for step := uint64(0); step < 5; step++ {
-			avg := randVec(100+step, n, 0.01)
+			avg := unitVec(100+step, n, 0.01)
 			avgCopy := slices.Clone(avg)
 			g.advance(step, avg)
 			ref.Apply(refTheta, refTheta, avgCopy)
@@ -101,9 +101,9 @@ func TestGlobalModelAdvanceIsOuterApply(t *testing.T) {
 // TestGlobalModelAdvancePlainAverage pins the default outer optimizer (lr 1,
 // no momentum): G_{t+1} = G_t − Δ̄, exactly in float32.
 func TestGlobalModelAdvancePlainAverage(t *testing.T) {
-	g := newTestModel(64, DefaultOuterLR, DefaultOuterMomentum)
+	g := unitModel(64, DefaultOuterLR, DefaultOuterMomentum)
 	before := slices.Clone(g.theta0)
-	avg := randVec(9, 64, 0.05)
+	avg := unitVec(9, 64, 0.05)
 	g.advance(3, avg)
 	for i := range before {
 		if want := before[i] - avg[i]; g.theta0[i] != want {
@@ -120,7 +120,7 @@ func TestGlobalModelAdvancePlainAverage(t *testing.T) {
 // is θ₀'s, and steps that never go back (run with -race).
 func TestGlobalModelConsistentReaders(t *testing.T) {
 	const n, steps, readers = 2048, 150, 4
-	g := newTestModel(n, 0.7, 0.9)
+	g := unitModel(n, 0.7, 0.9)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for range readers {
@@ -145,7 +145,7 @@ func TestGlobalModelConsistentReaders(t *testing.T) {
 		})
 	}
 	for s := range uint64(steps) {
-		g.advance(s, randVec(s, n, 0.01))
+		g.advance(s, unitVec(s, n, 0.01))
 	}
 	stop.Store(true)
 	wg.Wait()

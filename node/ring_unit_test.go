@@ -89,15 +89,15 @@ func TestCulpritNeverSelf(t *testing.T) {
 	}
 }
 
-// testMetrics returns metrics on a registry of their own.
-func testMetrics() *metrics {
+// unitMetrics returns metrics on a registry of their own.
+func unitMetrics() *metrics {
 	return newMetrics(prometheus.NewRegistry(), &board{}, nil)
 }
 
 // TestRingReducerFailed pins ringReducer.failed: it returns the culprit and
 // counts the failure under its cause.
 func TestRingReducerFailed(t *testing.T) {
-	n := &Node{self: "b", met: testMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n := &Node{self: "b", met: unitMetrics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	r := &mesh.Ring{Step: 4, ID: "r", Members: []mesh.PeerID{"a", "b", "c"}}
 	cases := []struct {
 		err   error
@@ -121,8 +121,8 @@ func TestRingReducerFailed(t *testing.T) {
 	}
 }
 
-// testPeerID returns a fresh, valid libp2p peer id.
-func testPeerID(t *testing.T) peer.ID {
+// unitPeerID returns a fresh, valid libp2p peer id.
+func unitPeerID(t *testing.T) peer.ID {
 	t.Helper()
 	_, pub, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
@@ -138,7 +138,7 @@ func testPeerID(t *testing.T) peer.ID {
 // TestPeerID pins peerID: a libp2p id's string form round-trips, anything
 // else is an error naming it.
 func TestPeerID(t *testing.T) {
-	id := testPeerID(t)
+	id := unitPeerID(t)
 	got, err := peerID(mesh.PeerID(id.String()))
 	if err != nil || got != id {
 		t.Fatalf("peerID(%s) = %s, %v", id, got, err)
@@ -153,8 +153,8 @@ func TestPeerID(t *testing.T) {
 // TestAllReduceRefusesBadRings pins the checks allReduce makes before it
 // opens a stream: this node must be a member, and every member a peer id.
 func TestAllReduceRefusesBadRings(t *testing.T) {
-	self := mesh.PeerID(testPeerID(t).String())
-	other := mesh.PeerID(testPeerID(t).String())
+	self := mesh.PeerID(unitPeerID(t).String())
+	other := mesh.PeerID(unitPeerID(t).String())
 	n := &Node{self: self}
 	b := mesh.Buffers{Src: make([]float32, 4), Dst: make([]float32, 4)}
 	_, err := n.allReduce(context.Background(), &mesh.Ring{ID: "r1", Members: []mesh.PeerID{other}, Weights: []float32{1}}, b)

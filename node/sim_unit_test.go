@@ -19,7 +19,7 @@ func simOptions(seed, worker uint64) train.Options {
 	}
 }
 
-func newTestSim(t *testing.T, seed, worker uint64) *simEngine {
+func unitSim(t *testing.T, seed, worker uint64) *simEngine {
 	t.Helper()
 	e, err := newSimEngine(simOptions(seed, worker), time.Nanosecond)
 	if err != nil {
@@ -55,7 +55,7 @@ func TestSimEngineNeedsStep(t *testing.T) {
 // the run's seed only (every member starts alike), values in [-1, 1).
 func TestSimEngineInit(t *testing.T) {
 	opts := simOptions(5, 1)
-	a, b, c := newTestSim(t, 5, 1), newTestSim(t, 5, 2), newTestSim(t, 6, 1)
+	a, b, c := unitSim(t, 5, 1), unitSim(t, 5, 2), unitSim(t, 6, 1)
 	if int64(len(a.Params())) != opts.Model.NumParams() {
 		t.Fatalf("%d params, want %d", len(a.Params()), opts.Model.NumParams())
 	}
@@ -105,7 +105,7 @@ func TestSimNoise(t *testing.T) {
 // TestSimEngineDeterministic pins that inner steps are a function of (seed,
 // worker): the same pair gives the same bits, another worker other bits.
 func TestSimEngineDeterministic(t *testing.T) {
-	a, b, other := newTestSim(t, 9, 1), newTestSim(t, 9, 1), newTestSim(t, 9, 2)
+	a, b, other := unitSim(t, 9, 1), unitSim(t, 9, 1), unitSim(t, 9, 2)
 	sa, sb := simSteps(t, a, 20), simSteps(t, b, 20)
 	simSteps(t, other, 20)
 	if !slices.Equal(a.Params(), b.Params()) {
@@ -124,7 +124,7 @@ func TestSimEngineDeterministic(t *testing.T) {
 // TestSimEngineStepStats pins a step's stats: the step count, the tokens of
 // a step (batch·seq·accum), the lr, and the loss being Eval's.
 func TestSimEngineStepStats(t *testing.T) {
-	e := newTestSim(t, 3, 4)
+	e := unitSim(t, 3, 4)
 	for i, st := range simSteps(t, e, 5) {
 		eval, err := e.Eval()
 		if err != nil {
@@ -145,7 +145,7 @@ func TestSimEngineStepStats(t *testing.T) {
 // TestSimEngineStepTouchesOneStride pins the cost model: a step changes one
 // parameter in simStride, a different one each step.
 func TestSimEngineStepTouchesOneStride(t *testing.T) {
-	e := newTestSim(t, 1, 1)
+	e := unitSim(t, 1, 1)
 	for s := range simStride + 1 {
 		before := slices.Clone(e.Params())
 		simSteps(t, e, 1)
@@ -161,7 +161,7 @@ func TestSimEngineStepTouchesOneStride(t *testing.T) {
 // the held-out loss falls steadily, for every worker.
 func TestSimEngineLossFalls(t *testing.T) {
 	for _, w := range []uint64{1, 2, 3} {
-		e := newTestSim(t, 11, w)
+		e := unitSim(t, 11, w)
 		l0, _ := e.Eval()
 		var last float64
 		for round := range 4 {
@@ -181,7 +181,7 @@ func TestSimEngineLossFalls(t *testing.T) {
 // TestSimEngineSetParams pins Params/SetParams: a round trip restores the
 // model bit for bit, SetParams copies, and a wrong size is an error.
 func TestSimEngineSetParams(t *testing.T) {
-	e := newTestSim(t, 2, 2)
+	e := unitSim(t, 2, 2)
 	start := slices.Clone(e.Params())
 	simSteps(t, e, 10)
 	trained := slices.Clone(e.Params())
@@ -212,10 +212,10 @@ func TestSimEngineSetParams(t *testing.T) {
 // only on the parameters and the step count: two workers put on one model
 // at one step continue alike only if they are the same worker.
 func TestSimEngineSetParamsThenStep(t *testing.T) {
-	a, b := newTestSim(t, 4, 1), newTestSim(t, 4, 1)
+	a, b := unitSim(t, 4, 1), unitSim(t, 4, 1)
 	simSteps(t, a, 3)
 	simSteps(t, b, 3)
-	g := randVec(7, len(a.Params()), 0.5)
+	g := unitVec(7, len(a.Params()), 0.5)
 	if err := a.SetParams(g); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestSimEngineSetParamsThenStep(t *testing.T) {
 // TestSimEngineSave pins Save: model.safetensors under dir holds the
 // parameters and the step, and Close succeeds.
 func TestSimEngineSave(t *testing.T) {
-	e := newTestSim(t, 8, 1)
+	e := unitSim(t, 8, 1)
 	simSteps(t, e, 6)
 	dir := filepath.Join(t.TempDir(), "engine")
 	if err := e.Save(dir); err != nil {
