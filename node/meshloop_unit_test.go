@@ -1,0 +1,288 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// unitHost starts a libp2p host on loopback (not Started: no gossip) and
+// closes it with the test.
+func unitHost(t *testing.T) *p2p.Host {
+	t.Helper()
+	h, err := p2p.New(context.Background(), p2p.Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+		Run: "unit", Logger: unitLog, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// unitMeshNode is a node with what the mesh goroutine needs, on host h (nil:
+// none), logging to the returned buffer.
+func unitMeshNode(h *p2p.Host) (*Node, *syncBuffer) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	n := &Node{cfg: Config{Tick: time.Millisecond, RingOrder: "sorted", Logger: log}, log: log, host: h,
+		meshCmds: make(chan meshCmd, 8), events: make(chan meshEvent, 8)}
+	if h != nil {
+		n.self = mesh.PeerID(h.ID().String())
+	}
+	return n, &buf
+}
+
+// recvEvent returns the next event of n, failing after a second.
+func recvEvent(t *testing.T, n *Node) meshEvent {
+	t.Helper()
+	select {
+	case ev := <-n.events:
+		return ev
+	case <-time.After(time.Second):
+		t.Fatal("no mesh event")
+		return meshEvent{}
+	}
+}
+
+// TestCarryOutEvents pins carryOut: a Ready's ring, fetch and adoption go to
+// the training goroutine in that order, adoption flagged, and the mesh is
+// advanced past them.
+func TestCarryOutEvents(t *testing.T) {
+	n, _ := unitMeshNode(nil)
+	m := newLoneMesh(t, mesh.Config{}, 0, "h0")
+	ring := &mesh.Ring{Step: 0, Members: []mesh.PeerID{"a"}}
+	fetch := &mesh.Fetch{Step: 3, Hash: "h3"}
+	adopt := &mesh.Fetch{Step: 9, Hash: "h9"}
+	n.carryOut(context.Background(), m, mesh.Ready{Ring: ring, Fetch: fetch, Adopt: adopt, State: m.State()}, n.log)
+	evs := []meshEvent{recvEvent(t, n), recvEvent(t, n), recvEvent(t, n)}
+	if evs[0].ring != ring || evs[0].fetch != nil {
+		t.Fatalf("first event %+v, want the ring", evs[0])
+	}
+	if evs[1].fetch != fetch || evs[1].adopt {
+		t.Fatalf("second event %+v, want the fetch, not an adoption", evs[1])
+	}
+	if evs[2].fetch != adopt || !evs[2].adopt {
+		t.Fatalf("third event %+v, want the adoption", evs[2])
+	}
+	if m.HasReady() {
+		t.Fatal("the mesh was not advanced")
+	}
+}
+
+// TestCarryOutDeadAbortsAttempt pins that peers declared dead abort the
+// attempt in flight when in its ring, and only then.
+func TestCarryOutDeadAbortsAttempt(t *testing.T) {
+	for _, c := range []struct {
+		dead  []mesh.PeerID
+		abort bool
+	}{{[]mesh.PeerID{"x"}, false}, {[]mesh.PeerID{"x", "c"}, true}, {nil, false}} {
+		n, logs := unitMeshNode(nil)
+		m := newLoneMesh(t, mesh.Config{}, 0, "h0")
+		ctx := n.inflight.begin(context.Background(), &mesh.Ring{Members: []mesh.PeerID{"a", "c"}})
+		n.carryOut(context.Background(), m, mesh.Ready{Dead: c.dead, State: m.State()}, n.log)
+		if aborted := ctx.Err() != nil; aborted != c.abort {
+			t.Errorf("dead %v: aborted %v, want %v", c.dead, aborted, c.abort)
+		}
+		if gone := strings.Contains(logs.String(), "peers gone"); gone != (len(c.dead) > 0) {
+			t.Errorf("dead %v: logged %v", c.dead, gone)
+		}
+		n.inflight.end()
+	}
+}
+
+// TestCarryOutState pins that a state change is published on the board.
+func TestCarryOutState(t *testing.T) {
+	n, _ := unitMeshNode(nil)
+	m := newLoneMesh(t, mesh.Config{}, 0, "h0")
+	n.carryOut(context.Background(), m, mesh.Ready{State: mesh.StateReducing, StateChanged: false}, n.log)
+	if s := n.board.snapshot().State; s != "" {
+		t.Fatalf("state published without a change: %q", s)
+	}
+	n.carryOut(context.Background(), m, mesh.Ready{State: mesh.StateSyncing, StateChanged: true}, n.log)
+	if s := n.board.snapshot().State; s != "syncing" {
+		t.Fatalf("board state %q, want syncing", s)
+	}
+}
+
+// TestCarryOutPublishFailure pins that a message that cannot be published
+// is logged and dropped, and the rest of the Ready still carried out.
+func TestCarryOutPublishFailure(t *testing.T) {
+	n, logs := unitMeshNode(unitHost(t))
+	m, err := mesh.New(mesh.Config{ID: n.self}, 0, "h0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := m.Ready()
+	if len(rd.Messages) == 0 {
+		t.Fatal("a new mesh has no heartbeat to send")
+	}
+	rd.Ring = &mesh.Ring{Members: []mesh.PeerID{n.self}}
+	n.carryOut(context.Background(), m, rd, n.log)
+	if !strings.Contains(logs.String(), "publish") {
+		t.Fatalf("publish failure not logged: %s", logs.String())
+	}
+	if ev := recvEvent(t, n); ev.ring != rd.Ring {
+		t.Fatal("ring not delivered after a publish failure")
+	}
+	if m.HasReady() {
+		t.Fatal("unpublished messages kept")
+	}
+}
+
+// TestSendEventCancelled pins that handing an event to a training goroutine
+// that no longer reads gives up when ctx ends.
+func TestSendEventCancelled(t *testing.T) {
+	n := &Node{events: make(chan meshEvent)} // nobody reads
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		n.sendEvent(ctx, meshEvent{ring: &mesh.Ring{}})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("sendEvent blocked after ctx ended")
+	}
+}
+
+// TestPeerStatusTable pins the REST view of a peer: its state ("gone" when
+// dead), step, hash, and when it was last seen, counted back in ticks.
+func TestPeerStatusTable(t *testing.T) {
+	n, _ := unitMeshNode(nil)
+	n.cfg.Tick = 100 * time.Millisecond
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		name  string
+		p     mesh.PeerStatus
+		tick  uint64
+		state string
+		seen  time.Time
+	}{
+		{"training, seen now", mesh.PeerStatus{ID: "b", State: mesh.StateTraining, Step: 4, Hash: "h4", LastSeen: 50}, 50, "training", now},
+		{"ready, 10 ticks ago", mesh.PeerStatus{ID: "b", State: mesh.StateReady, LastSeen: 40}, 50, "ready", now.Add(-time.Second)},
+		{"dead", mesh.PeerStatus{ID: "b", State: mesh.StateTraining, Dead: true, LastSeen: 0}, 300, "gone", now.Add(-30 * time.Second)},
+		{"left", mesh.PeerStatus{ID: "b", State: mesh.StateLeft, Dead: true, LastSeen: 7}, 7, "gone", now},
+		{"joining", mesh.PeerStatus{ID: "b", State: mesh.StateJoining, LastSeen: 3}, 3, "joining", now},
+		{"seen after the tick: now, not the future", mesh.PeerStatus{ID: "b", State: mesh.StateSyncing, LastSeen: 60}, 50, "syncing", now},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ps := n.peerStatus(c.p, c.tick, now)
+			if ps.ID != string(c.p.ID) || ps.State != c.state || ps.OuterStep != c.p.Step || ps.ModelHash != c.p.Hash {
+				t.Fatalf("peer status %+v", ps)
+			}
+			if !ps.LastSeen.Equal(c.seen) {
+				t.Fatalf("last seen %v, want %v", ps.LastSeen, c.seen)
+			}
+			if ps.Connected || ps.LatencyMs != 0 {
+				t.Fatalf("a peer id that is not libp2p's is connected: %+v", ps)
+			}
+		})
+	}
+}
+
+// TestUpdatePeers pins updatePeers: the board's peer table, state and the
+// last ring's members are refreshed; unmeasured peers cost nothing.
+func TestUpdatePeers(t *testing.T) {
+	n, _ := unitMeshNode(unitHost(t))
+	other := mesh.PeerID(unitPeerID(t).String())
+	st := mesh.Status{ID: n.self, State: mesh.StateReducing, Tick: 10,
+		Ring: &mesh.Ring{Members: []mesh.PeerID{n.self, other}},
+		Peers: []mesh.PeerStatus{
+			{ID: other, State: mesh.StateReducing, Step: 2, LastSeen: 10},
+			{ID: "zz", State: mesh.StateTraining, Dead: true},
+		}}
+	costs := n.updatePeers(st)
+	if len(costs) != 0 {
+		t.Fatalf("costs %v for peers never measured", costs)
+	}
+	ps := n.board.peerList()
+	if len(ps) != 2 || ps[0].ID != string(other) || ps[0].State != "reducing" || ps[1].State != "gone" {
+		t.Fatalf("peers %+v", ps)
+	}
+	s := n.board.snapshot()
+	if s.State != "reducing" || !slices.Equal(s.Members, []string{string(n.self), string(other)}) {
+		t.Fatalf("status state %q members %v", s.State, s.Members)
+	}
+	// Without a ring the members shown stay those of the last one.
+	n.updatePeers(mesh.Status{ID: n.self, State: mesh.StateTraining})
+	if s := n.board.snapshot(); s.State != "training" || len(s.Members) != 2 || len(n.board.peerList()) != 0 {
+		t.Fatalf("after an empty status: %+v", s)
+	}
+}
+
+// TestMeshLoopLone pins the mesh goroutine end to end for a lone member on
+// a host without gossip: Ready decides a ring handed to the training
+// goroutine, Completed moves the mesh on, CaughtUp answers, Leave is carried
+// out before its done closes, and the loop ends with its context.
+func TestMeshLoopLone(t *testing.T) {
+	n, _ := unitMeshNode(unitHost(t))
+	m, err := mesh.New(mesh.Config{ID: n.self}, 0, "h0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		n.meshLoop(ctx, m)
+		close(stopped)
+	}()
+	port := nodePort{n}
+	port.Ready(0, 5)
+	ev := recvEvent(t, n)
+	if ev.ring == nil || ev.ring.Step != 0 || !slices.Equal(ev.ring.Members, []mesh.PeerID{n.self}) {
+		t.Fatalf("event %+v, want a ring of this node for step 0", ev)
+	}
+	port.Completed(0, "h1")
+	if !port.CaughtUp(ctx) {
+		t.Fatal("a lone member is caught up")
+	}
+	done := make(chan struct{})
+	n.meshCmds <- meshCmd{kind: cmdLeave, done: done}
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("leave not carried out")
+	}
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(time.Second):
+		t.Fatal("mesh loop did not end with its context")
+	}
+	if st := m.Status(); st.State != mesh.StateLeft || st.Step != 1 || st.Hash != "h1" {
+		t.Fatalf("mesh after the loop: %v step %d hash %s", st.State, st.Step, st.Hash)
+	}
+	if s := n.board.snapshot().State; s != "left" {
+		t.Fatalf("board state %q, want left", s)
+	}
+}
