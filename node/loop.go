@@ -10,7 +10,7 @@ import (
 
 // trainLoop runs the outer loop until ctx ends or MaxOuterSteps is reached.
 func (n *Node) trainLoop(ctx context.Context) error {
-	cfg := loopConfig{inner: n.cfg.InnerSteps, maxOuter: n.cfg.MaxOuterSteps, tick: n.cfg.Tick}
+	cfg := loopConfig{inner: n.cfg.InnerSteps, maxOuter: n.cfg.MaxOuterSteps, tick: n.cfg.Tick, drain: drainTimeout}
 	if n.cfg.Overlap {
 		cfg.lag = n.cfg.OverlapSteps
 		if cfg.lag == 0 {

@@ -31,6 +31,7 @@ type loopConfig struct {
 	lag      int    // 0 blocking; > 0 fixed; < 0 the first step the average is in
 	maxOuter uint64 // 0: no limit
 	tick     time.Duration
+	drain    time.Duration // longest wait for the last ring at maxOuter
 }
 
 // outerTimes accumulates the timing of one outer step.
@@ -276,7 +277,7 @@ func (l *outerLoop) reachedMax(ctx context.Context) bool {
 	l.log.Info("reached --max-outer-steps", "outer_step", l.model.step)
 	tick := time.NewTicker(l.cfg.tick)
 	defer tick.Stop()
-	deadline := time.After(drainTimeout)
+	deadline := time.After(l.cfg.drain)
 	for !l.port.CaughtUp(ctx) && ctx.Err() == nil {
 		select {
 		case <-tick.C:
