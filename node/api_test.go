@@ -107,10 +107,11 @@ func TestAPIEmptyListsAreArrays(t *testing.T) {
 			t.Errorf("%s = %q, want []", path, body)
 		}
 	}
-	var s map[string]any
+	// A typed decode keeps [] as an empty slice and turns null into nil.
+	var s Status
 	getJSON(t, cl, "http://"+a.Addr()+"/v1/status", &s)
-	if s["members"] == nil || s["addrs"] == nil {
-		t.Errorf("status has null lists: members %v addrs %v", s["members"], s["addrs"])
+	if s.Members == nil || s.Addrs == nil {
+		t.Errorf("status has null lists: members %#v addrs %#v", s.Members, s.Addrs)
 	}
 }
 
