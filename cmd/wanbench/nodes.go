@@ -126,7 +126,7 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs.DurationVar(&c.SimStep, "sim-step", 750*time.Millisecond, "simulated duration of one inner step")
 	fs.Uint64Var(&c.Outer, "outer-steps", 3, "outer steps per run")
 	fs.Uint64Var(&c.Warmup, "warmup", 1, "first outer steps not counted")
-	fs.IntVar(&c.Shards, "shards", 4, "parallel rings of the all-reduce (--shards)")
+	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "parallel rings of the all-reduce (--shards)")
 	fs.IntVar(&c.Nodes, "nodes", 0, "nodes per run (0: one per host of the profile; more widens the profile)")
 	fs.StringVar(&c.SVG, "svg", "", "write the utilization plot here")
 	orderProfiles := fs.String("order-profiles", "global", "profiles that also run mode overlapped+order (--ring-order latency; the other modes use --ring-order sorted) when the binary has --ring-order")
