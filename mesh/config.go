@@ -36,7 +36,8 @@ type Config struct {
 	SyncTimeoutTicks int
 	// MinMembers: the first outer step this node takes part in (before any
 	// all-reduce completed or model fetched) waits until at least this many
-	// members, itself included, are Ready. Default 1, at most MaxMembers.
+	// members, itself included, are Ready. Default DefaultMinMembers, at
+	// most MaxMembers.
 	MinMembers int
 	// Seed seeds the RNG (heartbeat phase, donor order). Same seed, same
 	// inputs: same outputs.
@@ -56,6 +57,8 @@ const (
 	DefaultStragglerTicks      = 100
 	DefaultProposeTimeoutTicks = 100
 	DefaultSyncTimeoutTicks    = 600
+	// DefaultMinMembers is not in ticks: a node alone may start.
+	DefaultMinMembers = 1
 )
 
 // Validate fills defaults into zero fields and rejects bad values.
@@ -81,7 +84,7 @@ func (c *Config) Validate() error {
 		{"StragglerTicks", &c.StragglerTicks, DefaultStragglerTicks},
 		{"ProposeTimeoutTicks", &c.ProposeTimeoutTicks, DefaultProposeTimeoutTicks},
 		{"SyncTimeoutTicks", &c.SyncTimeoutTicks, DefaultSyncTimeoutTicks},
-		{"MinMembers", &c.MinMembers, 1},
+		{"MinMembers", &c.MinMembers, DefaultMinMembers},
 	}
 	for _, f := range fields {
 		if *f.v < 0 {

@@ -21,12 +21,27 @@ type Client struct {
 // fits with room to spare).
 const maxAPIBody = 16 << 20
 
-// NewClient returns a client of the API at addr ("127.0.0.1:8642" or a URL).
-func NewClient(addr string) *Client {
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithHTTPClient sends the client's requests through hc instead of a plain
+// http.Client with a 5 s timeout (e.g. one that dials inside a network
+// namespace).
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return func(c *Client) { c.http = hc }
+}
+
+// NewClient returns a client of the API at addr (DefaultStatusAddr, any
+// host:port, or a URL).
+func NewClient(addr string, opts ...ClientOption) *Client {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
-	return &Client{base: strings.TrimSuffix(addr, "/"), http: &http.Client{Timeout: 5 * time.Second}}
+	c := &Client{base: strings.TrimSuffix(addr, "/"), http: &http.Client{Timeout: 5 * time.Second}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // Status returns GET /v1/status.

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,14 @@ func TestClientReadsTheAPI(t *testing.T) {
 	if err != nil || len(h) != 1 || h[0].EvalLoss != 1.25 {
 		t.Fatalf("history %+v, %v", h, err)
 	}
+	var used bool
+	hc := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		used = true
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	if s, err := NewClient(a.Addr(), WithHTTPClient(hc)).Status(ctx); err != nil || !used || s.PeerID != "12D3KooWme" {
+		t.Fatalf("WithHTTPClient: status %+v, %v, client used %v", s, err, used)
+	}
 	var missing []int
 	if err := c.get(ctx, "/v1/nothing", &missing); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("unknown path: err %v, want a 404", err)
@@ -45,6 +54,10 @@ func TestClientReadsTheAPI(t *testing.T) {
 		t.Errorf("stopped node: err %v", err)
 	}
 }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // A checkpoint's progress ends with a report of completion, and the bytes
 // on disk are counted from the regular files under the directory.

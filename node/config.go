@@ -14,29 +14,33 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
 )
 
 // Config is everything a node needs. Zero values are filled by Validate.
 type Config struct {
 	// Home is the directory holding the identity key and checkpoints.
-	// Default ~/.intellect-node.
+	// Default DefaultHome under the user's home directory.
 	Home string
-	// Listen are libp2p listen multiaddrs. Default /ip4/0.0.0.0/tcp/4001.
+	// Listen are libp2p listen multiaddrs. Default DefaultListen.
 	Listen []string
 	// Bootstrap are multiaddrs (with /p2p/) of any running members. None
 	// starts a new network.
 	Bootstrap []string
 	// Run names the training run; nodes of different runs ignore each other.
-	// Default "default".
+	// Default DefaultRun.
 	Run string
-	// Preset names the model preset (train.PresetNames). Default "tiny".
+	// Preset names the model preset (train.PresetNames). Default
+	// DefaultPreset.
 	// ConfigFile, if set, is a JSON model config that overrides Preset.
 	Preset     string
 	ConfigFile string
 	// Data is a token shard file, directory or mixture spec; empty uses the
 	// embedded generated corpus.
 	Data string
-	// Device is "cpu" (default), "cuda" (only in binaries built with -tags
+	// Device is "cpu" (DefaultDevice), "cuda" (only in binaries built with -tags
 	// cuda), or "sim": inner steps replaced by a sleep of SimStep over a
 	// parameter vector of the preset's size (for WAN benchmarks of many nodes).
 	Device string
@@ -54,7 +58,7 @@ type Config struct {
 	// the global models stay identical). Fixed values make seeded runs
 	// reproducible.
 	OverlapSteps int
-	// StatusAddr is where the REST API listens. Default 127.0.0.1:8642;
+	// StatusAddr is where the REST API listens. Default DefaultStatusAddr;
 	// "off" disables it.
 	StatusAddr string
 	// StatusToken, if set, is a secret that opens the REST API (read-only)
@@ -67,7 +71,7 @@ type Config struct {
 	// and converges worse (docs/convergence.md).
 	InnerSteps int
 	// MinMembers holds the first outer step until this many members agree on
-	// a ring. Default 1.
+	// a ring. Default DefaultMinMembers.
 	MinMembers int
 	// MaxOuterSteps, if > 0, makes the node leave gracefully after completing
 	// that outer step.
@@ -81,22 +85,26 @@ type Config struct {
 	// of a run must use the same.
 	OuterMomentum *float32
 	// Shards is the number of parallel rings (streams per neighbour) of the
-	// all-reduce. Default 4.
+	// all-reduce. Default DefaultShards; 1..mesh.MaxShards. Every member of
+	// a run must use the same.
 	Shards int
 	// FP32 sends the all-reduce in float32 instead of int8 (for comparisons).
 	FP32 bool
 	// ErrorFeedback carries each node's int8 quantization residual into its
 	// next pseudo-gradient.
 	ErrorFeedback bool
-	// Tick is the period of the mesh state machine's clock. Default 100 ms.
+	// Tick is the period of the mesh state machine's clock. Default
+	// DefaultTick.
 	Tick time.Duration
-	// AllReduceTimeout bounds one all-reduce attempt. Default 60 s.
+	// AllReduceTimeout bounds one all-reduce attempt. Default
+	// DefaultAllReduceTimeout.
 	AllReduceTimeout time.Duration
 	// CheckpointEvery writes a durable checkpoint every so many outer steps
-	// (0: only at exit). Default 10. KeepCheckpoints is how many to keep (3).
+	// (0: only at exit). Default DefaultCheckpointEvery. KeepCheckpoints is
+	// how many to keep (DefaultKeepCheckpoints).
 	CheckpointEvery int
 	KeepCheckpoints int
-	// RingOrder is how ring members are ordered: "latency" (default) puts in
+	// RingOrder is how ring members are ordered: "latency" (DefaultRingOrder) puts in
 	// each vote the measured round-trip times to the other members, and all
 	// members order the ring to maximise its slowest link; "sorted" orders
 	// by peer id.
@@ -134,6 +142,33 @@ const (
 	DefaultOverlapOuterMomentum = 0.0
 )
 
+// Defaults of the rest of Config. Each is defined once: where the package
+// that owns the mechanism defines it (mesh: shards, tick, min members; p2p:
+// run name), node names that constant; the rest are node's own. The flags of
+// cmd/intellect-node take their defaults from these.
+const (
+	// DefaultHome is the node's directory under the user's home.
+	DefaultHome = ".intellect-node"
+	// DefaultPort is the TCP port of DefaultListen, as the README documents.
+	DefaultPort       = 4001
+	DefaultRun        = p2p.DefaultRun
+	DefaultPreset     = "tiny"
+	DefaultDevice     = "cpu"
+	DefaultStatusAddr = "127.0.0.1:8642"
+	DefaultMinMembers = mesh.DefaultMinMembers
+	// DefaultShards moves the int8 quantization blocks (mesh.DefaultShards).
+	DefaultShards           = mesh.DefaultShards
+	DefaultRingOrder        = "latency"
+	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
+	DefaultAllReduceTimeout = 60 * time.Second
+	DefaultCheckpointEvery  = 10
+	DefaultKeepCheckpoints  = 3
+)
+
+// DefaultListen is the listen address when Config.Listen is empty: every
+// IPv4 interface on DefaultPort.
+var DefaultListen = fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort)
+
 // Progress is the state of a long piece of work.
 type Progress struct {
 	Work        string // what: "fetch" (the live model from peers) or "checkpoint"
@@ -149,28 +184,57 @@ var ErrBadConfig = errors.New("node: bad config")
 
 // Validate fills defaults and rejects bad values.
 func (c *Config) Validate() error {
+	if err := c.fillDefaults(); err != nil {
+		return err
+	}
+	if err := c.checkStatus(); err != nil {
+		return err
+	}
+	return c.check()
+}
+
+// fillDefaults sets the zero fields to their defaults.
+func (c *Config) fillDefaults() error {
 	if c.Home == "" {
 		h, err := os.UserHomeDir()
 		if err != nil {
 			return fmt.Errorf("%w: no --home and no user home: %v", ErrBadConfig, err)
 		}
-		c.Home = filepath.Join(h, ".intellect-node")
+		c.Home = filepath.Join(h, DefaultHome)
 	}
 	if len(c.Listen) == 0 {
-		c.Listen = []string{"/ip4/0.0.0.0/tcp/4001"}
+		c.Listen = []string{DefaultListen}
 	}
-	if c.Run == "" {
-		c.Run = "default"
+	defString(&c.Run, DefaultRun)
+	defString(&c.Preset, DefaultPreset)
+	defString(&c.Device, DefaultDevice)
+	defString(&c.StatusAddr, DefaultStatusAddr)
+	defString(&c.RingOrder, DefaultRingOrder)
+	defInt(&c.InnerSteps, DefaultInnerSteps)
+	defInt(&c.MinMembers, DefaultMinMembers)
+	defInt(&c.Shards, DefaultShards)
+	defInt(&c.CheckpointEvery, DefaultCheckpointEvery)
+	defInt(&c.KeepCheckpoints, DefaultKeepCheckpoints)
+	if c.OuterLR == 0 {
+		c.OuterLR = DefaultOuterLR
 	}
-	if c.Preset == "" {
-		c.Preset = "tiny"
+	if c.OuterMomentum == nil {
+		c.OuterMomentum = new(float32(DefaultOuterMomentum))
+		if c.Overlap {
+			c.OuterMomentum = new(float32(DefaultOverlapOuterMomentum))
+		}
 	}
-	if c.Device == "" {
-		c.Device = "cpu"
+	defDuration(&c.Tick, DefaultTick)
+	defDuration(&c.AllReduceTimeout, DefaultAllReduceTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
-	if c.StatusAddr == "" {
-		c.StatusAddr = "127.0.0.1:8642"
-	}
+	return nil
+}
+
+// checkStatus rejects a status API reachable from elsewhere without a
+// token, and a short token.
+func (c *Config) checkStatus() error {
 	if c.StatusAddr != "off" {
 		host, _, err := net.SplitHostPort(c.StatusAddr)
 		if err != nil {
@@ -183,29 +247,11 @@ func (c *Config) Validate() error {
 	if c.StatusToken != "" && len(c.StatusToken) < minStatusToken {
 		return fmt.Errorf("%w: status token of %d bytes, want at least %d", ErrBadConfig, len(c.StatusToken), minStatusToken)
 	}
-	defInt(&c.InnerSteps, DefaultInnerSteps)
-	defInt(&c.MinMembers, 1)
-	defInt(&c.Shards, 4)
-	defInt(&c.CheckpointEvery, 10)
-	defInt(&c.KeepCheckpoints, 3)
-	if c.OuterLR == 0 {
-		c.OuterLR = DefaultOuterLR
-	}
-	if c.OuterMomentum == nil {
-		c.OuterMomentum = new(float32(DefaultOuterMomentum))
-		if c.Overlap {
-			c.OuterMomentum = new(float32(DefaultOverlapOuterMomentum))
-		}
-	}
-	if c.RingOrder == "" {
-		c.RingOrder = "latency"
-	}
-	if c.Tick == 0 {
-		c.Tick = 100 * time.Millisecond
-	}
-	if c.AllReduceTimeout == 0 {
-		c.AllReduceTimeout = 60 * time.Second
-	}
+	return nil
+}
+
+// check rejects out-of-range values of a filled Config.
+func (c *Config) check() error {
 	switch {
 	case c.OverlapSteps < 0 || c.OverlapSteps > c.InnerSteps:
 		return fmt.Errorf("%w: --overlap-steps %d: want 0..--inner-steps (%d)", ErrBadConfig, c.OverlapSteps, c.InnerSteps)
@@ -213,8 +259,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
 	case c.MinMembers < 1:
 		return fmt.Errorf("%w: --min-members must be ≥ 1, got %d", ErrBadConfig, c.MinMembers)
-	case c.Shards < 1 || c.Shards > 64:
-		return fmt.Errorf("%w: shards must be in 1..64, got %d", ErrBadConfig, c.Shards)
+	case c.Shards < 1 || c.Shards > mesh.MaxShards:
+		return fmt.Errorf("%w: shards must be in 1..%d, got %d", ErrBadConfig, mesh.MaxShards, c.Shards)
 	case !(c.OuterLR > 0 && c.OuterLR <= 10) || !(*c.OuterMomentum >= 0 && *c.OuterMomentum < 1):
 		return fmt.Errorf("%w: outer lr %v (want (0, 10]), momentum %v (want [0, 1))", ErrBadConfig, c.OuterLR, *c.OuterMomentum)
 	case c.Tick < time.Millisecond:
@@ -228,10 +274,19 @@ func (c *Config) Validate() error {
 	case c.CheckpointEvery < 0 || c.KeepCheckpoints < 1:
 		return fmt.Errorf("%w: checkpoint every %d keep %d", ErrBadConfig, c.CheckpointEvery, c.KeepCheckpoints)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	return nil
+}
+
+func defString(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+func defDuration(p *time.Duration, v time.Duration) {
+	if *p == 0 {
+		*p = v
+	}
 }
 
 func defInt(p *int, v int) {

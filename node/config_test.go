@@ -2,9 +2,31 @@ package node
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
 )
+
+// The defaults a node ships, pinned: the shard count moves the int8
+// quantization boundaries (model hashes), the port is in the README.
+func TestShippedDefaults(t *testing.T) {
+	c := Config{Home: t.TempDir()}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Home: c.Home, Listen: []string{"/ip4/0.0.0.0/tcp/4001"}, Run: "default", Preset: "tiny", Device: "cpu",
+		StatusAddr: "127.0.0.1:8642", InnerSteps: 5, MinMembers: 1, OuterLR: 1, OuterMomentum: new(float32(0)), Shards: 4,
+		Tick: 100 * time.Millisecond, AllReduceTimeout: time.Minute, CheckpointEvery: 10, KeepCheckpoints: 3,
+		RingOrder: "latency", Logger: c.Logger}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("defaults\n%+v\nwant\n%+v", c, want)
+	}
+	if mesh.DefaultShards != 4 || (&mesh.AllReduceConfig{}).Validate() != nil {
+		t.Errorf("mesh.DefaultShards = %d, want the node's 4", mesh.DefaultShards)
+	}
+}
 
 func TestConfigValidate(t *testing.T) {
 	var c Config

@@ -1,17 +1,38 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 )
 
 // HistoryFile is the file under the node's home where every completed outer
 // step (and the initial model, step 0) is appended as one JSON OuterRecord
-// per line, so a run can be analysed after the process exits.
+// per line, so a run can be analysed after the process exits. The schema is
+// OuterRecord; ReadHistory and DecodeHistory are its only readers, for the
+// node and for the tools under cmd/ alike.
 const HistoryFile = "history.jsonl"
+
+// Limits of a history file. It is written by our own node but read as
+// untrusted input all the same: a record is about 300 bytes.
+const (
+	// MaxHistoryLine bounds one line (one OuterRecord) in bytes, newline
+	// excluded.
+	MaxHistoryLine = 64 << 10
+	// MaxHistoryRecords bounds the records of one file (an outer step a
+	// second for twelve days).
+	MaxHistoryRecords = 1 << 20
+)
+
+// ErrBadHistory is wrapped by every error of DecodeHistory about the
+// content of a history file; the message names the line.
+var ErrBadHistory = errors.New("node: bad history")
 
 // appendHistory appends rec to <home>/HistoryFile.
 func (n *Node) appendHistory(rec OuterRecord) {
@@ -25,23 +46,84 @@ func (n *Node) appendHistory(rec OuterRecord) {
 	f.Write(append(b, '\n'))
 }
 
-// ReadHistory reads the records a node wrote to <home>/HistoryFile, in order.
+// ReadHistory reads the records a node wrote to <home>/HistoryFile, in
+// order, as DecodeHistory does. A missing file is an error that wraps
+// fs.ErrNotExist.
 func ReadHistory(home string) ([]OuterRecord, error) {
-	path := filepath.Join(home, HistoryFile)
-	b, err := os.ReadFile(path)
+	f, err := os.Open(filepath.Join(home, HistoryFile))
 	if err != nil {
 		return nil, err
 	}
-	var recs []OuterRecord
-	for i, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-		if len(l) == 0 {
-			continue
-		}
-		var r OuterRecord
-		if err := json.Unmarshal(l, &r); err != nil {
-			return nil, fmt.Errorf("node: %s line %d: %w", path, i+1, err)
-		}
-		recs = append(recs, r)
+	defer f.Close()
+	recs, err := DecodeHistory(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	return recs, nil
+}
+
+// DecodeHistory decodes a history stream: one JSON OuterRecord per line,
+// blank lines skipped, unknown fields ignored. A last line without its
+// newline that does not decode is what a crash in the middle of a write
+// leaves, and is skipped; any other line that does not decode, a line over
+// MaxHistoryLine bytes, more than MaxHistoryRecords records, or a record with
+// impossible values (negative times, counts or byte counts) is an error
+// wrapping ErrBadHistory that names the line (from 1).
+func DecodeHistory(r io.Reader) ([]OuterRecord, error) {
+	br := bufio.NewReaderSize(r, MaxHistoryLine+1)
+	var out []OuterRecord
+	for line := 1; ; line++ {
+		b, err := br.ReadSlice('\n')
+		last := err == io.EOF
+		switch {
+		case err == bufio.ErrBufferFull:
+			return nil, fmt.Errorf("%w: line %d: over %d bytes", ErrBadHistory, line, MaxHistoryLine)
+		case err != nil && !last:
+			return nil, fmt.Errorf("node: history line %d: %w", line, err)
+		}
+		if b = bytes.TrimSpace(b); len(b) > 0 {
+			if len(out) == MaxHistoryRecords {
+				return nil, fmt.Errorf("%w: more than %d records", ErrBadHistory, MaxHistoryRecords)
+			}
+			rec, err := decodeRecord(b)
+			if err != nil && !(last && truncated(b)) {
+				return nil, fmt.Errorf("%w: line %d: %v", ErrBadHistory, line, err)
+			}
+			if err == nil {
+				out = append(out, rec)
+			}
+		}
+		if last {
+			return out, nil
+		}
+	}
+}
+
+// truncated reports whether b is a proper prefix of a JSON value, as a
+// write cut short leaves it.
+func truncated(b []byte) bool {
+	var v any
+	return json.NewDecoder(bytes.NewReader(b)).Decode(&v) == io.ErrUnexpectedEOF
+}
+
+// decodeRecord decodes and checks one line of a history file.
+func decodeRecord(b []byte) (OuterRecord, error) {
+	var r OuterRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, err
+	}
+	return r, r.check()
+}
+
+// check rejects values no node writes.
+func (r OuterRecord) check() error {
+	for _, v := range []float64{r.AllReduceSec, r.ComputeSec, r.WallSec, r.Utilization} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("step %d: time %v out of range", r.Step, v)
+		}
+	}
+	if r.BytesSent < 0 || r.BytesReceived < 0 || r.Members < 0 || r.Attempts < 0 {
+		return fmt.Errorf("step %d: negative count", r.Step)
+	}
+	return nil
 }

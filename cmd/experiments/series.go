@@ -10,32 +10,19 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
-// Limits on the files read back from node processes.
+// Limits on the progress output read back from `train --json` (history
+// files are read by node.DecodeHistory, with the node's limits).
 const (
-	maxLineBytes = 1 << 16 // one history or progress line
+	maxLineBytes = 1 << 16 // one progress line
 	maxRecords   = 1 << 20 // lines per file
 )
 
 // ErrBadHistory is wrapped by every error decoding a history or progress file.
 var ErrBadHistory = errors.New("experiments: bad history")
-
-// record is one line of a node's history.jsonl (node.OuterRecord).
-type record struct {
-	Step          uint64  `json:"step"`
-	Members       int     `json:"members"`
-	Loss          float64 `json:"loss"`
-	EvalLoss      float64 `json:"eval_loss"`
-	AllReduceSec  float64 `json:"allreduce_sec"`
-	ComputeSec    float64 `json:"compute_sec"`
-	WallSec       float64 `json:"wall_sec"`
-	Utilization   float64 `json:"utilization"`
-	BytesSent     int64   `json:"bytes_sent"`
-	BytesReceived int64   `json:"bytes_received"`
-	ModelHash     string  `json:"model_hash"`
-	Attempts      int     `json:"attempts"`
-}
 
 // progress is one line of `intellect-node train --json` (train.Progress).
 type progress struct {
@@ -66,37 +53,37 @@ func decodeLines(r io.Reader, fn func(line []byte) error) error {
 	return nil
 }
 
-// decodeHistory decodes a node's history.jsonl, checking every record; the
-// initial model's record (step 0, no ring) is skipped.
-func decodeHistory(r io.Reader) ([]record, error) {
-	var out []record
-	err := decodeLines(r, func(line []byte) error {
-		var rec record
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return err
+// decodeHistory decodes a node's history.jsonl with node.DecodeHistory and
+// checks every record as a configuration's series needs it; the initial
+// model's record (step 0, no ring: a held-out loss and nothing else) is
+// skipped.
+func decodeHistory(r io.Reader) ([]node.OuterRecord, error) {
+	recs, err := node.DecodeHistory(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadHistory, err)
+	}
+	out := recs[:0]
+	for _, rec := range recs {
+		if rec.Step == 0 && rec.Members == 0 {
+			continue
 		}
-		if rec.Step == 0 && rec.Members == 0 && finite(rec.EvalLoss) {
-			return nil // the initial model's record: a held-out loss and nothing else
-		}
-		if err := rec.check(); err != nil {
-			return err
+		if err := checkRecord(rec); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadHistory, err)
 		}
 		out = append(out, rec)
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }
 
-func (r record) check() error {
+// checkRecord rejects a record that cannot be an outer step of a ring.
+func checkRecord(r node.OuterRecord) error {
 	switch {
 	case r.Step == 0 || r.Step > math.MaxInt32:
 		return fmt.Errorf("step %d", r.Step)
 	case r.Members < 1 || r.Members > 1<<16:
-		return fmt.Errorf("members %d", r.Members)
+		return fmt.Errorf("step %d: members %d", r.Step, r.Members)
 	case !finite(r.EvalLoss) || !finite(r.Loss):
-		return fmt.Errorf("loss %v / eval loss %v", r.Loss, r.EvalLoss)
-	case r.BytesSent < 0 || r.BytesReceived < 0:
-		return fmt.Errorf("bytes %d/%d", r.BytesSent, r.BytesReceived)
+		return fmt.Errorf("step %d: loss %v / eval loss %v", r.Step, r.Loss, r.EvalLoss)
 	}
 	return nil
 }
@@ -197,7 +184,7 @@ func collectSingle(s *setup, c config) (result, error) {
 }
 
 func collectCluster(s *setup, c config) (result, error) {
-	var hists [][]record
+	var hists [][]node.OuterRecord
 	for i := range s.nodes {
 		h, err := readFile(filepath.Join(s.configDir(c), fmt.Sprintf("node%d", i), "history.jsonl"), decodeHistory)
 		if err != nil {
@@ -212,9 +199,9 @@ func collectCluster(s *setup, c config) (result, error) {
 // the mean eval loss, and the tokens folded into the model so far (members ×
 // H × tokens per inner step, summed over steps). Byte counts are averaged
 // over the nodes and steps whose ring held every node.
-func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (result, error) {
+func mergeHistories(c config, hists [][]node.OuterRecord, inner, tokensPerStep int) (result, error) {
 	r := result{cfg: c, nodes: len(hists), hashesOK: true, minRing: len(hists)}
-	bySteps := map[uint64][]record{}
+	bySteps := map[uint64][]node.OuterRecord{}
 	var sent, recv, ar float64
 	var n, full int
 	for _, h := range hists {
@@ -261,7 +248,7 @@ func mergeHistories(c config, hists [][]record, inner, tokensPerStep int) (resul
 // stepPoint summarises the nodes' records of one outer step: the mean and
 // spread of their eval losses, the ring size, and whether they agree on the
 // model hash.
-func stepPoint(recs []record) (point, int, bool) {
+func stepPoint(recs []node.OuterRecord) (point, int, bool) {
 	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
 	members, ok := 0, true
 	for _, rec := range recs {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
 func historyLine(step, members int, eval float64, sent int64, hash string) string {
@@ -40,7 +42,7 @@ func TestDecodeHistoryRejects(t *testing.T) {
 		"negative bytes": historyLine(1, 4, 2.5, -1, "a"),
 		"not json":       "{step: 1}",
 		"wrong type":     `{"step":"one"}`,
-		"long line":      `{"model_hash":"` + strings.Repeat("x", maxLineBytes) + `"}`,
+		"long line":      `{"model_hash":"` + strings.Repeat("x", node.MaxHistoryLine) + `"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := decodeHistory(strings.NewReader(in)); !errors.Is(err, ErrBadHistory) {
@@ -81,12 +83,12 @@ func FuzzDecodeHistory(f *testing.F) {
 			return
 		}
 		for _, r := range recs {
-			if r.check() != nil {
+			if checkRecord(r) != nil {
 				t.Fatalf("accepted a bad record %+v", r)
 			}
 		}
 		if len(recs) > 0 {
-			if _, err := mergeHistories(config{Name: "x"}, [][]record{recs}, 5, 64); err != nil {
+			if _, err := mergeHistories(config{Name: "x"}, [][]node.OuterRecord{recs}, 5, 64); err != nil {
 				t.Fatalf("merge of accepted records: %v", err)
 			}
 		}
@@ -113,21 +115,21 @@ func FuzzDecodeProgress(f *testing.F) {
 }
 
 func TestMergeHistories(t *testing.T) {
-	node := func(evals []float64, sent int64, hash string, members ...int) []record {
-		var h []record
+	hist := func(evals []float64, sent int64, hash string, members ...int) []node.OuterRecord {
+		var h []node.OuterRecord
 		for i, e := range evals {
 			m := 2
 			if i < len(members) {
 				m = members[i]
 			}
-			h = append(h, record{Step: uint64(i + 1), Members: m, EvalLoss: e, BytesSent: sent, BytesReceived: sent * 2,
+			h = append(h, node.OuterRecord{Step: uint64(i + 1), Members: m, EvalLoss: e, BytesSent: sent, BytesReceived: sent * 2,
 				AllReduceSec: 1, ModelHash: fmt.Sprint(hash, i)})
 		}
 		return h
 	}
-	a := node([]float64{3, 2}, 100, "h")
-	b := node([]float64{3, 2}, 300, "h")
-	r, err := mergeHistories(config{Name: "x"}, [][]record{a, b}, 10, 64)
+	a := hist([]float64{3, 2}, 100, "h")
+	b := hist([]float64{3, 2}, 300, "h")
+	r, err := mergeHistories(config{Name: "x"}, [][]node.OuterRecord{a, b}, 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +143,8 @@ func TestMergeHistories(t *testing.T) {
 
 	// A diverged node: hashes disagree and the spread shows it; a ring of
 	// one member at step 2 folds in half the tokens.
-	c := node([]float64{3.5, 2}, 100, "other", 2, 1)
-	r, err = mergeHistories(config{Name: "x"}, [][]record{a, c}, 10, 64)
+	c := hist([]float64{3.5, 2}, 100, "other", 2, 1)
+	r, err = mergeHistories(config{Name: "x"}, [][]node.OuterRecord{a, c}, 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +161,11 @@ func TestMergeHistories(t *testing.T) {
 		t.Fatalf("got %+v", r)
 	}
 	// Missing records of one node also count as disagreement.
-	r, _ = mergeHistories(config{Name: "x"}, [][]record{a, a[:1]}, 10, 64)
+	r, _ = mergeHistories(config{Name: "x"}, [][]node.OuterRecord{a, a[:1]}, 10, 64)
 	if r.hashesOK {
 		t.Fatal("a node with a shorter history passed as agreeing")
 	}
-	if _, err := mergeHistories(config{Name: "x"}, [][]record{nil, nil}, 10, 64); !errors.Is(err, ErrBadHistory) {
+	if _, err := mergeHistories(config{Name: "x"}, [][]node.OuterRecord{nil, nil}, 10, 64); !errors.Is(err, ErrBadHistory) {
 		t.Fatalf("empty: err = %v", err)
 	}
 }

@@ -141,10 +141,10 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	}
 	cfg := train.DiLoCoConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, OverlapSteps: r.Overlap}
 	switch r.Codec {
-	case "int8":
-		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: 4})
+	case "int8": // as a node does
+		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: node.DefaultShards})
 	case "int8-ef":
-		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: 4, ErrorFeedback: true})
+		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true})
 	}
 	for i := range r.M {
 		cfg.Workers = append(cfg.Workers, workerOf(seed, i))

@@ -5,10 +5,9 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,44 +105,19 @@ func (p *proc) api() string {
 	return addr
 }
 
-type nodeStatus struct {
-	PeerID     string   `json:"peer_id"`
-	Addrs      []string `json:"addrs"`
-	State      string   `json:"state"`
-	OuterStep  uint64   `json:"outer_step"`
-	Members    []string `json:"members"`
-	EvalLoss   float64  `json:"eval_loss"`
-	ModelHash  string   `json:"model_hash"`
-	BytesSent  int64    `json:"bytes_sent"`
-	Params     int64    `json:"params"`
-	InnerSteps int      `json:"inner_steps"`
-}
+// client reads the node's REST API.
+func (p *proc) client() *node.Client { return node.NewClient(p.api()) }
 
-func (p *proc) status() (nodeStatus, error) {
-	var s nodeStatus
-	err := getJSONFrom(p.api(), "/v1/status", &s)
-	return s, err
+func (p *proc) status() (node.Status, error) {
+	return p.client().Status(context.Background())
 }
 
 func (p *proc) history() []node.OuterRecord {
-	var h []node.OuterRecord
-	if err := getJSONFrom(p.api(), "/v1/history", &h); err != nil {
+	h, err := p.client().History(context.Background())
+	if err != nil {
 		p.t.Fatalf("%s history: %v", p.name, err)
 	}
 	return h
-}
-
-func getJSONFrom(addr, path string, v any) error {
-	cl := &http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get("http://" + addr + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("%s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // waitFor polls cond every 100 ms until it holds or the timeout passes; it
@@ -169,7 +143,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool,
 // bootstrapAddr returns a node's first full multiaddr.
 func bootstrapAddr(t *testing.T, p *proc) string {
 	t.Helper()
-	var s nodeStatus
+	var s node.Status
 	waitFor(t, 30*time.Second, p.name+" addrs", func() bool {
 		var err error
 		s, err = p.status()

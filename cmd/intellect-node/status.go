@@ -22,7 +22,7 @@ func init() {
 
 func runStatus(args []string) error {
 	fs := newFlagSet("status", "[--status ADDR] [--json] [--watch [--every D]]")
-	addr := fs.String("status", "127.0.0.1:8642", "the node's status API `address`")
+	addr := fs.String("status", node.DefaultStatusAddr, "the node's status API `address`")
 	asJSON := fs.Bool("json", false, "print the status as JSON")
 	watch := fs.Bool("watch", false, "refresh until interrupted")
 	every := fs.Duration("every", 2*time.Second, "with --watch: refresh `interval`")
@@ -89,7 +89,7 @@ func printStatus(w io.Writer, s node.Status) error {
 
 func runPeers(args []string) error {
 	fs := newFlagSet("peers", "[--status ADDR] [--json]")
-	addr := fs.String("status", "127.0.0.1:8642", "the node's status API `address`")
+	addr := fs.String("status", node.DefaultStatusAddr, "the node's status API `address`")
 	asJSON := fs.Bool("json", false, "print the peers as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -34,10 +34,8 @@ func TestRealTextPipeline(t *testing.T) {
 		"--max-outer-steps", "3", "--data", mix)
 	var by map[string]int64
 	waitFor(t, 3*time.Minute, "tokens from both sources in /v1/status", func() bool {
-		var s struct {
-			TokensBySource map[string]int64 `json:"tokens_by_source"`
-		}
-		if getJSONFrom(p.api(), "/v1/status", &s) != nil {
+		s, err := p.status()
+		if err != nil {
 			return false
 		}
 		by = s.TokensBySource

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/intellect-node/intellect-node/node"
 )
 
 // browser is a headless Chromium with its console collected.
@@ -118,7 +119,7 @@ func TestPageInBrowser(t *testing.T) {
 	var others []string
 	for _, name := range []string{"b", "c"} {
 		p := startNode(t, name, "", append(args, "--bootstrap", boot)...)
-		var st nodeStatus
+		var st node.Status
 		waitFor(t, 30*time.Second, name+"'s status", func() bool {
 			var err error
 			st, err = p.status()

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -127,7 +126,7 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs.DurationVar(&c.SimStep, "sim-step", 750*time.Millisecond, "simulated duration of one inner step")
 	fs.Uint64Var(&c.Outer, "outer-steps", 3, "outer steps per run")
 	fs.Uint64Var(&c.Warmup, "warmup", 1, "first outer steps not counted")
-	fs.IntVar(&c.Shards, "shards", 4, "parallel rings of the all-reduce (--shards)")
+	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "parallel rings of the all-reduce (--shards)")
 	fs.IntVar(&c.Nodes, "nodes", 0, "nodes per run (0: one per host of the profile; more widens the profile)")
 	fs.StringVar(&c.SVG, "svg", "", "write the utilization plot here")
 	orderProfiles := fs.String("order-profiles", "global", "profiles that also run mode overlapped+order (--ring-order latency; the other modes use --ring-order sorted) when the binary has --ring-order")
@@ -352,13 +351,14 @@ func (r *nodeRun) startAndWait(ctx context.Context) error {
 
 // peerID polls node 0's status API until it reports its peer id.
 func (r *nodeRun) peerID(ctx context.Context, p *wan.Proc) (string, error) {
-	cl := r.n.HTTPClient(0)
-	cl.Timeout = 2 * time.Second
+	hc := r.n.HTTPClient(0)
+	hc.Timeout = 2 * time.Second
+	c := node.NewClient(fmt.Sprintf("127.0.0.1:%d", statusPort), node.WithHTTPClient(hc))
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if id, err := getPeerID(cl.Get, fmt.Sprintf("http://127.0.0.1:%d/v1/status", statusPort)); err == nil && id != "" {
-			return id, nil
+		if s, err := c.Status(ctx); err == nil && s.PeerID != "" {
+			return s.PeerID, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -409,10 +409,10 @@ func (r *nodeRun) fidelity() string {
 // summarize reads every node's history and returns the mode's row and,
 // beside a blocking run, the nocomm row.
 func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
-	var hist [][]record
+	var hist [][]node.OuterRecord
 	var errs []error
 	for _, h := range r.n.Hosts {
-		recs, err := readHistory(r.home(h.Name))
+		recs, err := node.ReadHistory(r.home(h.Name))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -435,48 +435,16 @@ func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
 	}
 	errs = append(errs, err)
 	if r.nocomm != nil {
-		recs, err := readHistory(r.home(modeNocomm))
+		recs, err := node.ReadHistory(r.home(modeNocomm))
 		if err == nil {
 			var nr tableRow
-			if nr, err = summarize(profile, modeNocomm, [][]record{recs}, r.c.Warmup, 1); err == nil {
+			if nr, err = summarize(profile, modeNocomm, [][]node.OuterRecord{recs}, r.c.Warmup, 1); err == nil {
 				rows = append(rows, nr)
 			}
 		}
 		errs = append(errs, err)
 	}
 	return rows, errors.Join(errs...)
-}
-
-func readHistory(home string) ([]record, error) {
-	f, err := os.Open(filepath.Join(home, "history.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	recs, err := parseHistory(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	return recs, nil
-}
-
-// maxStatusBody bounds the status response read for the peer id.
-const maxStatusBody = 1 << 20
-
-// getPeerID reads peer_id from a node's GET /v1/status.
-func getPeerID(get func(string) (*http.Response, error), url string) (string, error) {
-	resp, err := get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var st struct {
-		PeerID string `json:"peer_id"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBody)).Decode(&st); err != nil {
-		return "", err
-	}
-	return st.PeerID, nil
 }
 
 // modesFor is the modes run on profile pn: -modes, plus overlapped+order

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,78 +8,16 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
-// The pure half of `wanbench nodes`: reading the nodes' history.jsonl files,
-// reducing them to one row per profile and mode, and printing the table.
+// The pure half of `wanbench nodes`: reducing the nodes' histories
+// (node.ReadHistory of each home) to one row per profile and mode, and
+// printing the table.
 
-// Limits on a history file: it is written by our own node, but read as
-// untrusted input all the same.
-const (
-	maxHistoryLine    = 64 << 10 // bytes in one JSON line
-	maxHistoryRecords = 100000   // lines in one file
-)
-
-// ErrHistory is returned for a history file that cannot be read.
+// ErrHistory is returned when the nodes' histories hold no step to summarize.
 var ErrHistory = errors.New("wanbench: bad history")
-
-// record is the part of one node's outer-step record (node.OuterRecord, one
-// JSON line of <home>/history.jsonl) that the table needs.
-type record struct {
-	Step          uint64  `json:"step"`
-	Members       int     `json:"members"`
-	AllReduceSec  float64 `json:"allreduce_sec"`
-	ComputeSec    float64 `json:"compute_sec"`
-	WallSec       float64 `json:"wall_sec"`
-	Utilization   float64 `json:"utilization"`
-	BytesSent     int64   `json:"bytes_sent"`
-	BytesReceived int64   `json:"bytes_received"`
-	Attempts      int     `json:"attempts"`
-	ModelHash     string  `json:"model_hash"`
-}
-
-// parseHistory reads a history.jsonl stream: one JSON object per line, blank
-// lines ignored, unknown fields ignored. Lines over maxHistoryLine bytes,
-// more than maxHistoryRecords records, malformed JSON or impossible values
-// (negative times or byte counts) are errors.
-func parseHistory(r io.Reader) ([]record, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxHistoryLine)
-	var out []record
-	for line := 1; sc.Scan(); line++ {
-		b := sc.Bytes()
-		if len(strings.TrimSpace(string(b))) == 0 {
-			continue
-		}
-		if len(out) == maxHistoryRecords {
-			return nil, fmt.Errorf("%w: more than %d records", ErrHistory, maxHistoryRecords)
-		}
-		var rec record
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return nil, fmt.Errorf("%w: line %d: %v", ErrHistory, line, err)
-		}
-		if err := rec.check(); err != nil {
-			return nil, fmt.Errorf("%w: line %d: %v", ErrHistory, line, err)
-		}
-		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHistory, err)
-	}
-	return out, nil
-}
-
-func (r record) check() error {
-	for _, v := range []float64{r.AllReduceSec, r.ComputeSec, r.WallSec} {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("time %v out of range", v)
-		}
-	}
-	if r.BytesSent < 0 || r.BytesReceived < 0 || r.Members < 0 || r.Attempts < 0 {
-		return errors.New("negative count")
-	}
-	return nil
-}
 
 // tableRow is one line of the table: one profile and mode.
 type tableRow struct {
@@ -104,7 +40,7 @@ type tableRow struct {
 // node) to a tableRow, dropping every step ≤ warmup. Steps with fewer than
 // minMembers members (a ring formed before everybody joined, or after one
 // left) are dropped too, so that every row describes the full ring.
-func summarize(profile, mode string, nodes [][]record, warmup uint64, minMembers int) (tableRow, error) {
+func summarize(profile, mode string, nodes [][]node.OuterRecord, warmup uint64, minMembers int) (tableRow, error) {
 	rw := tableRow{Profile: profile, Mode: mode, Nodes: len(nodes)}
 	var ar, bytes []float64
 	var compute, wall float64
@@ -131,7 +67,7 @@ func summarize(profile, mode string, nodes [][]record, warmup uint64, minMembers
 }
 
 // largestRing is the most members any ring had after the warm-up, 0 if none.
-func largestRing(nodes [][]record, warmup uint64) int {
+func largestRing(nodes [][]node.OuterRecord, warmup uint64) int {
 	k := 0
 	for _, recs := range nodes {
 		for _, r := range recs {

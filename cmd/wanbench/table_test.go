@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/node"
 )
 
 // historyLine is one node.OuterRecord line as the node writes it.
@@ -21,40 +22,20 @@ func line(step, members int, ar, compute, wall float64, sent int64) string {
 	return fmt.Sprintf(historyLine, step, members, ar, compute, wall, sent)
 }
 
-func TestParseHistory(t *testing.T) {
-	in := line(1, 4, 3.14, 12.5, 18.7, 19206868) + "\n\n" + line(2, 4, 1.25, 11.2, 13.9, 19206000) + "\n"
-	recs, err := parseHistory(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
+// The node's history lines, read by node.DecodeHistory, summarize as the
+// table expects.
+func TestSummarizeNodeHistory(t *testing.T) {
+	in := line(0, 0, 0, 0, 0, 0) + "\n" + line(1, 4, 3.14, 12.5, 18.7, 19206868) + "\n\n" + line(2, 4, 1.25, 11.2, 13.9, 19206000) + "\n"
+	recs, err := node.DecodeHistory(strings.NewReader(in))
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("got %d records, %v", len(recs), err)
 	}
-	want := []record{
-		{Step: 1, Members: 4, AllReduceSec: 3.14, ComputeSec: 12.5, WallSec: 18.7, Utilization: 0.67, BytesSent: 19206868, BytesReceived: 19206868, Attempts: 1, ModelHash: "b42b"},
-		{Step: 2, Members: 4, AllReduceSec: 1.25, ComputeSec: 11.2, WallSec: 13.9, Utilization: 0.67, BytesSent: 19206000, BytesReceived: 19206868, Attempts: 1, ModelHash: "b42b"},
+	if r := recs[1]; r.Step != 1 || r.Members != 4 || r.AllReduceSec != 3.14 || r.BytesReceived != 19206868 || r.Attempts != 1 || r.ModelHash != "b42b" {
+		t.Errorf("record 1 = %+v", r)
 	}
-	if len(recs) != len(want) {
-		t.Fatalf("got %d records, want %d", len(recs), len(want))
-	}
-	for i := range want {
-		if recs[i] != want[i] {
-			t.Errorf("record %d = %+v, want %+v", i, recs[i], want[i])
-		}
-	}
-}
-
-func TestParseHistoryRejects(t *testing.T) {
-	for name, in := range map[string]string{
-		"not json":       "{step: 1}\n",
-		"negative time":  line(1, 4, -1, 10, 11, 5) + "\n",
-		"negative bytes": line(1, 4, 1, 10, 11, -5) + "\n",
-		"wrong type":     `{"step":"one"}` + "\n",
-		"long line":      `{"model_hash":"` + strings.Repeat("a", maxHistoryLine) + `"}` + "\n",
-		"truncated":      line(1, 4, 1, 10, 11, 5)[:40],
-	} {
-		t.Run(name, func(t *testing.T) {
-			if _, err := parseHistory(strings.NewReader(in)); !errors.Is(err, ErrHistory) {
-				t.Fatalf("err = %v, want ErrHistory", err)
-			}
-		})
+	r, err := summarize("usa", modeBlocking, [][]node.OuterRecord{recs}, 0, 4)
+	if err != nil || r.Samples != 2 || math.Abs(r.Utilization-(12.5+11.2)/(18.7+13.9)) > 1e-12 {
+		t.Fatalf("summary %+v, %v", r, err)
 	}
 }
 
@@ -77,16 +58,16 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
-	a := []record{
+	a := []node.OuterRecord{
 		{Step: 1, Members: 4, AllReduceSec: 100, ComputeSec: 10, WallSec: 200, BytesSent: 1}, // warm-up: dropped
 		{Step: 2, Members: 4, AllReduceSec: 1, ComputeSec: 10, WallSec: 11, BytesSent: 300},
 		{Step: 3, Members: 4, AllReduceSec: 2, ComputeSec: 10, WallSec: 12, BytesSent: 100},
 	}
-	b := []record{
+	b := []node.OuterRecord{
 		{Step: 2, Members: 3, AllReduceSec: 50, ComputeSec: 10, WallSec: 90, BytesSent: 7}, // ring without everyone: dropped
 		{Step: 3, Members: 4, AllReduceSec: 3, ComputeSec: 10, WallSec: 13, BytesSent: 200},
 	}
-	r, err := summarize("usa", modeBlocking, [][]record{a, b}, 1, 4)
+	r, err := summarize("usa", modeBlocking, [][]node.OuterRecord{a, b}, 1, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +83,7 @@ func TestSummarize(t *testing.T) {
 	if r.BytesPerNode != 200 {
 		t.Errorf("bytes per node %v, want 200", r.BytesPerNode)
 	}
-	if _, err := summarize("usa", modeBlocking, [][]record{a}, 3, 4); !errors.Is(err, ErrHistory) {
+	if _, err := summarize("usa", modeBlocking, [][]node.OuterRecord{a}, 3, 4); !errors.Is(err, ErrHistory) {
 		t.Errorf("all steps in warm-up: err = %v, want ErrHistory", err)
 	}
 }
@@ -198,21 +179,16 @@ func TestWidenProfile(t *testing.T) {
 	}
 }
 
-func FuzzParseHistory(f *testing.F) {
+func FuzzSummarize(f *testing.F) {
 	f.Add([]byte(line(1, 4, 3.14, 12.5, 18.7, 19206868) + "\n"))
 	f.Add([]byte("{}\n\n{\"step\":2}"))
-	f.Add([]byte("{\"wall_sec\":-1}"))
+	f.Add([]byte("{\"wall_sec\":1e-300,\"members\":1,\"step\":1}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, err := parseHistory(bytes.NewReader(b))
+		recs, err := node.DecodeHistory(bytes.NewReader(b))
 		if err != nil {
 			return
 		}
-		for _, r := range recs {
-			if r.check() != nil {
-				t.Fatalf("accepted bad record %+v", r)
-			}
-		}
-		if r, err := summarize("p", "m", [][]record{recs}, 0, 0); err == nil {
+		if r, err := summarize("p", "m", [][]node.OuterRecord{recs}, 0, 0); err == nil {
 			if math.IsNaN(r.Utilization) || math.IsNaN(r.AllReduceMedian) || r.AllReduceP90 < r.AllReduceMedian {
 				t.Fatalf("bad summary %+v of %+v", r, recs)
 			}
@@ -221,7 +197,7 @@ func FuzzParseHistory(f *testing.F) {
 }
 
 func TestLargestRingAndRelative(t *testing.T) {
-	nodes := [][]record{{{Step: 1, Members: 6}, {Step: 2, Members: 4}}, {{Step: 3, Members: 3}}}
+	nodes := [][]node.OuterRecord{{{Step: 1, Members: 6}, {Step: 2, Members: 4}}, {{Step: 3, Members: 3}}}
 	if k := largestRing(nodes, 1); k != 4 {
 		t.Errorf("largest ring after warm-up = %d, want 4", k)
 	}
