@@ -30,10 +30,10 @@ type fakeMesh struct {
 	events    []chan meshEvent
 	seq       int
 	completed []uint64
-	syncing   map[int]uint64 // rank → step of the model it was told to fetch
+	syncing   map[int]uint64      // rank → step of the model it was told to fetch
 	blames    map[mesh.PeerID]int // of the current step's failed attempt
 	stragglr  []int
-	caughtUp  func(rank int) bool // nil: every member at least at rank's step
+	caughtUp  func(rank int) bool         // nil: every member at least at rank's step
 	onReady   func(rank int, step uint64) // called under mu before deciding
 }
 
