@@ -54,58 +54,54 @@ func (n *Node) reduce(ctx context.Context, t uint64, src []float32, attempts *in
 }
 
 // allReduce runs one attempt over ring r: n.work ← weighted mean of the
-// members' pseudo-gradients, this member's being src.
+// members' pseudo-gradients, this member's being src. The attempt is
+// p2p.AllReduce's; the node adds the abort on a dead member (inflight).
 func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, src []float32) (p2p.RingStats, error) {
-	rank := r.Rank(n.self)
-	if rank < 0 {
-		return p2p.RingStats{}, fmt.Errorf("node: not a member of ring %s", r.ID)
-	}
-	members := make([]peer.ID, len(r.Members))
-	for i, id := range r.Members {
-		pid, err := peerID(id)
-		if err != nil {
-			return p2p.RingStats{}, err
-		}
-		members[i] = pid
-	}
-	cfg := allReduceConfig(n.cfg)
-	if err := cfg.Validate(); err != nil {
-		return p2p.RingStats{}, err
-	}
-	tr, err := n.ar.Open(p2p.RingSpec{ID: r.ID, Step: r.Step, Members: members, Self: rank, Shards: cfg.Shards})
+	spec, err := n.ringSpec(r)
 	if err != nil {
 		return p2p.RingStats{}, err
 	}
-	defer tr.Close()
-	for _, p := range members {
-		n.host.Protect(p)
-	}
-	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", rank)
+	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", spec.Self)
 	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
 	defer cancel()
 	actx = n.inflight.begin(actx, r)
 	defer n.inflight.end()
 	copy(n.work, src)
-	var t mesh.Transport = tr
-	if n.sendRate != nil {
-		t = limitedTransport{RingTransport: tr, l: n.sendRate}
-	}
 	var residual []float32
 	if n.residual != nil {
 		// AllReduce leaves the residual unspecified on failure: work on a copy.
 		residual = append([]float32(nil), n.residual...)
 	}
-	if _, err := mesh.AllReduce(actx, t, rank, r.Weights, n.work, residual, cfg); err != nil {
+	_, stats, err := p2p.AllReduce(actx, n.ar, spec, r.Weights, n.work, residual, allReduceConfig(n.cfg))
+	if err != nil {
 		var dead *deadMemberError
 		if errors.As(context.Cause(actx), &dead) {
 			err = dead // aborted by the mesh: name the member it declared dead
 		}
-		return tr.Stats(), err
+		return stats, err
 	}
 	if residual != nil {
 		copy(n.residual, residual)
 	}
-	return tr.Stats(), nil
+	return stats, nil
+}
+
+// ringSpec describes the attempt over ring r for p2p (Shards is filled in
+// by p2p.AllReduce from the all-reduce config).
+func (n *Node) ringSpec(r *mesh.Ring) (p2p.RingSpec, error) {
+	rank := r.Rank(n.self)
+	if rank < 0 {
+		return p2p.RingSpec{}, fmt.Errorf("node: not a member of ring %s", r.ID)
+	}
+	members := make([]peer.ID, len(r.Members))
+	for i, id := range r.Members {
+		pid, err := peerID(id)
+		if err != nil {
+			return p2p.RingSpec{}, err
+		}
+		members[i] = pid
+	}
+	return p2p.RingSpec{ID: r.ID, Step: r.Step, Members: members, Self: rank, SendRate: n.sendRate}, nil
 }
 
 // culprit names the ring member to report for a failed attempt: the member
@@ -138,4 +134,3 @@ func peerID(id mesh.PeerID) (peer.ID, error) {
 	}
 	return p, nil
 }
-

@@ -529,7 +529,7 @@ type PeerInfo struct {
 	Connectedness string        `json:"connectedness"`
 	Connected     bool          `json:"connected"`
 	Latency       time.Duration `json:"latency_ns"` // EWMA of pings and DHT round trips; 0 if unknown
-	Protected     bool          `json:"protected"`  // a ring member (see Protect)
+	Protected     bool          `json:"protected"`  // kept from trimming: a neighbour in a running all-reduce attempt, or Protect
 	Traffic       Traffic       `json:"traffic"`
 	GossipScore   float64       `json:"gossip_score"` // 0, or negative after invalid messages; refreshed every second
 }
@@ -544,7 +544,7 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 		Connectedness: c.String(),
 		Connected:     c == network.Connected,
 		Latency:       ps.LatencyEWMA(id),
-		Protected:     h.cm.IsProtected(id, protectRingTag),
+		Protected:     h.cm.IsProtected(id, ""), // any tag: Protect's or an attempt's
 		Traffic:       h.bw.peer(id),
 		GossipScore:   h.gossipScore(id),
 	}
