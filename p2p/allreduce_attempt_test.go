@@ -1,16 +1,24 @@
 package p2p
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/intellect-node/intellect-node/mesh"
 )
@@ -169,5 +177,120 @@ func TestRingSendRate(t *testing.T) {
 		if !limited && el >= floor {
 			t.Fatalf("unlimited ring took %v: the test cannot tell the cap apart", el)
 		}
+	}
+}
+
+// arRunning reports whether a goroutine is running fn (a function name as
+// it appears in a stack trace).
+func arRunning(fn string) bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn)
+}
+
+// arBlackhole is a TCP listener that accepts connections and never answers:
+// a libp2p dial to it hangs in the security handshake.
+func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", l.Addr().(*net.TCPAddr).Port))
+}
+
+// TestServiceCloseJoinsAbortMessages: an aborted attempt keeps telling its
+// right neighbour (here one that never answers) after the attempt is
+// closed; AllReduceService.Close cancels that and waits for it.
+func TestServiceCloseJoinsAbortMessages(t *testing.T) {
+	h0, left := arHostCM(t), arHostCM(t)
+	arLink(t, h0, left)
+	right, addr := arBlackhole(t)
+	h0.Peerstore().AddAddr(right, addr, peerstore.PermanentAddrTTL)
+	svc, err := NewAllReduceService(h0, AllReduceServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := svc.Open(RingSpec{ID: "hangs", Step: 7, Members: []peer.ID{h0.ID(), right, left.ID()}, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Abort(errors.New("test abort"))
+	tr.Close()
+	const fn = "(*RingTransport).tellRight"
+	for start := time.Now(); !arRunning(fn); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the abort is not being sent: the test cannot tell whether Close joins it")
+		}
+	}
+	start := time.Now()
+	svc.Close()
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("Close took %v", el)
+	}
+	if arRunning(fn) {
+		t.Fatal("the abort message is still being sent after Close")
+	}
+}
+
+// TestRingCloseJoinsReachLeft: an attempt whose left neighbour is not
+// connected dials it (here one that never answers); Close cancels that dial
+// and joins it. (The test catches a missing cancel; a missing join only
+// loses a race it cannot force.)
+func TestRingCloseJoinsReachLeft(t *testing.T) {
+	h0, right := arHostCM(t), arHostCM(t)
+	arLink(t, h0, right)
+	left, addr := arBlackhole(t)
+	h0.Peerstore().AddAddr(left, addr, peerstore.PermanentAddrTTL)
+	svc, err := NewAllReduceService(h0, AllReduceServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	tr, err := svc.Open(RingSpec{ID: "reach", Step: 7, Members: []peer.ID{h0.ID(), right.ID(), left}, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fn = "(*RingTransport).reachLeft"
+	for start := time.Now(); !arRunning(fn); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no dial of the left neighbour: the test cannot tell whether Close joins it")
+		}
+	}
+	time.Sleep(2 * leftGrace) // into the dial
+	start := time.Now()
+	tr.Close()
+	// Uncancelled, the dial would last until libp2p's local dial timeout
+	// (5 s) at least.
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("Close took %v: the dial was not cancelled", el)
+	}
+	if arRunning(fn) {
+		t.Fatal("the left neighbour is still being dialed after Close")
 	}
 }
