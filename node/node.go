@@ -67,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		events:   make(chan meshEvent, 16),
 	}
 	if cfg.MaxSendRate > 0 {
-		n.sendRate = newSendLimiter(cfg.MaxSendRate)
+		n.sendRate = p2p.NewSendLimiter(cfg.MaxSendRate)
 	}
 	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{

@@ -26,49 +26,45 @@ func (r ringReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
 }
 
 // allReduce runs one attempt over ring r: b.Dst ← weighted mean of the
-// members' pseudo-gradients, this member's being b.Src.
+// members' pseudo-gradients, this member's being b.Src. The attempt is
+// p2p.AllReduce's; the node adds the abort on a dead member (inflight).
 func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error) {
+	spec, err := n.ringSpec(r)
+	if err != nil {
+		return p2p.RingStats{}, err
+	}
+	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", spec.Self)
+	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
+	defer cancel()
+	actx = n.inflight.begin(actx, r)
+	defer n.inflight.end()
+	_, stats, err := p2p.AllReduce(actx, n.ar, spec, r.Weights, b, allReduceConfig(n.cfg))
+	if err != nil {
+		var dead *deadMemberError
+		if errors.As(context.Cause(actx), &dead) {
+			err = dead // aborted by the mesh: name the member it declared dead
+		}
+		return stats, err
+	}
+	return stats, nil
+}
+
+// ringSpec describes the attempt over ring r for p2p (Shards is filled in
+// by p2p.AllReduce from the all-reduce config).
+func (n *Node) ringSpec(r *mesh.Ring) (p2p.RingSpec, error) {
 	rank := r.Rank(n.self)
 	if rank < 0 {
-		return p2p.RingStats{}, fmt.Errorf("node: not a member of ring %s", r.ID)
+		return p2p.RingSpec{}, fmt.Errorf("node: not a member of ring %s", r.ID)
 	}
 	members := make([]peer.ID, len(r.Members))
 	for i, id := range r.Members {
 		pid, err := peerID(id)
 		if err != nil {
-			return p2p.RingStats{}, err
+			return p2p.RingSpec{}, err
 		}
 		members[i] = pid
 	}
-	cfg := allReduceConfig(n.cfg)
-	if err := cfg.Validate(); err != nil {
-		return p2p.RingStats{}, err
-	}
-	tr, err := n.ar.Open(p2p.RingSpec{ID: r.ID, Step: r.Step, Members: members, Self: rank, Shards: cfg.Shards})
-	if err != nil {
-		return p2p.RingStats{}, err
-	}
-	defer tr.Close()
-	for _, p := range members {
-		n.host.Protect(p)
-	}
-	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", rank)
-	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
-	defer cancel()
-	actx = n.inflight.begin(actx, r)
-	defer n.inflight.end()
-	var t mesh.Transport = tr
-	if n.sendRate != nil {
-		t = limitedTransport{RingTransport: tr, l: n.sendRate}
-	}
-	if _, err := mesh.AllReduceInto(actx, t, rank, r.Weights, b, cfg); err != nil {
-		var dead *deadMemberError
-		if errors.As(context.Cause(actx), &dead) {
-			err = dead // aborted by the mesh: name the member it declared dead
-		}
-		return tr.Stats(), err
-	}
-	return tr.Stats(), nil
+	return p2p.RingSpec{ID: r.ID, Step: r.Step, Members: members, Self: rank, SendRate: n.sendRate}, nil
 }
 
 // culprit names the ring member to report for a failed attempt: the member

@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -166,10 +167,17 @@ func (c *AllReduceServiceConfig) Validate() error {
 // AllReduceService answers AllReduceProtocolID on a host and hands incoming
 // streams to the attempt (RingTransport) they belong to, holding those that
 // arrive before this node has opened the attempt. One per host.
+//
+// It owns the goroutines that outlive an attempt (telling neighbours of an
+// abort); Close cancels and joins them.
 type AllReduceService struct {
 	h   host.Host
 	cfg AllReduceServiceConfig
 	log *slog.Logger
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // goroutines of finished attempts
 
 	notifiee network.Notifiee
 
@@ -203,6 +211,7 @@ func NewAllReduceService(h host.Host, cfg AllReduceServiceConfig) (*AllReduceSer
 	}
 	svc := &AllReduceService{h: h, cfg: cfg, log: cfg.Logger, attempts: make(map[string]*RingTransport),
 		pending: make(map[string][]*arPending), done: make(map[string]network.StreamErrorCode)}
+	svc.ctx, svc.cancel = context.WithCancel(context.Background())
 	svc.notifiee = &network.NotifyBundle{DisconnectedF: svc.disconnected}
 	h.Network().Notify(svc.notifiee)
 	h.SetStreamHandler(AllReduceProtocolID, svc.handle)
@@ -247,11 +256,14 @@ func (svc *AllReduceService) leftAborted(p peer.ID, code network.StreamErrorCode
 	}
 }
 
-// Close removes the handler and resets the streams still waiting; open
-// attempts are left to their owners.
+// Close removes the handler, resets the streams still waiting, cancels the
+// abort messages of finished attempts still being sent and waits for them;
+// open attempts are left to their owners.
 func (svc *AllReduceService) Close() error {
 	svc.h.RemoveStreamHandler(AllReduceProtocolID)
 	svc.h.Network().StopNotify(svc.notifiee)
+	svc.cancel()
+	defer svc.wg.Wait()
 	svc.mu.Lock()
 	svc.closed = true
 	var drop []*arPending
@@ -266,6 +278,23 @@ func (svc *AllReduceService) Close() error {
 		p.s.ResetWithError(arCodeRejected)
 	}
 	return nil
+}
+
+// goBackground runs f in a goroutine that Close cancels (through ctx) and
+// joins; after Close, f runs at once with a cancelled ctx.
+func (svc *AllReduceService) goBackground(f func(ctx context.Context)) {
+	svc.mu.Lock()
+	if svc.closed {
+		svc.mu.Unlock()
+		f(svc.ctx)
+		return
+	}
+	svc.wg.Add(1)
+	svc.mu.Unlock()
+	go func() {
+		defer svc.wg.Done()
+		f(svc.ctx)
+	}()
 }
 
 // handle reads the hello of an incoming stream and routes it.

@@ -151,7 +151,7 @@ func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id stri
 		wg.Go(func() {
 			if links == nil {
 				var rs RingStats
-				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, in[i], nil, cfg)
+				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, mesh.Buffers{Dst: in[i]}, cfg)
 				sent[i] = rs.BytesSent
 				return
 			}

@@ -107,7 +107,7 @@ func arRun(t testing.TB, ctx context.Context, svcs []*AllReduceService, ids []pe
 		r.out[i] = append([]float32(nil), in[i]...)
 		wg.Go(func() {
 			spec := RingSpec{ID: ringID, Step: 7, Members: ids, Self: i}
-			r.stats[i], r.ring[i], r.errs[i] = AllReduce(ctx, svcs[i], spec, w, r.out[i], nil, cfg)
+			r.stats[i], r.ring[i], r.errs[i] = AllReduce(ctx, svcs[i], spec, w, mesh.Buffers{Dst: r.out[i]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -209,7 +209,7 @@ func TestRingEarlyStreams(t *testing.T) {
 			if i == late {
 				<-queued
 			}
-			_, _, errs[i] = AllReduce(ctx, svcs[i], RingSpec{ID: "early", Step: 7, Members: ids, Self: i}, w, out[i], nil, cfg)
+			_, _, errs[i] = AllReduce(ctx, svcs[i], RingSpec{ID: "early", Step: 7, Members: ids, Self: i}, w, mesh.Buffers{Dst: out[i]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -257,7 +257,7 @@ func TestRingMemberDies(t *testing.T) {
 		spec := RingSpec{ID: "dies", Step: 7, Members: ids, Self: i}
 		if i != dead {
 			wg.Go(func() {
-				_, _, errs[i] = AllReduce(ctx, svcs[i], spec, w, vec, nil, cfg)
+				_, _, errs[i] = AllReduce(ctx, svcs[i], spec, w, mesh.Buffers{Dst: vec}, cfg)
 				t.Logf("member %d returned after %v: %v", i, time.Since(start), errs[i])
 			})
 			continue
@@ -311,7 +311,7 @@ func TestRingMemberDies(t *testing.T) {
 	for j, i := range alive {
 		outs[j] = append([]float32(nil), in[i]...)
 		wg.Go(func() {
-			_, _, errs2[j] = AllReduce(ctx, svcs[i], RingSpec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, outs[j], nil, cfg)
+			_, _, errs2[j] = AllReduce(ctx, svcs[i], RingSpec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, mesh.Buffers{Dst: outs[j]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -386,7 +386,7 @@ func TestRingGarbage(t *testing.T) {
 			go func() {
 				vec := arVecs(4, 1, 1000)[0]
 				_, _, err := AllReduce(arCtx(t, 20*time.Second), svc, RingSpec{ID: "g", Step: 7, Members: ids, Self: 0},
-					[]float32{1, 1}, vec, nil, mesh.AllReduceConfig{Shards: 1, ChunkElems: 500})
+					[]float32{1, 1}, mesh.Buffers{Dst: vec}, mesh.AllReduceConfig{Shards: 1, ChunkElems: 500})
 				done <- err
 			}()
 			s, err := fake.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)

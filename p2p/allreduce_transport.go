@@ -30,6 +30,11 @@ type RingSpec struct {
 	// Shards is the number of streams per neighbour, the
 	// mesh.AllReduceConfig.Shards of the attempt (after Validate).
 	Shards int
+	// SendRate, if not nil, caps this member's sends: each Send first waits
+	// for the message's bytes (frame headers and hellos are not counted).
+	// It is local, not part of what members must agree on, and may be
+	// shared by successive attempts. Nil: unlimited.
+	SendRate *Limiter
 }
 
 func (sp RingSpec) validate(self peer.ID) error {
@@ -63,7 +68,10 @@ type RingStats struct {
 // RingTransport is this host's side of one all-reduce attempt: a
 // mesh.Transport (and mesh.Aborter) over Shards streams to the right
 // neighbour, opened on first use, and Shards streams accepted from the left
-// neighbour, whenever they arrive. Close it when the attempt ends.
+// neighbour, whenever they arrive. While it is open its neighbours'
+// connections are protected from trimming. Close it when the attempt ends:
+// Close joins the goroutine it may have started (reachLeft); what an Abort
+// still sends afterwards belongs to the AllReduceService.
 type RingTransport struct {
 	svc         *AllReduceService
 	spec        RingSpec
@@ -75,8 +83,11 @@ type RingTransport struct {
 
 	gone     chan struct{} // closed when the left neighbour is known gone or aborted
 	goneOnce sync.Once
-	goneErr  error         // why, set before gone is closed
-	ended    chan struct{} // closed when the attempt ends
+	goneErr  error // why, set before gone is closed
+
+	ctx    context.Context // cancelled when the attempt ends
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // reachLeft
 
 	mu       sync.Mutex
 	streams  []network.Stream // every stream of the attempt
@@ -107,8 +118,8 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 	}
 	k := len(spec.Members)
 	t := &RingTransport{svc: svc, spec: spec, out: make([]network.Stream, spec.Shards), in: make([]*arIn, spec.Shards),
-		outDirty: make([]bool, spec.Shards),
-		gone:     make(chan struct{}), ended: make(chan struct{})}
+		outDirty: make([]bool, spec.Shards), gone: make(chan struct{})}
+	t.ctx, t.cancel = context.WithCancel(svc.ctx)
 	for s := range t.in {
 		t.in[s] = &arIn{ch: make(chan network.Stream, 1)}
 	}
@@ -121,6 +132,7 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 	}
 	early, err := svc.register(t)
 	if err != nil {
+		t.cancel()
 		t.unprotect()
 		return nil, err
 	}
@@ -130,7 +142,11 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 	if k > 1 && svc.h.Network().Connectedness(t.left) != network.Connected {
 		// The left neighbour may have gone before this attempt could hear
 		// of its disconnection; find out now rather than at the I/O timeout.
-		go t.reachLeft()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.reachLeft()
+		}()
 	}
 	return t, nil
 }
@@ -138,15 +154,8 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 // reachLeft connects to the left neighbour and reports it gone if that
 // fails. It gives up when the attempt ends.
 func (t *RingTransport) reachLeft() {
-	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.IOTimeout)
+	ctx, cancel := context.WithTimeout(t.ctx, t.svc.cfg.IOTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-t.ended:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	// The left neighbour dials us to send its first chunk. Dialing it at the
 	// same moment, both hosts from their reused listen ports, makes a TCP
 	// simultaneous open: one connection that both sides think they opened,
@@ -240,6 +249,11 @@ func (t *RingTransport) track(s network.Stream) bool {
 // Send implements mesh.Transport: one frame on shard's stream to the right
 // neighbour, opening the stream (with its hello) on first use.
 func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
+	if t.spec.SendRate != nil {
+		if err := t.spec.SendRate.Wait(ctx, len(msg)); err != nil {
+			return err
+		}
+	}
 	if t.out[shard] == nil {
 		if err := t.dial(ctx, shard); err != nil {
 			return err
@@ -381,7 +395,7 @@ func (t *RingTransport) Abort(cause error) {
 	frame := abortFrame(culprit)
 	ended := t.finish(code, func(s network.Stream) {
 		if graceful[s] {
-			go t.closeWithAbort(s, frame, code)
+			t.svc.goBackground(func(ctx context.Context) { t.closeWithAbort(ctx, s, frame, code) })
 			return
 		}
 		_ = s.ResetWithError(code)
@@ -392,7 +406,7 @@ func (t *RingTransport) Abort(cause error) {
 	t.svc.log.Warn("all-reduce aborted", "ring", t.spec.ID, "step", t.spec.Step,
 		"blamed", t.spec.Members[culprit], "err", cause)
 	if len(t.spec.Members) > 1 && len(unopened) > 0 {
-		go t.tellRight(unopened, frame)
+		t.svc.goBackground(func(ctx context.Context) { t.tellRight(ctx, unopened, frame) })
 	}
 }
 
@@ -403,8 +417,9 @@ func abortFrame(culprit int) []byte {
 }
 
 // closeWithAbort appends the abort frame to an outgoing stream and closes
-// it, or resets it with code if that cannot be done in time.
-func (t *RingTransport) closeWithAbort(s network.Stream, frame []byte, code network.StreamErrorCode) {
+// it, or resets it with code if that cannot be done in time or ctx ends.
+func (t *RingTransport) closeWithAbort(ctx context.Context, s network.Stream, frame []byte, code network.StreamErrorCode) {
+	defer context.AfterFunc(ctx, func() { _ = s.ResetWithError(code) })()
 	_ = s.SetWriteDeadline(time.Now().Add(min(t.svc.cfg.IOTimeout, 5*time.Second)))
 	if err := WriteFrame(s, arMsgAbort, frame); err != nil {
 		_ = s.ResetWithError(code)
@@ -425,9 +440,9 @@ const (
 // tellRight opens the shards this member never opened, each with a hello
 // and an abort frame naming culprit, so that a right neighbour waiting for
 // them fails now and blames the same member. Best effort, bounded by
-// IOTimeout.
-func (t *RingTransport) tellRight(shards []int, abort []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), t.svc.cfg.IOTimeout)
+// IOTimeout and ctx.
+func (t *RingTransport) tellRight(ctx context.Context, shards []int, abort []byte) {
+	ctx, cancel := context.WithTimeout(ctx, t.svc.cfg.IOTimeout)
 	defer cancel()
 	for _, shard := range shards {
 		s, err := t.newStream(ctx)
@@ -466,11 +481,13 @@ func (t *RingTransport) hello(shard int) []byte {
 		sender: uint16(t.spec.Self), size: uint16(len(t.spec.Members)), ringID: t.spec.ID}.encode()
 }
 
-// Close ends the attempt: streams are closed (after an Abort, already reset)
-// and the attempt's ring id is refused from then on. The libp2p connections
-// stay open for the next attempt.
+// Close ends the attempt: streams are closed (after an Abort, already reset),
+// the attempt's ring id is refused from then on, the neighbours are no longer
+// protected, and the attempt's own goroutine is joined. The libp2p
+// connections stay open for the next attempt.
 func (t *RingTransport) Close() error {
 	t.finish(arCodeRejected, func(s network.Stream) { _ = s.Close() })
+	t.wg.Wait()
 	return nil
 }
 
@@ -485,7 +502,7 @@ func (t *RingTransport) finish(code network.StreamErrorCode, end func(network.St
 	t.finished = true
 	streams := t.streams
 	t.streams = nil
-	close(t.ended)
+	t.cancel()
 	t.mu.Unlock()
 	for _, s := range streams {
 		end(s)
@@ -512,11 +529,13 @@ func (e *RingPeerError) Error() string {
 // Unwrap returns the *mesh.PeerError.
 func (e *RingPeerError) Unwrap() error { return e.Err }
 
-// AllReduce runs one attempt of mesh.AllReduce over libp2p: it opens the
-// attempt spec (spec.Shards is taken from cfg), reduces vec in place and
-// closes the attempt. A failure blamed on a member is a *RingPeerError
-// naming its peer (errors.As also finds the *mesh.PeerError).
-func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weights, vec, residual []float32,
+// AllReduce runs one attempt of mesh.AllReduceInto over libp2p: it opens
+// the attempt spec (spec.Shards is taken from cfg), reduces b (b.Dst ← the
+// weighted mean; b.Src and b.ResIn left as they were on failure when they
+// are separate buffers) and closes the attempt, which ends the protection of
+// its connections. A failure blamed on a member is a *RingPeerError naming
+// its peer (errors.As also finds the *mesh.PeerError).
+func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weights []float32, b mesh.Buffers,
 	cfg mesh.AllReduceConfig) (mesh.Stats, RingStats, error) {
 	if err := cfg.Validate(); err != nil {
 		return mesh.Stats{}, RingStats{}, err
@@ -530,7 +549,7 @@ func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weight
 		return mesh.Stats{}, RingStats{}, err
 	}
 	defer t.Close()
-	st, err := mesh.AllReduce(ctx, t, spec.Self, weights, vec, residual, cfg)
+	st, err := mesh.AllReduceInto(ctx, t, spec.Self, weights, b, cfg)
 	var pe *mesh.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(spec.Members) {
 		err = &RingPeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}

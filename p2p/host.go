@@ -389,8 +389,9 @@ func (h *Host) Libp2p() host.Host { return h.h }
 // Run returns the run name the host serves.
 func (h *Host) Run() string { return h.cfg.Run }
 
-// Protect marks a peer as a ring member: the connection manager never trims
-// its connections. Call Unprotect when it leaves the ring.
+// Protect keeps the connection manager from trimming id's connections until
+// Unprotect. (An all-reduce attempt protects its neighbours by itself, under
+// its own tag, while it runs.)
 func (h *Host) Protect(id peer.ID) { h.cm.Protect(id, protectRingTag) }
 
 // Unprotect undoes Protect.
@@ -529,7 +530,7 @@ type PeerInfo struct {
 	Connectedness string        `json:"connectedness"`
 	Connected     bool          `json:"connected"`
 	Latency       time.Duration `json:"latency_ns"` // EWMA of pings and DHT round trips; 0 if unknown
-	Protected     bool          `json:"protected"`  // a ring member (see Protect)
+	Protected     bool          `json:"protected"`  // see Protect (an all-reduce attempt's own protection is not shown)
 	Traffic       Traffic       `json:"traffic"`
 	GossipScore   float64       `json:"gossip_score"` // 0, or negative after invalid messages; refreshed every second
 }

@@ -63,3 +63,11 @@ func (b *Limiter) Wait(ctx context.Context, n int) error {
 		return ctx.Err()
 	}
 }
+
+// NewSendLimiter returns the limiter of a send rate of bytesPerSec (> 0),
+// for RingSpec.SendRate (node's --max-send-rate): a burst of 100 ms of
+// traffic, at least 64 KiB. A message larger than the burst just waits
+// longer.
+func NewSendLimiter(bytesPerSec float64) *Limiter {
+	return NewLimiter(int64(bytesPerSec), max(int64(bytesPerSec/10), 64<<10))
+}

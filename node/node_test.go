@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// twoNodeConfig is a member of a two-node sim run that stops after steps
+// outer steps.
+func twoNodeConfig(t *testing.T, steps uint64, overlap bool, bootstrap []string) Config {
+	return Config{Overlap: overlap,
+		Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: bootstrap,
+		Run: "node-test", Device: "sim", SimStep: time.Millisecond, StatusAddr: "off",
+		InnerSteps: 2, MinMembers: 2, MaxOuterSteps: steps, MaxSendRate: 64 << 20,
+		CheckpointEvery: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// TestTwoNodesRunAndStop runs two in-process nodes for two outer steps over
+// the real host, mesh and all-reduce, blocking and overlapped: both end with
+// the same model, and (checked by TestMain) every goroutine they started has
+// ended.
+func TestTwoNodesRunAndStop(t *testing.T) {
+	for _, overlap := range []bool{false, true} {
+		t.Run(map[bool]string{false: "blocking", true: "overlap"}[overlap], func(t *testing.T) {
+			twoNodesRunAndStop(t, overlap)
+		})
+	}
+}
+
+func twoNodesRunAndStop(t *testing.T, overlap bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const steps = 2
+	a, err := New(ctx, twoNodeConfig(t, steps, overlap, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(ctx, twoNodeConfig(t, steps, overlap, a.host.Addrs()))
+	if err != nil {
+		a.host.Close()
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, n := range []*Node{a, b} {
+		go func() { errs <- n.Run(ctx) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.model.step != steps || b.model.step != steps || a.model.hash != b.model.hash {
+		t.Fatalf("a at step %d (%s), b at step %d (%s): want step %d, same hash", a.model.step, a.model.hash, b.model.step, b.model.hash, steps)
+	}
+	for _, n := range []*Node{a, b} {
+		hist := n.board.historyList()
+		if len(hist) != steps+1 { // [0]: the initial model
+			t.Fatalf("%d history records, want %d", len(hist), steps+1)
+		}
+		for _, r := range hist[1:] {
+			if r.Members != 2 || r.BytesSent == 0 || r.BytesReceived == 0 {
+				t.Fatalf("step %d reduced over %d members, %d bytes sent, %d received: want both members over the network",
+					r.Step, r.Members, r.BytesSent, r.BytesReceived)
+			}
+		}
+	}
+}
