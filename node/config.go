@@ -150,7 +150,7 @@ const (
 	// DefaultHome is the node's directory under the user's home.
 	DefaultHome = ".intellect-node"
 	// DefaultPort is the TCP port of DefaultListen, as the README documents.
-	DefaultPort       = 4001
+	DefaultPort       = p2p.DefaultPort
 	DefaultRun        = p2p.DefaultRun
 	DefaultPreset     = "tiny"
 	DefaultDevice     = "cpu"

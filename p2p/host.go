@@ -29,8 +29,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultPort is the TCP port a node listens on when Config.Listen is empty.
-const DefaultPort = 4021
+// DefaultPort is the TCP port a node listens on when Config.Listen is empty:
+// the port the README documents (node.DefaultPort names this one).
+const DefaultPort = 4001
 
 // DefaultListen are the listen addresses used when Config.Listen is empty:
 // every IPv4 and IPv6 interface on DefaultPort. Listening succeeds if at least
