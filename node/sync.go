@@ -33,21 +33,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		}
 	}
 	start := time.Now()
-	lastLog := start
-	progress := func(p p2p.CkptProgress) {
-		n.board.update(func(s *Status) {
-			s.Download = &Download{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Donors: p.Donors, Retries: p.ChunksRetried}
-		})
-		if n.cfg.OnProgress != nil {
-			n.cfg.OnProgress(Progress{Work: "fetch", Done: p.BytesDone, Total: p.BytesTotal,
-				Detail: fmt.Sprintf("step %d from %d donors", p.Step, p.Donors)})
-		}
-		if time.Since(lastLog) > time.Second || p.BytesDone == p.BytesTotal {
-			lastLog = time.Now()
-			n.log.Info("download", "step", p.Step, "done", p.BytesDone, "total", p.BytesTotal,
-				"donors", p.Donors, "retried", p.ChunksRetried, "bad_donors", p.BadDonors)
-		}
-	}
+	progress := n.fetchProgress()
 	data, bad, err := p2p.FetchCheckpoint(ctx, n.host.Libp2p(), donors, p2p.CkptFetchSpec{Step: f.Step, Hash: f.Hash},
 		p2p.CkptFetchConfig{MaxBytes: 16*n.params + 1<<20, Logger: n.cfg.Logger}, progress)
 	for _, b := range bad {
@@ -62,13 +48,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		nodePort{n}.SyncFailed()
 		return nil
 	}
-	theta0, v, _, err := p2p.DecodeSnapshot(data)
-	if err == nil && (int64(len(theta0)) != n.params || len(v) != len(theta0)) {
-		err = fmt.Errorf("model of %d params (momentum %d), ours has %d: different model config", len(theta0), len(v), n.params)
-	}
-	if err == nil && train.Hash(theta0) != f.Hash {
-		err = errors.New("hash mismatch after verification")
-	}
+	theta0, v, err := n.decodeFetched(data, f)
 	if err != nil {
 		n.met.fetchFailures.WithLabelValues("unusable").Inc()
 		n.log.Error("fetched model unusable", "step", f.Step, "err", err)
@@ -85,6 +65,39 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
 	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
 	return nil
+}
+
+// fetchProgress returns the progress callback of a fetch: the board, the
+// operator's progress bar, and a log line a second.
+func (n *Node) fetchProgress() func(p2p.CkptProgress) {
+	lastLog := time.Now()
+	return func(p p2p.CkptProgress) {
+		n.board.update(func(s *Status) {
+			s.Download = &Download{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Donors: p.Donors, Retries: p.ChunksRetried}
+		})
+		if n.cfg.OnProgress != nil {
+			n.cfg.OnProgress(Progress{Work: "fetch", Done: p.BytesDone, Total: p.BytesTotal,
+				Detail: fmt.Sprintf("step %d from %d donors", p.Step, p.Donors)})
+		}
+		if time.Since(lastLog) > time.Second || p.BytesDone == p.BytesTotal {
+			lastLog = time.Now()
+			n.log.Info("download", "step", p.Step, "done", p.BytesDone, "total", p.BytesTotal,
+				"donors", p.Donors, "retried", p.ChunksRetried, "bad_donors", p.BadDonors)
+		}
+	}
+}
+
+// decodeFetched decodes a fetched snapshot and checks it fits this model
+// and hashes to what the mesh named.
+func (n *Node) decodeFetched(data []byte, f *mesh.Fetch) (theta0, v []float32, err error) {
+	theta0, v, _, err = p2p.DecodeSnapshot(data)
+	if err == nil && (int64(len(theta0)) != n.params || len(v) != len(theta0)) {
+		err = fmt.Errorf("model of %d params (momentum %d), ours has %d: different model config", len(theta0), len(v), n.params)
+	}
+	if err == nil && train.Hash(theta0) != f.Hash {
+		err = errors.New("hash mismatch after verification")
+	}
+	return theta0, v, err
 }
 
 // Checkpoint layout under <home>/checkpoints/step-NNNNNNNN:
