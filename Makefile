@@ -136,7 +136,8 @@ bench-train:
 	$(GO) test ./kernels -run XXX -bench Attention -benchtime 50x
 
 bench-net:
-	$(GO) test ./mesh -run XXX -bench 'Int8Codec|SimAgreement|Codec$$'
+	$(GO) test ./mesh -run XXX -bench 'SimAgreement|Codec$$'
+	$(GO) test ./mesh/collective -run XXX -bench 'Int8Codec'
 	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback|AllReduceLinks' -benchtime 5x
 	$(GO) test ./p2p -run XXX -bench 'StreamThroughput|GossipLatency|Join' -benchtime 10x
 	$(GO) test ./p2p -run XXX -bench 'CkptJoin' -benchtime 10x
@@ -146,7 +147,7 @@ bench-net:
 fuzz:
 	$(GO) test ./mesh -run XXX -fuzz '^FuzzDecode$$' -fuzztime 30s
 	$(GO) test ./mesh -run XXX -fuzz '^FuzzStep$$' -fuzztime 30s
-	$(GO) test ./mesh -run XXX -fuzz '^FuzzChunkDecode$$' -fuzztime 30s
+	$(GO) test ./mesh/collective -run XXX -fuzz '^FuzzChunkDecode$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeIdentity$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzCkptDecodeManifest$$' -fuzztime 30s

@@ -1,7 +1,8 @@
-// Package mesh holds the pure parts of the network: the membership and epoch
-// state machine (which peers form the ring of each outer step), the ring
-// all-reduce algorithm over an abstract transport, and the int8 codec. It
+// Package mesh is the membership and epoch state machine of the network:
+// which peers form the ring of each outer step, who fetches which model. It
 // imports only the standard library: no goroutines, no clock, no network.
+// The all-reduce that a decided ring runs — the algorithm over an abstract
+// transport and its int8 codec — is package mesh/collective.
 //
 // # The state machine
 //

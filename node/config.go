@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 )
 
@@ -85,7 +86,7 @@ type Config struct {
 	// of a run must use the same.
 	OuterMomentum *float32
 	// Shards is the number of parallel rings (streams per neighbour) of the
-	// all-reduce. Default DefaultShards; 1..mesh.MaxShards. Every member of
+	// all-reduce. Default DefaultShards; 1..collective.MaxShards. Every member of
 	// a run must use the same.
 	Shards int
 	// FP32 sends the all-reduce in float32 instead of int8 (for comparisons).
@@ -156,8 +157,8 @@ const (
 	DefaultDevice     = "cpu"
 	DefaultStatusAddr = "127.0.0.1:8642"
 	DefaultMinMembers = mesh.DefaultMinMembers
-	// DefaultShards moves the int8 quantization blocks (mesh.DefaultShards).
-	DefaultShards           = mesh.DefaultShards
+	// DefaultShards moves the int8 quantization blocks (collective.DefaultShards).
+	DefaultShards           = collective.DefaultShards
 	DefaultRingOrder        = "latency"
 	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
 	DefaultAllReduceTimeout = 60 * time.Second
@@ -259,8 +260,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
 	case c.MinMembers < 1:
 		return fmt.Errorf("%w: --min-members must be ≥ 1, got %d", ErrBadConfig, c.MinMembers)
-	case c.Shards < 1 || c.Shards > mesh.MaxShards:
-		return fmt.Errorf("%w: shards must be in 1..%d, got %d", ErrBadConfig, mesh.MaxShards, c.Shards)
+	case c.Shards < 1 || c.Shards > collective.MaxShards:
+		return fmt.Errorf("%w: shards must be in 1..%d, got %d", ErrBadConfig, collective.MaxShards, c.Shards)
 	case !(c.OuterLR > 0 && c.OuterLR <= 10) || !(*c.OuterMomentum >= 0 && *c.OuterMomentum < 1):
 		return fmt.Errorf("%w: outer lr %v (want (0, 10]), momentum %v (want [0, 1))", ErrBadConfig, c.OuterLR, *c.OuterMomentum)
 	case c.Tick < time.Millisecond:

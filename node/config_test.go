@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 // The defaults a node ships, pinned: the shard count moves the int8
@@ -23,8 +23,8 @@ func TestShippedDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults\n%+v\nwant\n%+v", c, want)
 	}
-	if mesh.DefaultShards != 4 || (&mesh.AllReduceConfig{}).Validate() != nil {
-		t.Errorf("mesh.DefaultShards = %d, want the node's 4", mesh.DefaultShards)
+	if collective.DefaultShards != 4 || (&collective.AllReduceConfig{}).Validate() != nil {
+		t.Errorf("collective.DefaultShards = %d, want the node's 4", collective.DefaultShards)
 	}
 }
 

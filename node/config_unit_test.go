@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -228,11 +228,11 @@ func TestRunSeedAndWorkerID(t *testing.T) {
 func TestAllReduceConfigTable(t *testing.T) {
 	cases := []struct {
 		cfg  Config
-		want mesh.AllReduceConfig
+		want collective.AllReduceConfig
 	}{
-		{Config{Shards: 4}, mesh.AllReduceConfig{Shards: 4}},
-		{Config{Shards: 8, ErrorFeedback: true}, mesh.AllReduceConfig{Shards: 8, ErrorFeedback: true}},
-		{Config{Shards: 2, FP32: true}, mesh.AllReduceConfig{Shards: 2, Codec: mesh.CodecFP32}},
+		{Config{Shards: 4}, collective.AllReduceConfig{Shards: 4}},
+		{Config{Shards: 8, ErrorFeedback: true}, collective.AllReduceConfig{Shards: 8, ErrorFeedback: true}},
+		{Config{Shards: 2, FP32: true}, collective.AllReduceConfig{Shards: 2, Codec: collective.CodecFP32}},
 	}
 	for _, c := range cases {
 		if got := allReduceConfig(c.cfg); got != c.want {
@@ -323,11 +323,11 @@ func TestFailureCauseTable(t *testing.T) {
 	}{
 		{&deadMemberError{peer: "x"}, "peer"},
 		{fmt.Errorf("attempt: %w", &deadMemberError{peer: "x"}), "peer"},
-		{&mesh.PeerError{Rank: 1, Err: errors.New("reset")}, "peer"},
-		{fmt.Errorf("ring: %w", &mesh.PeerError{Rank: 0}), "peer"},
+		{&collective.PeerError{Rank: 1, Err: errors.New("reset")}, "peer"},
+		{fmt.Errorf("ring: %w", &collective.PeerError{Rank: 0}), "peer"},
 		{&p2p.RingPeerError{Rank: 2}, "peer"},
-		{&mesh.PeerError{Rank: 1, Err: context.DeadlineExceeded}, "peer"},
-		{&p2p.RingPeerError{Rank: 1, Err: &mesh.PeerError{Err: context.Canceled}}, "peer"},
+		{&collective.PeerError{Rank: 1, Err: context.DeadlineExceeded}, "peer"},
+		{&p2p.RingPeerError{Rank: 1, Err: &collective.PeerError{Err: context.Canceled}}, "peer"},
 		{context.DeadlineExceeded, "timeout"},
 		{fmt.Errorf("send: %w", context.DeadlineExceeded), "timeout"},
 		{context.Canceled, "canceled"},

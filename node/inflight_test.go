@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 func TestInflightAbortsOnlyForMembers(t *testing.T) {
@@ -39,13 +40,13 @@ func TestCulpritPrefersDeadMember(t *testing.T) {
 	if got := n.culprit(r, &deadMemberError{peer: "c"}); got != "c" {
 		t.Fatalf("culprit = %s, want c", got)
 	}
-	if got := n.culprit(r, &mesh.PeerError{Rank: 2}); got != "c" {
+	if got := n.culprit(r, &collective.PeerError{Rank: 2}); got != "c" {
 		t.Fatalf("culprit of PeerError{2} = %s, want c", got)
 	}
 	if got := n.culprit(r, context.DeadlineExceeded); got != "a" {
 		t.Fatalf("culprit of a timeout = %s, want the left neighbour a", got)
 	}
-	if got := n.culprit(r, &mesh.PeerError{Rank: 1}); got == "b" {
+	if got := n.culprit(r, &collective.PeerError{Rank: 1}); got == "b" {
 		t.Fatal("culprit is never this node itself")
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,7 +177,7 @@ func (m *metrics) handler() http.Handler {
 // failureCause classifies a failed all-reduce attempt for its counter.
 func failureCause(err error) string {
 	var dead *deadMemberError
-	var pe *mesh.PeerError
+	var pe *collective.PeerError
 	var rpe *p2p.RingPeerError
 	switch {
 	case errors.As(err, &dead) || errors.As(err, &pe) || errors.As(err, &rpe):

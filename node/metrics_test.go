@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +35,7 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	m := newMetrics(prometheus.NewRegistry(), b, bw)
 	m.outerDone(1500*time.Millisecond, 200*time.Millisecond, 2)
-	m.arFailures.WithLabelValues(failureCause(&mesh.PeerError{Rank: 1, Err: errors.New("x")})).Inc()
+	m.arFailures.WithLabelValues(failureCause(&collective.PeerError{Rank: 1, Err: errors.New("x")})).Inc()
 	m.ckptSeconds.Observe(0.05)
 	problems, err := testutil.GatherAndLint(m.reg)
 	if err != nil {

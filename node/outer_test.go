@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// The outer loop against an in-memory ring (mesh.NewMemRing), the sim
+// The outer loop against an in-memory ring (collective.NewMemRing), the sim
 // engine, and fakeMesh: a small stand-in for the mesh goroutine that
 // decides a ring once every live member is Ready, drops a blamed member and
 // re-decides, and sends the dropped member a fetch.
@@ -164,47 +165,47 @@ func (p fakePort) Events() <-chan meshEvent { return p.f.events[p.rank] }
 // names, per ring id, a member whose transport dies after a few sends.
 type memReducer struct {
 	mu    sync.Mutex
-	rings map[string][]*mesh.MemTransport
+	rings map[string][]*collective.MemTransport
 	kill  map[string]mesh.PeerID
-	cfg   mesh.AllReduceConfig
+	cfg   collective.AllReduceConfig
 	self  mesh.PeerID
 }
 
 // shared is the state every member's memReducer shares.
 type sharedRings struct {
 	mu    sync.Mutex
-	rings map[string][]*mesh.MemTransport
+	rings map[string][]*collective.MemTransport
 	kill  map[string]mesh.PeerID
 }
 
 type testReducer struct {
 	s    *sharedRings
-	cfg  mesh.AllReduceConfig
+	cfg  collective.AllReduceConfig
 	self mesh.PeerID
 }
 
-func (r testReducer) attempt(ctx context.Context, ring *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error) {
+func (r testReducer) attempt(ctx context.Context, ring *mesh.Ring, b collective.Buffers) (p2p.RingStats, error) {
 	r.s.mu.Lock()
 	ts := r.s.rings[ring.ID]
 	if ts == nil {
-		ts = mesh.NewMemRing(len(ring.Members), r.cfg.Shards)
+		ts = collective.NewMemRing(len(ring.Members), r.cfg.Shards)
 		r.s.rings[ring.ID] = ts
 	}
 	victim := r.s.kill[ring.ID]
 	r.s.mu.Unlock()
 	rank := ring.Rank(r.self)
-	var tr mesh.Transport = ts[rank]
+	var tr collective.Transport = ts[rank]
 	if victim == r.self {
 		tr = &dyingTransport{MemTransport: ts[rank], sendsLeft: 2}
 	}
-	_, err := mesh.AllReduceInto(ctx, tr, rank, ring.Weights, b, r.cfg)
+	_, err := collective.AllReduceInto(ctx, tr, rank, ring.Weights, b, r.cfg)
 	return p2p.RingStats{}, err
 }
 
 func (r testReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
 	rank, k := ring.Rank(r.self), len(ring.Members)
 	bad := (rank - 1 + k) % k
-	var pe *mesh.PeerError
+	var pe *collective.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < k {
 		bad = pe.Rank
 	}
@@ -216,7 +217,7 @@ func (r testReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
 
 // dyingTransport kills its member after a number of sends.
 type dyingTransport struct {
-	*mesh.MemTransport
+	*collective.MemTransport
 	mu        sync.Mutex
 	sendsLeft int
 }
@@ -255,7 +256,7 @@ type group struct {
 type groupConfig struct {
 	k, inner, lag int
 	maxOuter      uint64
-	codec         mesh.Codec
+	codec         collective.Codec
 	feedback      bool
 	stepDur       []time.Duration // per member; default 1 ms
 	lr, momentum  float32
@@ -267,7 +268,7 @@ func testOptions() train.Options {
 }
 
 func newGroup(t *testing.T, c groupConfig) *group {
-	g := &group{f: newFakeMesh(c.k), rings: &sharedRings{rings: map[string][]*mesh.MemTransport{}, kill: map[string]mesh.PeerID{}}}
+	g := &group{f: newFakeMesh(c.k), rings: &sharedRings{rings: map[string][]*collective.MemTransport{}, kill: map[string]mesh.PeerID{}}}
 	if c.lr == 0 {
 		c.lr = 1
 	}
@@ -286,7 +287,7 @@ func newGroup(t *testing.T, c groupConfig) *group {
 		gm.set(0, func() {})
 		m := &member{eng: eng, hashes: map[uint64]string{}, models: map[uint64][]float32{}, ends: map[uint64][]float32{}, group: g}
 		cfg := loopConfig{inner: c.inner, lag: c.lag, maxOuter: c.maxOuter, tick: time.Millisecond, drain: time.Second}
-		red := testReducer{s: g.rings, cfg: mesh.AllReduceConfig{Codec: c.codec, Shards: 2, ChunkElems: 256, ErrorFeedback: c.feedback},
+		red := testReducer{s: g.rings, cfg: collective.AllReduceConfig{Codec: c.codec, Shards: 2, ChunkElems: 256, ErrorFeedback: c.feedback},
 			self: g.f.ids[i]}
 		m.l = newOuterLoop(cfg, recEngine{eng, m}, gm, red, fakePort{g.f, i}, m, c.feedback, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		g.members = append(g.members, m)
@@ -371,10 +372,10 @@ func (m *member) fetch(ctx context.Context, ev meshEvent) error {
 // with errLeft at maxOuter.
 func TestOuterLoopAgrees(t *testing.T) {
 	for _, c := range []groupConfig{
-		{k: 3, inner: 3, lag: 0, maxOuter: 4, codec: mesh.CodecInt8},
-		{k: 3, inner: 3, lag: 2, maxOuter: 4, codec: mesh.CodecInt8},
-		{k: 3, inner: 3, lag: -1, maxOuter: 4, codec: mesh.CodecInt8, stepDur: []time.Duration{time.Millisecond, 3 * time.Millisecond}},
-		{k: 2, inner: 2, lag: 0, maxOuter: 3, codec: mesh.CodecInt8, feedback: true, momentum: 0.9, lr: 0.7},
+		{k: 3, inner: 3, lag: 0, maxOuter: 4, codec: collective.CodecInt8},
+		{k: 3, inner: 3, lag: 2, maxOuter: 4, codec: collective.CodecInt8},
+		{k: 3, inner: 3, lag: -1, maxOuter: 4, codec: collective.CodecInt8, stepDur: []time.Duration{time.Millisecond, 3 * time.Millisecond}},
+		{k: 2, inner: 2, lag: 0, maxOuter: 3, codec: collective.CodecInt8, feedback: true, momentum: 0.9, lr: 0.7},
 	} {
 		t.Run(fmt.Sprintf("k%d-lag%d-ef%v", c.k, c.lag, c.feedback), func(t *testing.T) {
 			g := newGroup(t, c)
@@ -430,7 +431,7 @@ func abs32(x float32) float32 {
 // G_{t+1} is the mean of the members' ends E_t (Δ̄ = G − mean E), and after
 // a blocking step every engine restarts from G_{t+1} exactly.
 func TestOuterLoopIsDiLoCo(t *testing.T) {
-	g := newGroup(t, groupConfig{k: 3, inner: 4, lag: 0, maxOuter: 3, codec: mesh.CodecFP32})
+	g := newGroup(t, groupConfig{k: 3, inner: 4, lag: 0, maxOuter: 3, codec: collective.CodecFP32})
 	g.run(t)
 	for s := uint64(0); s < 3; s++ {
 		var ends [][]float32
@@ -452,7 +453,7 @@ func TestOuterLoopIsDiLoCo(t *testing.T) {
 // the others retry without it and average only their own two
 // pseudo-gradients (divisor 2), and the dead member fetches the result.
 func TestOuterLoopRetryDivisor(t *testing.T) {
-	g := newGroup(t, groupConfig{k: 3, inner: 2, lag: 0, maxOuter: 2, codec: mesh.CodecFP32})
+	g := newGroup(t, groupConfig{k: 3, inner: 2, lag: 0, maxOuter: 2, codec: collective.CodecFP32})
 	g.rings.kill["r0-0"] = g.f.ids[2]
 	g.run(t)
 	m0, m1, m2 := g.members[0], g.members[1], g.members[2]
@@ -471,7 +472,7 @@ func TestOuterLoopRetryDivisor(t *testing.T) {
 // waits for its ring replaces the step: the member takes the fetched model
 // and goes on training with the others.
 func TestOuterLoopFetchMidReduce(t *testing.T) {
-	g := newGroup(t, groupConfig{k: 2, inner: 2, lag: 0, maxOuter: 3, codec: mesh.CodecInt8})
+	g := newGroup(t, groupConfig{k: 2, inner: 2, lag: 0, maxOuter: 3, codec: collective.CodecInt8})
 	// Member 1 is left out of step 1: when it is Ready, the mesh tells it
 	// to fetch step 2 and decides step 1 without it.
 	g.f.onReady = func(rank int, step uint64) {
@@ -491,7 +492,7 @@ func TestOuterLoopFetchMidReduce(t *testing.T) {
 // TestOuterLoopDrain: at maxOuter a member waits for the last ring to catch
 // up, and leaves after the drain timeout if it never does.
 func TestOuterLoopDrain(t *testing.T) {
-	g := newGroup(t, groupConfig{k: 2, inner: 1, lag: 0, maxOuter: 1, codec: mesh.CodecInt8})
+	g := newGroup(t, groupConfig{k: 2, inner: 1, lag: 0, maxOuter: 1, codec: collective.CodecInt8})
 	var asked int
 	g.f.caughtUp = func(int) bool { asked++; return false }
 	for _, m := range g.members {
@@ -515,7 +516,7 @@ func TestOuterLoopLagOne(t *testing.T) {
 	run := func(lag int) *group {
 		// 8 inner steps: the sim engine's phase 0 touches every parameter
 		// (one in 8 per step), so the step before the rebase matters.
-		g := newGroup(t, groupConfig{k: 2, inner: 8, lag: lag, maxOuter: 2, codec: mesh.CodecFP32})
+		g := newGroup(t, groupConfig{k: 2, inner: 8, lag: lag, maxOuter: 2, codec: collective.CodecFP32})
 		g.run(t)
 		return g
 	}
@@ -535,7 +536,7 @@ func TestOuterLoopLagOne(t *testing.T) {
 // TestOuterLoopCancel: cancelling ctx ends every loop with ctx's error and
 // joins the worker.
 func TestOuterLoopCancel(t *testing.T) {
-	g := newGroup(t, groupConfig{k: 2, inner: 2, lag: -1, codec: mesh.CodecInt8})
+	g := newGroup(t, groupConfig{k: 2, inner: 2, lag: -1, codec: collective.CodecInt8})
 	ctx, cancel := context.WithCancel(context.Background())
 	errs := make(chan error, 2)
 	for _, m := range g.members {

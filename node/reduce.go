@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 )
 
@@ -12,7 +13,7 @@ import (
 // weighted mean of the members' vectors, this member's being b.Src (left as
 // is, as is b.ResIn, when the attempt fails).
 type reducer interface {
-	attempt(ctx context.Context, r *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error)
+	attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (p2p.RingStats, error)
 	// failed records a failed attempt and names the member to blame.
 	failed(r *mesh.Ring, err error) mesh.PeerID
 }
@@ -161,7 +162,7 @@ func (w *worker) run(ctx context.Context, j job) outcome {
 		if r := w.ring; r != nil && r.Step == j.step {
 			w.ring = nil
 			out.attempts++
-			b := mesh.Buffers{Src: l.delta, Dst: l.avg, ResIn: l.res[0], ResOut: l.res[1]}
+			b := collective.Buffers{Src: l.delta, Dst: l.avg, ResIn: l.res[0], ResOut: l.res[1]}
 			stats, err := l.reduce.attempt(ctx, r, b)
 			if err == nil {
 				l.res[0], l.res[1] = l.res[1], l.res[0]

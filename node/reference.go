@@ -6,7 +6,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -45,11 +45,11 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 	return d, nil
 }
 
-// MeshReducer returns a train.Reducer that runs mesh.AllReduce with cfg over
+// MeshReducer returns a train.Reducer that runs collective.AllReduce with cfg over
 // an in-memory ring, member i at rank i: the bits a network ring of the same
 // order computes. With cfg.ErrorFeedback it keeps each member's residual
 // from one call to the next, as a node does.
-func MeshReducer(cfg mesh.AllReduceConfig) train.Reducer {
+func MeshReducer(cfg collective.AllReduceConfig) train.Reducer {
 	var residuals [][]float32
 	return func(ctx context.Context, deltas [][]float32, weights []float32, out []float32) error {
 		k := len(deltas)
@@ -59,7 +59,7 @@ func MeshReducer(cfg mesh.AllReduceConfig) train.Reducer {
 				residuals[i] = make([]float32, len(out))
 			}
 		}
-		ring := mesh.NewMemRing(k, max(cfg.Shards, 1))
+		ring := collective.NewMemRing(k, max(cfg.Shards, 1))
 		errs := make([]error, k)
 		vecs := make([][]float32, k)
 		var wg sync.WaitGroup
@@ -69,7 +69,7 @@ func MeshReducer(cfg mesh.AllReduceConfig) train.Reducer {
 			if residuals != nil {
 				res = residuals[i]
 			}
-			wg.Go(func() { _, errs[i] = mesh.AllReduce(ctx, ring[i], i, weights, vecs[i], res, cfg) })
+			wg.Go(func() { _, errs[i] = collective.AllReduce(ctx, ring[i], i, weights, vecs[i], res, cfg) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -83,10 +83,10 @@ func MeshReducer(cfg mesh.AllReduceConfig) train.Reducer {
 }
 
 // allReduceConfig is the all-reduce configuration of a node running cfg.
-func allReduceConfig(cfg Config) mesh.AllReduceConfig {
-	c := mesh.AllReduceConfig{Shards: cfg.Shards, ErrorFeedback: cfg.ErrorFeedback}
+func allReduceConfig(cfg Config) collective.AllReduceConfig {
+	c := collective.AllReduceConfig{Shards: cfg.Shards, ErrorFeedback: cfg.ErrorFeedback}
 	if cfg.FP32 {
-		c.Codec = mesh.CodecFP32
+		c.Codec = collective.CodecFP32
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -14,7 +15,7 @@ import (
 // ring all-reduce over libp2p streams (p2p.AllReduceService).
 type ringReducer struct{ n *Node }
 
-func (r ringReducer) attempt(ctx context.Context, ring *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error) {
+func (r ringReducer) attempt(ctx context.Context, ring *mesh.Ring, b collective.Buffers) (p2p.RingStats, error) {
 	return r.n.allReduce(ctx, ring, b)
 }
 
@@ -28,7 +29,7 @@ func (r ringReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
 // allReduce runs one attempt over ring r: b.Dst ← weighted mean of the
 // members' pseudo-gradients, this member's being b.Src. The attempt is
 // p2p.AllReduce's; the node adds the abort on a dead member (inflight).
-func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b mesh.Buffers) (p2p.RingStats, error) {
+func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers) (p2p.RingStats, error) {
 	spec, err := n.ringSpec(r)
 	if err != nil {
 		return p2p.RingStats{}, err
@@ -73,7 +74,7 @@ func (n *Node) culprit(r *mesh.Ring, err error) mesh.PeerID {
 	k := len(r.Members)
 	rank := r.Rank(n.self)
 	bad := (rank - 1 + k) % k
-	var pe *mesh.PeerError
+	var pe *collective.PeerError
 	var rpe *p2p.RingPeerError
 	var dead *deadMemberError
 	switch {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -40,20 +41,20 @@ func TestCulpritTable(t *testing.T) {
 		{"dead member", "b", abc, &deadMemberError{peer: "c"}, "c"},
 		{"dead member wrapped", "b", abc, fmt.Errorf("attempt: %w", &deadMemberError{peer: "a"}), "a"},
 		{"dead member beats a PeerError", "b", abc, &p2p.RingPeerError{Rank: 0, Err: &deadMemberError{peer: "c"}}, "c"},
-		{"mesh PeerError rank 2", "b", abc, &mesh.PeerError{Rank: 2}, "c"},
-		{"mesh PeerError rank 0", "b", abc, &mesh.PeerError{Rank: 0, Relayed: true}, "a"},
-		{"mesh PeerError wrapped", "a", abc, fmt.Errorf("x: %w", &mesh.PeerError{Rank: 1}), "b"},
-		{"mesh PeerError naming self: right neighbour", "b", abc, &mesh.PeerError{Rank: 1}, "c"},
-		{"mesh PeerError naming self at the end: wraps", "c", abc, &mesh.PeerError{Rank: 2}, "a"},
-		{"mesh PeerError rank too large: left neighbour", "b", abc, &mesh.PeerError{Rank: 3}, "a"},
-		{"mesh PeerError rank negative: left neighbour", "b", abc, &mesh.PeerError{Rank: -1}, "a"},
+		{"mesh PeerError rank 2", "b", abc, &collective.PeerError{Rank: 2}, "c"},
+		{"mesh PeerError rank 0", "b", abc, &collective.PeerError{Rank: 0, Relayed: true}, "a"},
+		{"mesh PeerError wrapped", "a", abc, fmt.Errorf("x: %w", &collective.PeerError{Rank: 1}), "b"},
+		{"mesh PeerError naming self: right neighbour", "b", abc, &collective.PeerError{Rank: 1}, "c"},
+		{"mesh PeerError naming self at the end: wraps", "c", abc, &collective.PeerError{Rank: 2}, "a"},
+		{"mesh PeerError rank too large: left neighbour", "b", abc, &collective.PeerError{Rank: 3}, "a"},
+		{"mesh PeerError rank negative: left neighbour", "b", abc, &collective.PeerError{Rank: -1}, "a"},
 		{"p2p RingPeerError rank 2", "b", abc, &p2p.RingPeerError{Rank: 2}, "c"},
-		{"p2p rank wins over its mesh error", "b", abc, &p2p.RingPeerError{Rank: 2, Err: &mesh.PeerError{Rank: 0}}, "c"},
-		{"p2p rank out of range: its mesh error", "b", abc, &p2p.RingPeerError{Rank: 7, Err: &mesh.PeerError{Rank: 2}}, "c"},
+		{"p2p rank wins over its mesh error", "b", abc, &p2p.RingPeerError{Rank: 2, Err: &collective.PeerError{Rank: 0}}, "c"},
+		{"p2p rank out of range: its mesh error", "b", abc, &p2p.RingPeerError{Rank: 7, Err: &collective.PeerError{Rank: 2}}, "c"},
 		{"p2p rank negative, no mesh error: left", "c", abc, &p2p.RingPeerError{Rank: -1}, "b"},
 		{"p2p naming self: right neighbour", "a", abc, &p2p.RingPeerError{Rank: 0}, "b"},
 		{"ring of two: the other", "a", ab, context.DeadlineExceeded, "b"},
-		{"ring of two, self named: the other", "b", ab, &mesh.PeerError{Rank: 1}, "a"},
+		{"ring of two, self named: the other", "b", ab, &collective.PeerError{Rank: 1}, "a"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -78,7 +79,7 @@ func TestCulpritNeverSelf(t *testing.T) {
 			n := &Node{self: r.Members[rank]}
 			for range 30 {
 				named := rng.IntN(k+4) - 2 // in and out of range
-				for _, err := range []error{&mesh.PeerError{Rank: named}, &p2p.RingPeerError{Rank: named}, io.EOF} {
+				for _, err := range []error{&collective.PeerError{Rank: named}, &p2p.RingPeerError{Rank: named}, io.EOF} {
 					got := n.culprit(r, err)
 					if got == n.self || !slices.Contains(r.Members, got) {
 						t.Fatalf("k=%d rank=%d err=%v: culprit %s", k, rank, err, got)
@@ -104,7 +105,7 @@ func TestRingReducerFailed(t *testing.T) {
 		want  mesh.PeerID
 		cause string
 	}{
-		{&mesh.PeerError{Rank: 2}, "c", "peer"},
+		{&collective.PeerError{Rank: 2}, "c", "peer"},
 		{&deadMemberError{peer: "a"}, "a", "peer"},
 		{context.DeadlineExceeded, "a", "timeout"},
 		{context.Canceled, "a", "canceled"},
@@ -156,7 +157,7 @@ func TestAllReduceRefusesBadRings(t *testing.T) {
 	self := mesh.PeerID(unitPeerID(t).String())
 	other := mesh.PeerID(unitPeerID(t).String())
 	n := &Node{self: self}
-	b := mesh.Buffers{Src: make([]float32, 4), Dst: make([]float32, 4)}
+	b := collective.Buffers{Src: make([]float32, 4), Dst: make([]float32, 4)}
 	_, err := n.allReduce(context.Background(), &mesh.Ring{ID: "r1", Members: []mesh.PeerID{other}, Weights: []float32{1}}, b)
 	if err == nil || !strings.Contains(err.Error(), "not a member") {
 		t.Fatalf("ring without self: %v", err)

@@ -13,7 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 // AllReduceProtocolID is the stream protocol of the ring all-reduce. For one
@@ -24,7 +24,7 @@ import (
 //	dialer → acceptor  arMsgHello  version u8, step u64, shard u16, shards u16,
 //	                               sender rank u16, ring size u16,
 //	                               ring id length u8, ring id
-//	dialer → acceptor  arMsgChunk  one mesh chunk message (mesh.AllReduce)
+//	dialer → acceptor  arMsgChunk  one mesh chunk message (collective.AllReduce)
 //	dialer → acceptor  arMsgAbort  ring index u16 of the member at fault
 //
 // Nothing flows back: an acceptor that refuses a stream resets it with
@@ -38,7 +38,7 @@ const AllReduceProtocolID = "/intellect/allreduce/1.0.0"
 // Size limits of AllReduceProtocolID, checked before allocating.
 const (
 	// AllReduceMaxFrame is the largest arMsgChunk payload read.
-	AllReduceMaxFrame = mesh.MaxChunkMsgSize
+	AllReduceMaxFrame = collective.MaxChunkMsgSize
 	// MaxRingIDLen bounds the ring id of a hello.
 	MaxRingIDLen = 64
 	// arHelloFixed is the size of a hello without its ring id.
@@ -122,7 +122,7 @@ func decodeHello(p []byte) (arHello, error) {
 	switch {
 	case n == 0 || n > MaxRingIDLen || len(p) != arHelloFixed+n:
 		return arHello{}, fmt.Errorf("%w: ring id of %d bytes in a hello of %d", ErrAllReduceProtocol, n, len(p))
-	case h.shards == 0 || h.shard >= h.shards || int(h.shards) > mesh.MaxShards:
+	case h.shards == 0 || h.shard >= h.shards || int(h.shards) > collective.MaxShards:
 		return arHello{}, fmt.Errorf("%w: shard %d of %d", ErrAllReduceProtocol, h.shard, h.shards)
 	case h.size < 2 || h.sender >= h.size || int(h.size) > arMaxMembers:
 		return arHello{}, fmt.Errorf("%w: sender %d of %d members", ErrAllReduceProtocol, h.sender, h.size)
@@ -250,8 +250,8 @@ func (svc *AllReduceService) attemptsFromLeft(p peer.ID) []*RingTransport {
 func (svc *AllReduceService) leftAborted(p peer.ID, code network.StreamErrorCode) {
 	for _, t := range svc.attemptsFromLeft(p) {
 		if r := int(code - arCodeAbort); r < len(t.spec.Members) {
-			t.leftGone(&mesh.PeerError{Rank: r, Relayed: true,
-				Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, p, t.spec.Members[r])})
+			t.leftGone(&collective.PeerError{Rank: r, Relayed: true,
+				Err: fmt.Errorf("%w: %s aborted, naming %s", collective.ErrAborted, p, t.spec.Members[r])})
 		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 // arHostCM is arHost with a real connection manager, whose protections a
@@ -100,7 +100,7 @@ func TestRingProtectionEndsWithAttempt(t *testing.T) {
 	}
 
 	w := []float32{1, 1, 1}
-	cfg := mesh.AllReduceConfig{Shards: 2, ChunkElems: 512}
+	cfg := collective.AllReduceConfig{Shards: 2, ChunkElems: 512}
 	r := arRun(t, arCtx(t, 30*time.Second), svcs, ids, "ok", arVecs(1, k, 4000), w, cfg)
 	for i, err := range r.errs {
 		if err != nil {
@@ -118,7 +118,7 @@ func TestRingProtectionEndsWithAttempt(t *testing.T) {
 		vec := arVecs(2, 1, 4000)[0]
 		wg.Go(func() {
 			spec := RingSpec{ID: "fails", Step: 8, Members: ids, Self: i}
-			_, _, errs[i] = AllReduce(arCtx(t, 30*time.Second), svcs[i], spec, w, mesh.Buffers{Dst: vec}, cfg)
+			_, _, errs[i] = AllReduce(arCtx(t, 30*time.Second), svcs[i], spec, w, collective.Buffers{Dst: vec}, cfg)
 		})
 	}
 	wg.Wait()
@@ -139,7 +139,7 @@ func TestRingSendRate(t *testing.T) {
 	_, svcs, ids := arRingCM(t, k, AllReduceServiceConfig{})
 	in := arVecs(3, k, 400_000) // int8: about 400 kB sent per member
 	w := []float32{1, 1}
-	cfg := mesh.AllReduceConfig{Shards: 2, ChunkElems: 4096}
+	cfg := collective.AllReduceConfig{Shards: 2, ChunkElems: 4096}
 	for _, limited := range []bool{false, true} {
 		var lims []*Limiter
 		for range k {
@@ -156,7 +156,7 @@ func TestRingSendRate(t *testing.T) {
 				if limited {
 					spec.SendRate = lims[i]
 				}
-				_, rs, err := AllReduce(arCtx(t, time.Minute), svcs[i], spec, w, mesh.Buffers{Dst: vec}, cfg)
+				_, rs, err := AllReduce(arCtx(t, time.Minute), svcs[i], spec, w, collective.Buffers{Dst: vec}, cfg)
 				if err != nil {
 					t.Errorf("member %d: %v", i, err)
 				}

@@ -18,7 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 const arBenchProto = "/intellect/bench/stream/1.0.0"
@@ -92,13 +92,13 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 	w := []float32{1, 1, 1, 1}
 	// The fp32 all-reduce of the same inputs, the reference of rel-err-vs-fp32.
 	fp32 := arClone(in)
-	arBenchRound(b, svcs, ids, "bench-ref", fp32, w, mesh.AllReduceConfig{Shards: 4, Codec: mesh.CodecFP32}, nil)
+	arBenchRound(b, svcs, ids, "bench-ref", fp32, w, collective.AllReduceConfig{Shards: 4, Codec: collective.CodecFP32}, nil)
 	for _, bc := range []struct {
 		shards int
-		codec  mesh.Codec
-	}{{1, mesh.CodecInt8}, {2, mesh.CodecInt8}, {4, mesh.CodecInt8}, {8, mesh.CodecInt8}, {4, mesh.CodecFP32}} {
+		codec  collective.Codec
+	}{{1, collective.CodecInt8}, {2, collective.CodecInt8}, {4, collective.CodecInt8}, {8, collective.CodecInt8}, {4, collective.CodecFP32}} {
 		b.Run(fmt.Sprintf("k=%d/S=%d/%v", k, bc.shards, bc.codec), func(b *testing.B) {
-			cfg := mesh.AllReduceConfig{Shards: bc.shards, Codec: bc.codec}
+			cfg := collective.AllReduceConfig{Shards: bc.shards, Codec: bc.codec}
 			// One untimed round on the original inputs: its relative L2
 			// distance from the fp32 all-reduce.
 			out := arClone(in)
@@ -120,7 +120,7 @@ func BenchmarkAllReduceLoopback(b *testing.B) {
 			b.ReportMetric(cpu, "cpu-s/op")
 			// CPU the wire bytes alone cost at the stream's CPU price.
 			var wire float64 = 2 * 3 * 4 * n / 4 // k=4: 4 members × 1.5 × int8 bytes
-			if bc.codec == mesh.CodecFP32 {
+			if bc.codec == collective.CodecFP32 {
 				wire *= 4
 			}
 			b.ReportMetric(wire*streamCPU/cpu, "wire-cpu-share")
@@ -143,7 +143,7 @@ func arClone(v [][]float32) [][]float32 {
 // arBenchRound runs one all-reduce on every member and returns the bytes each
 // sent; with links, member i sends through links[i].
 func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id string, in [][]float32, w []float32,
-	cfg mesh.AllReduceConfig, links []*Limiter) []int64 {
+	cfg collective.AllReduceConfig, links []*Limiter) []int64 {
 	var wg sync.WaitGroup
 	errs := make([]error, len(ids))
 	sent := make([]int64, len(ids))
@@ -151,7 +151,7 @@ func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id stri
 		wg.Go(func() {
 			if links == nil {
 				var rs RingStats
-				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, mesh.Buffers{Dst: in[i]}, cfg)
+				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, collective.Buffers{Dst: in[i]}, cfg)
 				sent[i] = rs.BytesSent
 				return
 			}
@@ -161,7 +161,7 @@ func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id stri
 				return
 			}
 			defer t.Close()
-			_, errs[i] = mesh.AllReduce(context.Background(), linkedTransport{t, links[i]}, i, w, in[i], nil, cfg)
+			_, errs[i] = collective.AllReduce(context.Background(), linkedTransport{t, links[i]}, i, w, in[i], nil, cfg)
 			sent[i] = t.Stats().BytesSent
 		})
 	}
@@ -218,9 +218,9 @@ func BenchmarkAllReduceLinks(b *testing.B) {
 		links[i] = NewLimiter(arLinkRate, arLinkBurst)
 	}
 	in := arVecs(6, k, n)
-	for _, codec := range []mesh.Codec{mesh.CodecInt8, mesh.CodecFP32} {
+	for _, codec := range []collective.Codec{collective.CodecInt8, collective.CodecFP32} {
 		b.Run(fmt.Sprintf("k=%d/S=4/%v", k, codec), func(b *testing.B) {
-			cfg := mesh.AllReduceConfig{Shards: 4, Codec: codec}
+			cfg := collective.AllReduceConfig{Shards: 4, Codec: codec}
 			w := []float32{1, 1, 1, 1}
 			b.SetBytes(4 * n)
 			var busiest int64

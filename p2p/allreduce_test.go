@@ -21,7 +21,7 @@ import (
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 // arHost starts a real libp2p host on 127.0.0.1, TCP + TLS + yamux.
@@ -91,23 +91,23 @@ func arVecs(seed uint64, k, n int) [][]float32 {
 // arResult is what every member of one libp2p all-reduce got.
 type arResult struct {
 	out   [][]float32
-	stats []mesh.Stats
+	stats []collective.Stats
 	ring  []RingStats
 	errs  []error
 }
 
 // arRun runs p2p.AllReduce on every member; member i uses run(i) if given.
 func arRun(t testing.TB, ctx context.Context, svcs []*AllReduceService, ids []peer.ID, ringID string, in [][]float32,
-	w []float32, cfg mesh.AllReduceConfig) arResult {
+	w []float32, cfg collective.AllReduceConfig) arResult {
 	t.Helper()
 	k := len(in)
-	r := arResult{out: make([][]float32, k), stats: make([]mesh.Stats, k), ring: make([]RingStats, k), errs: make([]error, k)}
+	r := arResult{out: make([][]float32, k), stats: make([]collective.Stats, k), ring: make([]RingStats, k), errs: make([]error, k)}
 	var wg sync.WaitGroup
 	for i := range k {
 		r.out[i] = append([]float32(nil), in[i]...)
 		wg.Go(func() {
 			spec := RingSpec{ID: ringID, Step: 7, Members: ids, Self: i}
-			r.stats[i], r.ring[i], r.errs[i] = AllReduce(ctx, svcs[i], spec, w, mesh.Buffers{Dst: r.out[i]}, cfg)
+			r.stats[i], r.ring[i], r.errs[i] = AllReduce(ctx, svcs[i], spec, w, collective.Buffers{Dst: r.out[i]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -135,8 +135,8 @@ func arSameBits(a, b []float32) bool {
 func TestAllReduceLibp2p(t *testing.T) {
 	for _, tc := range []struct {
 		k, n, shards int
-		codec        mesh.Codec
-	}{{4, 100_003, 3, mesh.CodecInt8}, {3, 50_000, 2, mesh.CodecFP32}, {2, 999, 1, mesh.CodecInt8}} {
+		codec        collective.Codec
+	}{{4, 100_003, 3, collective.CodecInt8}, {3, 50_000, 2, collective.CodecFP32}, {2, 999, 1, collective.CodecInt8}} {
 		t.Run(fmt.Sprintf("k=%d/%v", tc.k, tc.codec), func(t *testing.T) {
 			_, svcs, ids := arRing(t, tc.k, AllReduceServiceConfig{IOTimeout: 10 * time.Second})
 			in := arVecs(1, tc.k, tc.n)
@@ -144,7 +144,7 @@ func TestAllReduceLibp2p(t *testing.T) {
 			for i := range w {
 				w[i] = float32(10 + i)
 			}
-			cfg := mesh.AllReduceConfig{Shards: tc.shards, ChunkElems: 4096, Codec: tc.codec}
+			cfg := collective.AllReduceConfig{Shards: tc.shards, ChunkElems: 4096, Codec: tc.codec}
 			r := arRun(t, arCtx(t, 30*time.Second), svcs, ids, "ring-a", in, w, cfg)
 			for i := range tc.k {
 				if r.errs[i] != nil {
@@ -198,7 +198,7 @@ func TestRingEarlyStreams(t *testing.T) {
 	svcs[late].mu.Unlock()
 	in := arVecs(2, k, 30_000)
 	w := []float32{1, 1, 1, 1}
-	cfg := mesh.AllReduceConfig{Shards: shards, ChunkElems: 1000}
+	cfg := collective.AllReduceConfig{Shards: shards, ChunkElems: 1000}
 	ctx := arCtx(t, 30*time.Second)
 	out := make([][]float32, k)
 	errs := make([]error, k)
@@ -209,7 +209,7 @@ func TestRingEarlyStreams(t *testing.T) {
 			if i == late {
 				<-queued
 			}
-			_, _, errs[i] = AllReduce(ctx, svcs[i], RingSpec{ID: "early", Step: 7, Members: ids, Self: i}, w, mesh.Buffers{Dst: out[i]}, cfg)
+			_, _, errs[i] = AllReduce(ctx, svcs[i], RingSpec{ID: "early", Step: 7, Members: ids, Self: i}, w, collective.Buffers{Dst: out[i]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -226,7 +226,7 @@ func TestRingEarlyStreams(t *testing.T) {
 // arKiller closes its member's host after a number of sends: the member
 // dies mid all-reduce, telling nobody (it hides Abort).
 type arKiller struct {
-	mesh.Transport
+	collective.Transport
 	left atomic.Int32
 	kill func()
 }
@@ -247,7 +247,7 @@ func TestRingMemberDies(t *testing.T) {
 	hs, svcs, ids := arRing(t, k, AllReduceServiceConfig{IOTimeout: ioTimeout})
 	in := arVecs(3, k, 200_000)
 	w := []float32{1, 1, 1, 1}
-	cfg := mesh.AllReduceConfig{Shards: 2, ChunkElems: 2048}
+	cfg := collective.AllReduceConfig{Shards: 2, ChunkElems: 2048}
 	ctx := arCtx(t, 2*ioTimeout)
 	errs := make([]error, k)
 	start := time.Now()
@@ -257,7 +257,7 @@ func TestRingMemberDies(t *testing.T) {
 		spec := RingSpec{ID: "dies", Step: 7, Members: ids, Self: i}
 		if i != dead {
 			wg.Go(func() {
-				_, _, errs[i] = AllReduce(ctx, svcs[i], spec, w, mesh.Buffers{Dst: vec}, cfg)
+				_, _, errs[i] = AllReduce(ctx, svcs[i], spec, w, collective.Buffers{Dst: vec}, cfg)
 				t.Logf("member %d returned after %v: %v", i, time.Since(start), errs[i])
 			})
 			continue
@@ -271,7 +271,7 @@ func TestRingMemberDies(t *testing.T) {
 			}
 			kt := &arKiller{Transport: tr, kill: func() { hs[i].Close() }}
 			kt.left.Store(5)
-			_, errs[i] = mesh.AllReduce(ctx, kt, i, w, vec, nil, cfg)
+			_, errs[i] = collective.AllReduce(ctx, kt, i, w, vec, nil, cfg)
 		})
 	}
 	wg.Wait()
@@ -311,7 +311,7 @@ func TestRingMemberDies(t *testing.T) {
 	for j, i := range alive {
 		outs[j] = append([]float32(nil), in[i]...)
 		wg.Go(func() {
-			_, _, errs2[j] = AllReduce(ctx, svcs[i], RingSpec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, mesh.Buffers{Dst: outs[j]}, cfg)
+			_, _, errs2[j] = AllReduce(ctx, svcs[i], RingSpec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, collective.Buffers{Dst: outs[j]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -354,7 +354,7 @@ func arResetCode(t *testing.T, s network.Stream) network.StreamErrorCode {
 // AllReduce returns an error naming it; nothing panics.
 func TestRingGarbage(t *testing.T) {
 	validChunkHdr := func(n int) []byte { // a mesh chunk header for step 0, chunk 0, int8
-		b := []byte{byte(mesh.CodecInt8), 0, 0, 0, 0, 0, 0, 0}
+		b := []byte{byte(collective.CodecInt8), 0, 0, 0, 0, 0, 0, 0}
 		return append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
 	cases := map[string]struct {
@@ -366,12 +366,12 @@ func TestRingGarbage(t *testing.T) {
 			_, err := s.Write([]byte{arMsgChunk, 0x7f, 0xff, 0xff, 0xff})
 			return err
 		}, ErrAllReduceProtocol},
-		"bad chunk": {func(s network.Stream) error { return WriteFrame(s, arMsgChunk, []byte("garbage")) }, mesh.ErrBadChunk},
+		"bad chunk": {func(s network.Stream) error { return WriteFrame(s, arMsgChunk, []byte("garbage")) }, collective.ErrBadChunk},
 		"NaN table": {func(s network.Stream) error {
 			p := append(validChunkHdr(500), make([]byte, 1024+500)...)
 			copy(p[12:], []byte{0, 0, 0xc0, 0x7f})
 			return WriteFrame(s, arMsgChunk, p)
-		}, mesh.ErrNonFinite},
+		}, collective.ErrNonFinite},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -386,7 +386,7 @@ func TestRingGarbage(t *testing.T) {
 			go func() {
 				vec := arVecs(4, 1, 1000)[0]
 				_, _, err := AllReduce(arCtx(t, 20*time.Second), svc, RingSpec{ID: "g", Step: 7, Members: ids, Self: 0},
-					[]float32{1, 1}, mesh.Buffers{Dst: vec}, mesh.AllReduceConfig{Shards: 1, ChunkElems: 500})
+					[]float32{1, 1}, collective.Buffers{Dst: vec}, collective.AllReduceConfig{Shards: 1, ChunkElems: 500})
 				done <- err
 			}()
 			s, err := fake.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)

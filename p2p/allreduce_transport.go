@@ -13,7 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
 // RingSpec describes one all-reduce attempt as the mesh decided it; every
@@ -28,7 +28,7 @@ type RingSpec struct {
 	// Self is this host's index in Members.
 	Self int
 	// Shards is the number of streams per neighbour, the
-	// mesh.AllReduceConfig.Shards of the attempt (after Validate).
+	// collective.AllReduceConfig.Shards of the attempt (after Validate).
 	Shards int
 	// SendRate, if not nil, caps this member's sends: each Send first waits
 	// for the message's bytes (frame headers and hellos are not counted).
@@ -46,7 +46,7 @@ func (sp RingSpec) validate(self peer.ID) error {
 		return fmt.Errorf("p2p: ring of %d members", k)
 	case sp.Self < 0 || sp.Self >= k || sp.Members[sp.Self] != self:
 		return fmt.Errorf("p2p: this host is not member %d of the ring", sp.Self)
-	case sp.Shards < 1 || sp.Shards > mesh.MaxShards:
+	case sp.Shards < 1 || sp.Shards > collective.MaxShards:
 		return fmt.Errorf("p2p: %d shards", sp.Shards)
 	}
 	seen := make(map[peer.ID]bool, k)
@@ -66,7 +66,7 @@ type RingStats struct {
 }
 
 // RingTransport is this host's side of one all-reduce attempt: a
-// mesh.Transport (and mesh.Aborter) over Shards streams to the right
+// collective.Transport (and collective.Aborter) over Shards streams to the right
 // neighbour, opened on first use, and Shards streams accepted from the left
 // neighbour, whenever they arrive. While it is open its neighbours'
 // connections are protected from trimming. Close it when the attempt ends:
@@ -106,8 +106,8 @@ type arIn struct {
 }
 
 var (
-	_ mesh.Transport = (*RingTransport)(nil)
-	_ mesh.Aborter   = (*RingTransport)(nil)
+	_ collective.Transport = (*RingTransport)(nil)
+	_ collective.Aborter   = (*RingTransport)(nil)
 )
 
 // Open starts this host's side of an attempt: streams of spec.ID that
@@ -246,7 +246,7 @@ func (t *RingTransport) track(s network.Stream) bool {
 	return true
 }
 
-// Send implements mesh.Transport: one frame on shard's stream to the right
+// Send implements collective.Transport: one frame on shard's stream to the right
 // neighbour, opening the stream (with its hello) on first use.
 func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
 	if t.spec.SendRate != nil {
@@ -296,7 +296,7 @@ func (t *RingTransport) dial(ctx context.Context, shard int) error {
 	return nil
 }
 
-// Recv implements mesh.Transport: the next frame on shard's stream from the
+// Recv implements collective.Transport: the next frame on shard's stream from the
 // left neighbour, waiting (IOTimeout at most) for that stream to arrive.
 func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
 	in := t.in[shard]
@@ -325,8 +325,8 @@ func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
 	}
 	if typ == arMsgAbort && len(p) == 2 && int(binary.BigEndian.Uint16(p)) < len(t.spec.Members) {
 		r := int(binary.BigEndian.Uint16(p))
-		return nil, &mesh.PeerError{Rank: r, Relayed: true,
-			Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, t.left, t.spec.Members[r])}
+		return nil, &collective.PeerError{Rank: r, Relayed: true,
+			Err: fmt.Errorf("%w: %s aborted, naming %s", collective.ErrAborted, t.left, t.spec.Members[r])}
 	}
 	if typ != arMsgChunk {
 		t.svc.log.Warn("all-reduce frame of unexpected type", "peer", t.left, "ring", t.spec.ID, "shard", shard, "type", typ)
@@ -345,8 +345,8 @@ func (t *RingTransport) watch(ctx context.Context, s network.Stream) func() bool
 	return context.AfterFunc(ctx, func() { _ = s.SetDeadline(time.Unix(1, 0)) })
 }
 
-// streamErr turns a stream error into what mesh.AllReduce should see: the
-// context's error if it is done, a relayed *mesh.PeerError if the
+// streamErr turns a stream error into what collective.AllReduce should see: the
+// context's error if it is done, a relayed *collective.PeerError if the
 // neighbour aborted naming a member, else the error with the peer named.
 func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p peer.ID, shard int) error {
 	if ctx.Err() != nil {
@@ -357,8 +357,8 @@ func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p 
 		code := se.ErrorCode
 		if code >= arCodeAbort && code < arCodeAbort+arMaxMembers && int(code-arCodeAbort) < len(t.spec.Members) {
 			r := int(code - arCodeAbort)
-			return &mesh.PeerError{Rank: r, Relayed: true,
-				Err: fmt.Errorf("%w: %s aborted, naming %s", mesh.ErrAborted, p, t.spec.Members[r])}
+			return &collective.PeerError{Rank: r, Relayed: true,
+				Err: fmt.Errorf("%w: %s aborted, naming %s", collective.ErrAborted, p, t.spec.Members[r])}
 		}
 		if code == arCodeRejected {
 			return fmt.Errorf("%w: %s, shard %d of ring %s", ErrRingRejected, p, shard, t.spec.ID)
@@ -367,17 +367,17 @@ func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p 
 	return fmt.Errorf("p2p: all-reduce %s %s, shard %d: %w", dir, p, shard, err)
 }
 
-// Abort implements mesh.Aborter: it ends the attempt telling both
+// Abort implements collective.Aborter: it ends the attempt telling both
 // neighbours which member cause blames (this member when it names none):
 // streams from the left are reset with a code naming it; streams to the
 // right get an abort frame after the data already sent (a reset could
 // discard a hello the neighbour has not read yet) unless a frame was cut
 // short, then they are reset too; shards never opened are opened to carry
-// the abort frame. mesh.AllReduce calls it after its Send and Recv calls
+// the abort frame. collective.AllReduce calls it after its Send and Recv calls
 // returned.
 func (t *RingTransport) Abort(cause error) {
 	culprit := t.spec.Self
-	var pe *mesh.PeerError
+	var pe *collective.PeerError
 	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(t.spec.Members) {
 		culprit = pe.Rank
 	}
@@ -512,13 +512,13 @@ func (t *RingTransport) finish(code network.StreamErrorCode, end func(network.St
 	return true
 }
 
-// RingPeerError is the *mesh.PeerError of a failed AllReduce with the peer
+// RingPeerError is the *collective.PeerError of a failed AllReduce with the peer
 // it names.
 type RingPeerError struct {
 	Peer    peer.ID
 	Rank    int
 	Relayed bool
-	Err     error // the *mesh.PeerError
+	Err     error // the *collective.PeerError
 }
 
 // Error names the peer and the mesh error.
@@ -526,31 +526,31 @@ func (e *RingPeerError) Error() string {
 	return fmt.Sprintf("p2p: all-reduce failed at %s: %v", e.Peer, e.Err)
 }
 
-// Unwrap returns the *mesh.PeerError.
+// Unwrap returns the *collective.PeerError.
 func (e *RingPeerError) Unwrap() error { return e.Err }
 
-// AllReduce runs one attempt of mesh.AllReduceInto over libp2p: it opens
+// AllReduce runs one attempt of collective.AllReduceInto over libp2p: it opens
 // the attempt spec (spec.Shards is taken from cfg), reduces b (b.Dst ← the
 // weighted mean; b.Src and b.ResIn left as they were on failure when they
 // are separate buffers) and closes the attempt, which ends the protection of
 // its connections. A failure blamed on a member is a *RingPeerError naming
-// its peer (errors.As also finds the *mesh.PeerError).
-func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weights []float32, b mesh.Buffers,
-	cfg mesh.AllReduceConfig) (mesh.Stats, RingStats, error) {
+// its peer (errors.As also finds the *collective.PeerError).
+func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weights []float32, b collective.Buffers,
+	cfg collective.AllReduceConfig) (collective.Stats, RingStats, error) {
 	if err := cfg.Validate(); err != nil {
-		return mesh.Stats{}, RingStats{}, err
+		return collective.Stats{}, RingStats{}, err
 	}
 	spec.Shards = cfg.Shards
 	if len(weights) != len(spec.Members) {
-		return mesh.Stats{}, RingStats{}, fmt.Errorf("%w: %d weights for %d members", mesh.ErrInvalidArgument, len(weights), len(spec.Members))
+		return collective.Stats{}, RingStats{}, fmt.Errorf("%w: %d weights for %d members", collective.ErrInvalidArgument, len(weights), len(spec.Members))
 	}
 	t, err := svc.Open(spec)
 	if err != nil {
-		return mesh.Stats{}, RingStats{}, err
+		return collective.Stats{}, RingStats{}, err
 	}
 	defer t.Close()
-	st, err := mesh.AllReduceInto(ctx, t, spec.Self, weights, b, cfg)
-	var pe *mesh.PeerError
+	st, err := collective.AllReduceInto(ctx, t, spec.Self, weights, b, cfg)
+	var pe *collective.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(spec.Members) {
 		err = &RingPeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
 	}

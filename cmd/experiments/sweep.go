@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )
@@ -142,9 +142,9 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	cfg := train.DiLoCoConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, OverlapSteps: r.Overlap}
 	switch r.Codec {
 	case "int8": // as a node does
-		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: node.DefaultShards})
+		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards})
 	case "int8-ef":
-		cfg.Reduce = node.MeshReducer(mesh.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true})
+		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true})
 	}
 	for i := range r.M {
 		cfg.Workers = append(cfg.Workers, workerOf(seed, i))

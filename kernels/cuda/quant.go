@@ -14,7 +14,7 @@ var ErrNonFinite = errors.New("cuda: non-finite value")
 const QuantTableSize = 256
 
 // QuantizeInt8 encodes the n float32 at x (device) chunk by chunk with the
-// all-reduce's int8 codec (mesh.CodecInt8: sqrt-spaced buckets around the
+// all-reduce's int8 codec (collective.CodecInt8: sqrt-spaced buckets around the
 // chunk mean, each decoding to the mean of its values): one code byte per
 // value into codes (n bytes) and a table of QuantTableSize float32 per chunk
 // into tables (⌈n/chunk⌉ × 256). Codes follow mesh's bucket rule exactly, so

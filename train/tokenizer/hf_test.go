@@ -154,7 +154,6 @@ func TestMatchesHuggingFace(t *testing.T) {
 	}
 }
 
-
 // TestKnownIDs pins the ids of one string on both real vocabularies (the
 // values Hugging Face and tiktoken give), the vocabulary sizes and the
 // end-of-text ids.

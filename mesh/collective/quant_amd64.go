@@ -1,4 +1,4 @@
-package mesh
+package collective
 
 // useAVX2 selects the AVX2 loops of quant_amd64.s; tests switch it off to
 // run the Go references.

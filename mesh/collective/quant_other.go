@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package mesh
+package collective
 
 // useAVX2 is false off amd64: the Go loops of quant.go run.
 var useAVX2 = false
