@@ -140,8 +140,8 @@ bench-net:
 	$(GO) test ./mesh/collective -run XXX -bench 'Int8Codec'
 	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback|AllReduceLinks' -benchtime 5x
 	$(GO) test ./p2p -run XXX -bench 'StreamThroughput|GossipLatency|Join' -benchtime 10x
-	$(GO) test ./p2p -run XXX -bench 'CkptJoin' -benchtime 10x
-	$(GO) test ./p2p -run XXX -bench 'CkptDonorCompute' -benchtime 20x
+	$(GO) test ./p2p/ckpt -run XXX -bench 'CkptJoin' -benchtime 10x
+	$(GO) test ./p2p/ckpt -run XXX -bench 'CkptDonorCompute' -benchtime 20x
 
 # Fuzz every decoder of peer input for a while (30 s each).
 fuzz:
@@ -150,8 +150,9 @@ fuzz:
 	$(GO) test ./mesh/collective -run XXX -fuzz '^FuzzChunkDecode$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeIdentity$$' -fuzztime 30s
-	$(GO) test ./p2p -run XXX -fuzz '^FuzzCkptDecodeManifest$$' -fuzztime 30s
-	$(GO) test ./p2p -run XXX -fuzz '^FuzzCkptDecodeSnapshot$$' -fuzztime 30s
+	$(GO) test ./p2p/ckpt -run XXX -fuzz '^FuzzCkptDecodeManifest$$' -fuzztime 30s
+	$(GO) test ./p2p/ckpt -run XXX -fuzz '^FuzzCkptDecodeSnapshot$$' -fuzztime 30s
+	$(GO) test ./p2p/ckpt -run XXX -fuzz '^FuzzCkptDecodeRequests$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzReadFrame$$' -fuzztime 30s
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseSafetensors$$' -fuzztime 30s
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseShard$$' -fuzztime 30s

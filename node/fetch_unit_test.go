@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -18,14 +18,14 @@ import (
 type fetchRig struct {
 	n     *Node
 	donor mesh.PeerID
-	serve *p2p.Snapshot
+	serve *ckpt.Snapshot
 }
 
 func newFetchRig(t *testing.T) *fetchRig {
 	t.Helper()
 	r := &fetchRig{}
 	dh := unitHost(t)
-	srv, err := p2p.ServeCheckpoints(dh.Libp2p(), func() *p2p.Snapshot { return r.serve }, p2p.CkptServeConfig{Rate: -1, Logger: unitLog})
+	srv, err := ckpt.Serve(dh.Libp2p(), func() *ckpt.Snapshot { return r.serve }, ckpt.ServeConfig{Rate: -1, Logger: unitLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestFetchInstallsModel(t *testing.T) {
 	r := newFetchRig(t)
 	theta := unitVec(31, int(r.n.params), 1)
 	v := unitVec(32, int(r.n.params), 0.1)
-	r.serve = p2p.EncodeSnapshot(12, theta, v, []byte(`{}`))
+	r.serve = ckpt.EncodeSnapshot(12, theta, v, []byte(`{}`))
 	c := r.fetch(t, 12, train.Hash(theta))
 	if c.kind != cmdSynced || c.step != 12 || c.hash != train.Hash(theta) {
 		t.Fatalf("mesh told %+v, want Synced(12, θ's hash)", c)
@@ -98,26 +98,26 @@ func TestFetchInstallsModel(t *testing.T) {
 func TestFetchRejectsUnusableModels(t *testing.T) {
 	cases := []struct {
 		name  string
-		serve func(n int) (*p2p.Snapshot, string) // the snapshot served, the hash asked for
+		serve func(n int) (*ckpt.Snapshot, string) // the snapshot served, the hash asked for
 		cause string
 	}{
-		{"model of another size", func(n int) (*p2p.Snapshot, string) {
+		{"model of another size", func(n int) (*ckpt.Snapshot, string) {
 			th := unitVec(40, n+8, 1)
-			return p2p.EncodeSnapshot(5, th, make([]float32, n+8), nil), train.Hash(th)
+			return ckpt.EncodeSnapshot(5, th, make([]float32, n+8), nil), train.Hash(th)
 		}, "unusable"},
-		{"momentum of another size", func(n int) (*p2p.Snapshot, string) {
+		{"momentum of another size", func(n int) (*ckpt.Snapshot, string) {
 			th := unitVec(41, n, 1)
-			return p2p.EncodeSnapshot(5, th, make([]float32, n-1), nil), train.Hash(th)
+			return ckpt.EncodeSnapshot(5, th, make([]float32, n-1), nil), train.Hash(th)
 		}, "unusable"},
-		{"donor serves another model under the hash", func(n int) (*p2p.Snapshot, string) {
+		{"donor serves another model under the hash", func(n int) (*ckpt.Snapshot, string) {
 			want := train.Hash(unitVec(42, n, 1))
-			s := p2p.EncodeSnapshot(5, unitVec(43, n, 1), make([]float32, n), nil)
+			s := ckpt.EncodeSnapshot(5, unitVec(43, n, 1), make([]float32, n), nil)
 			s.Hash = want
 			return s, want
 		}, "download"},
-		{"donor has another step", func(n int) (*p2p.Snapshot, string) {
+		{"donor has another step", func(n int) (*ckpt.Snapshot, string) {
 			th := unitVec(44, n, 1)
-			return p2p.EncodeSnapshot(4, th, make([]float32, n), nil), train.Hash(th)
+			return ckpt.EncodeSnapshot(4, th, make([]float32, n), nil), train.Hash(th)
 		}, "download"},
 	}
 	for _, c := range cases {

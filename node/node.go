@@ -14,6 +14,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,7 @@ type Node struct {
 
 	host   *p2p.Host
 	ar     *p2p.AllReduceService
-	ckpt   *p2p.CkptServer
+	ckpt   *ckpt.Server
 	engine train.Engine
 	outer  *train.Outer
 	data   train.Source
@@ -43,7 +44,7 @@ type Node struct {
 	sendRate *p2p.Limiter // nil: unlimited
 
 	snapMu sync.Mutex
-	snap   *p2p.Snapshot // cached donor snapshot, encoded on first request of a step
+	snap   *ckpt.Snapshot // cached donor snapshot, encoded on first request of a step
 
 	inflight inflight // the all-reduce attempt running now, if any
 
@@ -241,7 +242,7 @@ func (n *Node) start(ctx context.Context) error {
 		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}
-	if n.ckpt, err = p2p.ServeCheckpoints(n.host.Libp2p(), n.snapshot, p2p.CkptServeConfig{
+	if n.ckpt, err = ckpt.Serve(n.host.Libp2p(), n.snapshot, ckpt.ServeConfig{
 		Rate: n.cfg.DonorRate, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}
@@ -297,14 +298,14 @@ func (n *Node) start(ctx context.Context) error {
 // joiner, and encoding copies and hashes 8 bytes per parameter (≈ 185 ms for
 // the small preset, more than half of the loop's own work per outer step).
 // Called concurrently by the donor's streams.
-func (n *Node) snapshot() *p2p.Snapshot {
+func (n *Node) snapshot() *ckpt.Snapshot {
 	n.snapMu.Lock()
 	defer n.snapMu.Unlock()
 	n.model.mu.RLock()
 	defer n.model.mu.RUnlock()
 	if n.snap == nil || n.snap.Step != n.model.step || n.snap.Hash != n.model.hash {
 		state := fmt.Appendf(nil, `{"run":%q,"step":%d,"params":%d}`, n.cfg.Run, n.model.step, n.params)
-		n.snap = p2p.EncodeSnapshot(n.model.step, n.model.theta0, n.model.outer.V, state)
+		n.snap = ckpt.EncodeSnapshot(n.model.step, n.model.theta0, n.model.outer.V, state)
 	}
 	return n.snap
 }

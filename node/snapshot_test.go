@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -31,7 +31,7 @@ func TestSnapshotLazyAndConsistent(t *testing.T) {
 	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(nd.model.theta0) {
 		t.Fatalf("stale snapshot after the model changed: step %d", s2.Step)
 	}
-	th, _, _, err := p2p.DecodeSnapshot(s2.Data)
+	th, _, _, err := ckpt.DecodeSnapshot(s2.Data)
 	if err != nil || !slices.Equal(th, nd.model.theta0) {
 		t.Fatalf("decoded θ₀ differs: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -34,8 +34,8 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	}
 	start := time.Now()
 	progress := n.fetchProgress()
-	data, bad, err := p2p.FetchCheckpoint(ctx, n.host.Libp2p(), donors, p2p.CkptFetchSpec{Step: f.Step, Hash: f.Hash},
-		p2p.CkptFetchConfig{MaxBytes: 16*n.params + 1<<20, Logger: n.cfg.Logger}, progress)
+	data, bad, err := ckpt.Fetch(ctx, n.host.Libp2p(), donors, ckpt.FetchSpec{Step: f.Step, Hash: f.Hash},
+		ckpt.FetchConfig{MaxBytes: 16*n.params + 1<<20, Logger: n.cfg.Logger}, progress)
 	for _, b := range bad {
 		n.log.Warn("donor served bad checkpoint data", "peer", b)
 	}
@@ -69,9 +69,9 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 
 // fetchProgress returns the progress callback of a fetch: the board, the
 // operator's progress bar, and a log line a second.
-func (n *Node) fetchProgress() func(p2p.CkptProgress) {
+func (n *Node) fetchProgress() func(ckpt.Progress) {
 	lastLog := time.Now()
-	return func(p p2p.CkptProgress) {
+	return func(p ckpt.Progress) {
 		n.board.update(func(s *Status) {
 			s.Download = &Download{Step: p.Step, BytesDone: p.BytesDone, BytesTotal: p.BytesTotal, Donors: p.Donors, Retries: p.ChunksRetried}
 		})
@@ -90,7 +90,7 @@ func (n *Node) fetchProgress() func(p2p.CkptProgress) {
 // decodeFetched decodes a fetched snapshot and checks it fits this model
 // and hashes to what the mesh named.
 func (n *Node) decodeFetched(data []byte, f *mesh.Fetch) (theta0, v []float32, err error) {
-	theta0, v, _, err = p2p.DecodeSnapshot(data)
+	theta0, v, _, err = ckpt.DecodeSnapshot(data)
 	if err == nil && (int64(len(theta0)) != n.params || len(v) != len(theta0)) {
 		err = fmt.Errorf("model of %d params (momentum %d), ours has %d: different model config", len(theta0), len(v), n.params)
 	}

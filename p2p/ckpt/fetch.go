@@ -1,10 +1,11 @@
-package p2p
+package ckpt
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"log/slog"
 	"strings"
 	"time"
@@ -14,24 +15,24 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// ErrCkptNoDonors is returned (wrapped, with the reasons) when no donor can
+// ErrNoDonors is returned (wrapped, with the reasons) when no donor can
 // supply the wanted checkpoint: none has it, all are busy or unreachable, or
 // every one that had it failed or served bad data.
-var ErrCkptNoDonors = errors.New("p2p: no donor could supply the checkpoint")
+var ErrNoDonors = errors.New("p2p: no donor could supply the checkpoint")
 
-// ErrCkptBadSpec is returned when the wanted step and hash are unusable.
-var ErrCkptBadSpec = errors.New("p2p: bad checkpoint spec")
+// ErrBadSpec is returned when the wanted step and hash are unusable.
+var ErrBadSpec = errors.New("p2p: bad checkpoint spec")
 
-// CkptFetchSpec names the checkpoint a joiner wants: the outer step and the
+// FetchSpec names the checkpoint a joiner wants: the outer step and the
 // model hash the mesh gossips for it (hex SHA-256 of θ₀, as Snapshot.Hash).
-type CkptFetchSpec struct {
+type FetchSpec struct {
 	Step uint64
 	Hash string
 }
 
-// CkptFetchConfig configures FetchCheckpoint. The zero value is usable:
+// FetchConfig configures Fetch. The zero value is usable:
 // Validate fills in defaults.
-type CkptFetchConfig struct {
+type FetchConfig struct {
 	// ManifestTimeout bounds opening a stream to a donor and receiving its
 	// manifest. 0 means 10 s.
 	ManifestTimeout time.Duration
@@ -60,7 +61,7 @@ type CkptFetchConfig struct {
 }
 
 // Validate fills in defaults and rejects impossible values.
-func (c *CkptFetchConfig) Validate() error {
+func (c *FetchConfig) Validate() error {
 	if c.ManifestTimeout < 0 || c.ChunkTimeout < 0 || c.Pipeline < 0 || c.MaxBytes < 0 || c.BusyBackoff < 0 {
 		return errors.New("p2p: ckpt fetch timeouts, pipeline and max bytes must not be negative")
 	}
@@ -87,8 +88,8 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// CkptProgress is the state of a download, passed to the progress callback.
-type CkptProgress struct {
+// Progress is the state of a download, passed to the progress callback.
+type Progress struct {
 	Step          uint64
 	BytesDone     int64 // verified bytes received
 	BytesTotal    int64 // size of the snapshot
@@ -104,7 +105,7 @@ type CkptProgress struct {
 	ByDonor map[peer.ID]int
 }
 
-// FetchCheckpoint downloads the snapshot of want.Step whose θ₀ hashes to
+// Fetch downloads the snapshot of want.Step whose θ₀ hashes to
 // want.Hash from several donors in parallel and returns its Data (decode it
 // with DecodeSnapshot). It asks every donor for a manifest, uses the donors
 // that have the wanted step and hash (the largest group of agreeing
@@ -116,13 +117,13 @@ type CkptProgress struct {
 // progress, if not nil, is called after the manifests are in and after every
 // verified chunk; calls never overlap, come from the fetch's goroutines and
 // must return quickly.
-func FetchCheckpoint(ctx context.Context, h host.Host, donors []peer.ID, want CkptFetchSpec, cfg CkptFetchConfig, progress func(CkptProgress)) (data []byte, bad []peer.ID, err error) {
+func Fetch(ctx context.Context, h host.Host, donors []peer.ID, want FetchSpec, cfg FetchConfig, progress func(Progress)) (data []byte, bad []peer.ID, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
 	hash, err := ckptParseHash(want.Hash)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrCkptBadSpec, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrBadSpec, err)
 	}
 	f := &ckptFetcher{h: h, want: want, hash: hash, cfg: cfg, progress: progress,
 		log: cfg.Logger.With("system", "ckpt", "step", want.Step), excluded: map[peer.ID]bool{}}
@@ -142,13 +143,13 @@ func ckptDedupe(ids []peer.ID) []peer.ID {
 	return out
 }
 
-// ckptFetcher holds the state of one FetchCheckpoint call across attempts.
+// ckptFetcher holds the state of one Fetch call across attempts.
 type ckptFetcher struct {
 	h        host.Host
-	want     CkptFetchSpec
+	want     FetchSpec
 	hash     [32]byte
-	cfg      CkptFetchConfig
-	progress func(CkptProgress)
+	cfg      FetchConfig
+	progress func(Progress)
 	log      *slog.Logger
 	excluded map[peer.ID]bool // bad, failed or stalled donors
 	bad      []peer.ID
@@ -205,9 +206,9 @@ func (f *ckptFetcher) run(ctx context.Context, donors []peer.ID) ([]byte, []peer
 // noDonors builds the final error with the reasons collected.
 func (f *ckptFetcher) noDonors() error {
 	if len(f.reasons) == 0 {
-		return fmt.Errorf("%w: step %d hash %.12s", ErrCkptNoDonors, f.want.Step, f.want.Hash)
+		return fmt.Errorf("%w: step %d hash %.12s", ErrNoDonors, f.want.Step, f.want.Hash)
 	}
-	return fmt.Errorf("%w: step %d hash %.12s: %s", ErrCkptNoDonors, f.want.Step, f.want.Hash, strings.Join(f.reasons, "; "))
+	return fmt.Errorf("%w: step %d hash %.12s: %s", ErrNoDonors, f.want.Step, f.want.Hash, strings.Join(f.reasons, "; "))
 }
 
 // markBad records a donor caught serving bad data or violating the protocol.
@@ -311,23 +312,23 @@ func (f *ckptFetcher) askManifest(ctx context.Context, p peer.ID) *ckptOffer {
 	o := &ckptOffer{peer: p}
 	mctx, cancel := context.WithTimeout(ctx, f.cfg.ManifestTimeout)
 	defer cancel()
-	s, err := f.h.NewStream(mctx, p, CkptProtocolID)
+	s, err := f.h.NewStream(mctx, p, ProtocolID)
 	if err != nil {
-		o.err = fmt.Errorf("open %s: %w", CkptProtocolID, err)
+		o.err = fmt.Errorf("open %s: %w", ProtocolID, err)
 		return o
 	}
 	stop := context.AfterFunc(mctx, func() { s.Reset() })
 	defer stop()
 	s.SetDeadline(time.Now().Add(f.cfg.ManifestTimeout))
-	if err := WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(f.want.Step, f.hash)); err != nil {
+	if err := p2p.WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(f.want.Step, f.hash)); err != nil {
 		return o.fail(s, fmt.Errorf("send manifest request: %w", err), false)
 	}
-	typ, payload, err := ReadFrame(s, f.maxManifest(), nil)
+	typ, payload, err := p2p.ReadFrame(s, f.maxManifest(), nil)
 	if err != nil {
-		return o.fail(s, fmt.Errorf("read manifest: %w", err), errors.Is(err, ErrFrameTooLarge))
+		return o.fail(s, fmt.Errorf("read manifest: %w", err), errors.Is(err, p2p.ErrFrameTooLarge))
 	}
 	if err := f.readOffer(o, typ, payload); err != nil {
-		return o.fail(s, err, !o.busy && errors.Is(err, ErrCkptProtocol))
+		return o.fail(s, err, !o.busy && errors.Is(err, ErrProtocol))
 	}
 	if o.man.status != ckptStatusOK {
 		s.Close()
@@ -348,7 +349,7 @@ func (f *ckptFetcher) readOffer(o *ckptOffer, typ uint8, payload []byte) error {
 		case err != nil:
 			return err
 		case m.status == ckptStatusOK && (m.step != f.want.Step || m.modelHash != f.hash):
-			return fmt.Errorf("%w: manifest for step %d answers a request for step %d", ErrCkptProtocol, m.step, f.want.Step)
+			return fmt.Errorf("%w: manifest for step %d answers a request for step %d", ErrProtocol, m.step, f.want.Step)
 		case m.total > f.cfg.MaxBytes:
 			return fmt.Errorf("snapshot of %d bytes exceeds the limit of %d", m.total, f.cfg.MaxBytes)
 		}
@@ -362,7 +363,7 @@ func (f *ckptFetcher) readOffer(o *ckptOffer, typ uint8, payload []byte) error {
 		o.busy = code == ckptErrBusy
 		return fmt.Errorf("donor error %d: %s", code, text)
 	default:
-		return fmt.Errorf("%w: message type %d instead of a manifest", ErrCkptProtocol, typ)
+		return fmt.Errorf("%w: message type %d instead of a manifest", ErrProtocol, typ)
 	}
 }
 
@@ -375,7 +376,7 @@ func (o *ckptOffer) fail(s network.Stream, err error, bad bool) *ckptOffer {
 
 // maxManifest is the largest manifest frame worth reading for MaxBytes.
 func (f *ckptFetcher) maxManifest() int {
-	n := (f.cfg.MaxBytes + CkptMinChunkSize - 1) / CkptMinChunkSize
+	n := (f.cfg.MaxBytes + MinChunkSize - 1) / MinChunkSize
 	return int(min(int64(ckptMaxManifest), ckptManifestFixed+32*n))
 }
 
@@ -423,10 +424,10 @@ func (f *ckptFetcher) verify(data []byte, theta ckptThetaSum) error {
 		return err
 	}
 	if st := binary.LittleEndian.Uint64(data[8:]); st != f.want.Step {
-		return fmt.Errorf("%w: container holds step %d, want %d", ErrCkptSnapshot, st, f.want.Step)
+		return fmt.Errorf("%w: container holds step %d, want %d", ErrSnapshot, st, f.want.Step)
 	}
 	if theta.sum != f.hash {
-		return fmt.Errorf("%w: θ₀ does not hash to %.12s", ErrCkptSnapshot, f.want.Hash)
+		return fmt.Errorf("%w: θ₀ does not hash to %.12s", ErrSnapshot, f.want.Hash)
 	}
 	return nil
 }

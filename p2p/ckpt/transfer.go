@@ -1,10 +1,11 @@
-package p2p
+package ckpt
 
 import (
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"log/slog"
 	"strings"
 	"sync"
@@ -22,9 +23,9 @@ import (
 // donor does not hold up the end; the first verified copy wins.
 type ckptTransfer struct {
 	man      *ckptManifest
-	cfg      *CkptFetchConfig
+	cfg      *FetchConfig
 	log      *slog.Logger
-	progress func(CkptProgress)
+	progress func(Progress)
 	donors   int    // workers started
 	data     []byte // the snapshot being assembled; written only under mu
 
@@ -260,7 +261,7 @@ func (t *ckptTransfer) report() {
 	for p, n := range t.byDonor {
 		by[p] = n
 	}
-	t.progress(CkptProgress{
+	t.progress(Progress{
 		Step: t.man.step, BytesDone: t.bytesDone, BytesTotal: t.man.total,
 		ChunksDone: t.doneCount, ChunksTotal: len(t.man.chunks), Donors: t.live,
 		ChunksRetried: t.retried, ChunksDuplicated: t.dups, BadDonors: len(t.bad), ByDonor: by,
@@ -299,7 +300,7 @@ func (t *ckptTransfer) pump(o *ckptOffer) (held []int, err error, bad bool) {
 			}
 			held = append(held, i)
 			s.SetWriteDeadline(time.Now().Add(t.cfg.ChunkTimeout))
-			if err := WriteFrame(s, ckptMsgChunkReq, ckptEncodeChunkReq(i)); err != nil {
+			if err := p2p.WriteFrame(s, ckptMsgChunkReq, ckptEncodeChunkReq(i)); err != nil {
 				return held, fmt.Errorf("request chunk %d: %w", i, err), false
 			}
 		}
@@ -308,9 +309,9 @@ func (t *ckptTransfer) pump(o *ckptOffer) (held []int, err error, bad bool) {
 		}
 		off, end := t.man.chunkRange(held[0])
 		s.SetReadDeadline(time.Now().Add(t.cfg.ChunkTimeout))
-		typ, p, err := ReadFrame(s, int(end-off), buf)
+		typ, p, err := p2p.ReadFrame(s, int(end-off), buf)
 		if err != nil {
-			return held, fmt.Errorf("read chunk %d: %w", held[0], err), errors.Is(err, ErrFrameTooLarge)
+			return held, fmt.Errorf("read chunk %d: %w", held[0], err), errors.Is(err, p2p.ErrFrameTooLarge)
 		}
 		if err := t.check(held[0], typ, p); err != nil {
 			return held, err, true
@@ -323,11 +324,11 @@ func (t *ckptTransfer) pump(o *ckptOffer) (held []int, err error, bad bool) {
 // check verifies an answer to a request for chunk i against the manifest.
 func (t *ckptTransfer) check(i int, typ uint8, p []byte) error {
 	if typ != ckptMsgChunk {
-		return fmt.Errorf("%w: message type %d instead of chunk %d", ErrCkptProtocol, typ, i)
+		return fmt.Errorf("%w: message type %d instead of chunk %d", ErrProtocol, typ, i)
 	}
 	off, end := t.man.chunkRange(i)
 	if int64(len(p)) != end-off {
-		return fmt.Errorf("%w: chunk %d has %d bytes, want %d", ErrCkptProtocol, i, len(p), end-off)
+		return fmt.Errorf("%w: chunk %d has %d bytes, want %d", ErrProtocol, i, len(p), end-off)
 	}
 	if sha256.Sum256(p) != t.man.chunks[i] {
 		return fmt.Errorf("chunk %d does not match its manifest hash", i)

@@ -1,4 +1,4 @@
-package p2p
+package ckpt
 
 import (
 	"context"
@@ -56,18 +56,18 @@ func ckptReadRaw(b *testing.B, j host.Host, from peer.ID, buf []byte) {
 // stream), both rates and cold/warm-join (the first join, when donors still
 // hash their snapshot, against the average).
 func BenchmarkCkptJoin(b *testing.B) {
-	snap := ckptTestSnapshot(5, 64<<20, CkptDefaultChunkSize, 21)
+	snap := ckptTestSnapshot(5, 64<<20, DefaultChunkSize, 21)
 	j := ckptHost(b)
 	var donors []host.Host
 	for range 3 {
-		h, _ := ckptServe(b, snap, CkptServeConfig{Rate: -1})
+		h, _ := ckptServe(b, snap, ServeConfig{Rate: -1})
 		ckptServeRaw(h, snap.Data)
 		donors = append(donors, h)
 	}
 	ids := ckptConnect(b, j, donors...)
 	buf := make([]byte, len(snap.Data))
 	fetch := func() {
-		if _, _, err := ckptFetch(b, j, ids, snap, CkptFetchConfig{}, nil); err != nil {
+		if _, _, err := ckptFetch(b, j, ids, snap, FetchConfig{}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -150,15 +150,15 @@ func BenchmarkCkptDonorCompute(b *testing.B) {
 
 func ckptBenchDonorCompute(b *testing.B, rate int64) {
 	const window = 150 * time.Millisecond
-	snap := ckptTestSnapshot(5, 16<<20, CkptDefaultChunkSize, 22)
+	snap := ckptTestSnapshot(5, 16<<20, DefaultChunkSize, 22)
 	var serving atomic.Bool
 	h := ckptHost(b)
-	srv, err := ServeCheckpoints(h, func() *Snapshot {
+	srv, err := Serve(h, func() *Snapshot {
 		if serving.Load() {
 			return snap
 		}
 		return nil
-	}, CkptServeConfig{Rate: rate, Burst: 256 << 10})
+	}, ServeConfig{Rate: rate, Burst: 256 << 10})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestCkptBenchJoinerProcess(t *testing.T) {
 		t.Skip("helper process of BenchmarkCkptDonorCompute")
 	}
 	step, _ := strconv.ParseUint(os.Getenv(ckptEnvJoinStep), 10, 64)
-	want := CkptFetchSpec{Step: step, Hash: os.Getenv(ckptEnvJoinHash)}
+	want := FetchSpec{Step: step, Hash: os.Getenv(ckptEnvJoinHash)}
 	ai, err := peer.AddrInfoFromString(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -239,9 +239,9 @@ func TestCkptBenchJoinerProcess(t *testing.T) {
 	if err := j.Connect(context.Background(), *ai); err != nil {
 		t.Fatal(err)
 	}
-	quiet := CkptFetchConfig{Logger: slog.New(slog.DiscardHandler), BusyRetries: -1}
+	quiet := FetchConfig{Logger: slog.New(slog.DiscardHandler), BusyRetries: -1}
 	for {
-		if _, _, err := FetchCheckpoint(context.Background(), j, []peer.ID{ai.ID}, want, quiet, nil); err != nil {
+		if _, _, err := Fetch(context.Background(), j, []peer.ID{ai.ID}, want, quiet, nil); err != nil {
 			time.Sleep(20 * time.Millisecond) // the donor has nothing to serve right now
 		}
 	}

@@ -1,9 +1,10 @@
-package p2p
+package ckpt
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/intellect-node/intellect-node/p2p"
 	"io"
 	"slices"
 	"sync"
@@ -57,11 +58,11 @@ func ckptTestSnapshot(step uint64, size, chunkSize int, seed uint32) *Snapshot {
 }
 
 // ckptServe starts a real donor on a new host serving snap.
-func ckptServe(t testing.TB, snap *Snapshot, cfg CkptServeConfig) (host.Host, *CkptServer) {
+func ckptServe(t testing.TB, snap *Snapshot, cfg ServeConfig) (host.Host, *Server) {
 	t.Helper()
 	h := ckptHost(t)
 	cfg.Rate = cmpOr(cfg.Rate, -1)
-	srv, err := ServeCheckpoints(h, func() *Snapshot { return snap }, cfg)
+	srv, err := Serve(h, func() *Snapshot { return snap }, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +90,11 @@ func ckptFaultyDonor(t testing.TB, snap *Snapshot, mode ckptFaultMode) host.Host
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.SetStreamHandler(CkptProtocolID, func(s network.Stream) {
+	h.SetStreamHandler(ProtocolID, func(s network.Stream) {
 		defer s.Reset()
 		served := 0
 		for {
-			typ, p, err := ReadFrame(s, ckptMaxRequest, nil)
+			typ, p, err := p2p.ReadFrame(s, ckptMaxRequest, nil)
 			if err != nil {
 				return
 			}
@@ -102,7 +103,7 @@ func ckptFaultyDonor(t testing.TB, snap *Snapshot, mode ckptFaultMode) host.Host
 				if mode == ckptBadManifest {
 					enc[60] ^= 1
 				}
-				WriteFrame(s, ckptMsgManifest, enc)
+				p2p.WriteFrame(s, ckptMsgManifest, enc)
 				continue
 			}
 			i, _ := ckptDecodeChunkReq(p)
@@ -114,11 +115,11 @@ func ckptFaultyDonor(t testing.TB, snap *Snapshot, mode ckptFaultMode) host.Host
 			case mode == ckptStall && served >= 2:
 				continue // read on, answer nothing, until the joiner resets
 			case mode == ckptWrongType:
-				WriteFrame(s, ckptMsgManifest, man.encode())
+				p2p.WriteFrame(s, ckptMsgManifest, man.encode())
 				continue
 			}
 			served++
-			WriteFrame(s, ckptMsgChunk, chunk)
+			p2p.WriteFrame(s, ckptMsgChunk, chunk)
 		}
 	})
 	return h
@@ -127,11 +128,11 @@ func ckptFaultyDonor(t testing.TB, snap *Snapshot, mode ckptFaultMode) host.Host
 // ckptProgressLog records every progress report.
 type ckptProgressLog struct {
 	mu   sync.Mutex
-	all  []CkptProgress
+	all  []Progress
 	busy atomic.Bool
 }
 
-func (l *ckptProgressLog) record(p CkptProgress) {
+func (l *ckptProgressLog) record(p Progress) {
 	if l.busy.Swap(true) {
 		panic("progress callbacks overlap")
 	}
@@ -141,36 +142,36 @@ func (l *ckptProgressLog) record(p CkptProgress) {
 	l.mu.Unlock()
 }
 
-func (l *ckptProgressLog) last() CkptProgress {
+func (l *ckptProgressLog) last() Progress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.all[len(l.all)-1]
 }
 
-// ckptFetch runs FetchCheckpoint for snap's step and hash.
-func ckptFetch(t testing.TB, j host.Host, donors []peer.ID, snap *Snapshot, cfg CkptFetchConfig, pl *ckptProgressLog) ([]byte, []peer.ID, error) {
+// ckptFetch runs Fetch for snap's step and hash.
+func ckptFetch(t testing.TB, j host.Host, donors []peer.ID, snap *Snapshot, cfg FetchConfig, pl *ckptProgressLog) ([]byte, []peer.ID, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cb func(CkptProgress)
+	var cb func(Progress)
 	if pl != nil {
 		cb = pl.record
 	}
-	return FetchCheckpoint(ctx, j, donors, CkptFetchSpec{Step: snap.Step, Hash: snap.Hash}, cfg, cb)
+	return Fetch(ctx, j, donors, FetchSpec{Step: snap.Step, Hash: snap.Hash}, cfg, cb)
 }
 
 func TestCkptFetchFromThreeDonors(t *testing.T) {
 	snap := ckptTestSnapshot(5, 16<<20, 256<<10, 1)
 	j := ckptHost(t)
 	var hosts []host.Host
-	var srvs []*CkptServer
+	var srvs []*Server
 	for range 3 {
-		h, s := ckptServe(t, snap, CkptServeConfig{})
+		h, s := ckptServe(t, snap, ServeConfig{})
 		hosts, srvs = append(hosts, h), append(srvs, s)
 	}
 	ids := ckptConnect(t, j, hosts...)
 	var pl ckptProgressLog
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, &pl)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{}, &pl)
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("err %v bad %v", err, bad)
 	}
@@ -207,12 +208,12 @@ func TestCkptFetchFromThreeDonors(t *testing.T) {
 func TestCkptCorruptDonorReported(t *testing.T) {
 	snap := ckptTestSnapshot(5, 4<<20, 128<<10, 2)
 	j := ckptHost(t)
-	good1, _ := ckptServe(t, snap, CkptServeConfig{})
+	good1, _ := ckptServe(t, snap, ServeConfig{})
 	evil := ckptFaultyDonor(t, snap, ckptCorrupt)
-	good2, _ := ckptServe(t, snap, CkptServeConfig{})
+	good2, _ := ckptServe(t, snap, ServeConfig{})
 	ids := ckptConnect(t, j, good1, evil, good2)
 	var pl ckptProgressLog
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, &pl)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{}, &pl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,13 +234,13 @@ func TestCkptStalledDonorTimeout(t *testing.T) {
 	// timeout; then they go back to the queue and the good donor fetches them.
 	snap := ckptTestSnapshot(5, 4<<20, 128<<10, 3)
 	j := ckptHost(t)
-	good, _ := ckptServe(t, snap, CkptServeConfig{})
+	good, _ := ckptServe(t, snap, ServeConfig{})
 	slow := ckptFaultyDonor(t, snap, ckptStall)
 	ids := ckptConnect(t, j, slow, good)
 	var pl ckptProgressLog
 	const timeout = 500 * time.Millisecond
 	start := time.Now()
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{ChunkTimeout: timeout, DisableEndgame: true}, &pl)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{ChunkTimeout: timeout, DisableEndgame: true}, &pl)
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("err %v bad %v (a slow donor is not a bad one)", err, bad)
 	}
@@ -253,7 +254,7 @@ func TestCkptStalledDonorTimeout(t *testing.T) {
 	if p.ChunksRetried < 1 || p.ChunksDuplicated != 0 || p.ByDonor[slow.ID()] > 2 {
 		t.Fatalf("progress %+v: want the stalled donor's chunks retried after the timeout", p)
 	}
-	droppedMidway := slices.ContainsFunc(pl.all, func(q CkptProgress) bool {
+	droppedMidway := slices.ContainsFunc(pl.all, func(q Progress) bool {
 		return q.Donors == 1 && q.ChunksDone < q.ChunksTotal
 	})
 	if !droppedMidway {
@@ -267,13 +268,13 @@ func TestCkptStalledDonorEndgame(t *testing.T) {
 	// ends long before the timeout.
 	snap := ckptTestSnapshot(5, 4<<20, 128<<10, 3)
 	j := ckptHost(t)
-	good, _ := ckptServe(t, snap, CkptServeConfig{})
+	good, _ := ckptServe(t, snap, ServeConfig{})
 	slow := ckptFaultyDonor(t, snap, ckptStall)
 	ids := ckptConnect(t, j, slow, good)
 	var pl ckptProgressLog
 	const timeout = 30 * time.Second
 	start := time.Now()
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{ChunkTimeout: timeout}, &pl)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{ChunkTimeout: timeout}, &pl)
 	if el := time.Since(start); el > timeout/3 {
 		t.Fatalf("download took %v: the endgame did not route around the stalled donor", el)
 	}
@@ -288,10 +289,10 @@ func TestCkptStalledDonorEndgame(t *testing.T) {
 func TestCkptOtherStepIgnored(t *testing.T) {
 	snap := ckptTestSnapshot(5, 2<<20, 128<<10, 4)
 	j := ckptHost(t)
-	good, _ := ckptServe(t, snap, CkptServeConfig{})
-	ahead, aheadSrv := ckptServe(t, ckptTestSnapshot(6, 2<<20, 128<<10, 5), CkptServeConfig{})
+	good, _ := ckptServe(t, snap, ServeConfig{})
+	ahead, aheadSrv := ckptServe(t, ckptTestSnapshot(6, 2<<20, 128<<10, 5), ServeConfig{})
 	ids := ckptConnect(t, j, ahead, good)
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{}, nil)
 	if err != nil || len(bad) != 0 || !bytes.Equal(data, snap.Data) {
 		t.Fatalf("err %v bad %v", err, bad)
 	}
@@ -300,9 +301,9 @@ func TestCkptOtherStepIgnored(t *testing.T) {
 	}
 	// Same step, different model (e.g. the other side of a partition).
 	other := ckptTestSnapshot(5, 2<<20, 128<<10, 6)
-	_, _, err = ckptFetch(t, j, []peer.ID{ahead.ID()}, other, CkptFetchConfig{}, nil)
-	if !errors.Is(err, ErrCkptNoDonors) {
-		t.Fatalf("want ErrCkptNoDonors from a donor without the step, got %v", err)
+	_, _, err = ckptFetch(t, j, []peer.ID{ahead.ID()}, other, FetchConfig{}, nil)
+	if !errors.Is(err, ErrNoDonors) {
+		t.Fatalf("want ErrNoDonors from a donor without the step, got %v", err)
 	}
 }
 
@@ -311,9 +312,9 @@ func TestCkptAllDonorsBad(t *testing.T) {
 	j := ckptHost(t)
 	e1, e2 := ckptFaultyDonor(t, snap, ckptCorrupt), ckptFaultyDonor(t, snap, ckptWrongType)
 	ids := ckptConnect(t, j, e1, e2)
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
-	if !errors.Is(err, ErrCkptNoDonors) || data != nil {
-		t.Fatalf("want ErrCkptNoDonors, got %v", err)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{}, nil)
+	if !errors.Is(err, ErrNoDonors) || data != nil {
+		t.Fatalf("want ErrNoDonors, got %v", err)
 	}
 	slices.Sort(bad)
 	slices.Sort(ids)
@@ -326,10 +327,10 @@ func TestCkptAllDonorsBad(t *testing.T) {
 func TestCkptBadManifestDonor(t *testing.T) {
 	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 8)
 	j := ckptHost(t)
-	good, _ := ckptServe(t, snap, CkptServeConfig{})
+	good, _ := ckptServe(t, snap, ServeConfig{})
 	evil := ckptFaultyDonor(t, snap, ckptBadManifest)
 	ids := ckptConnect(t, j, evil, good)
-	data, bad, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	data, bad, err := ckptFetch(t, j, ids, snap, FetchConfig{}, nil)
 	if err != nil || !bytes.Equal(data, snap.Data) || !slices.Equal(bad, []peer.ID{evil.ID()}) {
 		t.Fatalf("err %v bad %v", err, bad)
 	}
@@ -342,12 +343,12 @@ func TestCkptThetaHashVerified(t *testing.T) {
 	liar := ckptTestSnapshot(5, 1<<20, 128<<10, 10)
 	liar.Hash = want.Hash
 	j := ckptHost(t)
-	h1, _ := ckptServe(t, liar, CkptServeConfig{})
-	h2, _ := ckptServe(t, liar, CkptServeConfig{})
+	h1, _ := ckptServe(t, liar, ServeConfig{})
+	h2, _ := ckptServe(t, liar, ServeConfig{})
 	ids := ckptConnect(t, j, h1, h2)
-	_, bad, err := ckptFetch(t, j, ids, want, CkptFetchConfig{}, nil)
-	if !errors.Is(err, ErrCkptNoDonors) || len(bad) != 2 {
-		t.Fatalf("want ErrCkptNoDonors with 2 bad donors, got %v, %v", err, bad)
+	_, bad, err := ckptFetch(t, j, ids, want, FetchConfig{}, nil)
+	if !errors.Is(err, ErrNoDonors) || len(bad) != 2 {
+		t.Fatalf("want ErrNoDonors with 2 bad donors, got %v, %v", err, bad)
 	}
 }
 
@@ -357,7 +358,7 @@ func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
 	var cur atomic.Pointer[Snapshot]
 	cur.Store(snap)
 	h := ckptHost(t)
-	srv, err := ServeCheckpoints(h, cur.Load, CkptServeConfig{Rate: -1})
+	srv, err := Serve(h, cur.Load, ServeConfig{Rate: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,8 +369,8 @@ func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	ctx := context.Background()
-	data, _, err := FetchCheckpoint(ctx, j, ids, CkptFetchSpec{snap.Step, snap.Hash}, CkptFetchConfig{Pipeline: 1},
-		func(p CkptProgress) {
+	data, _, err := Fetch(ctx, j, ids, FetchSpec{snap.Step, snap.Hash}, FetchConfig{Pipeline: 1},
+		func(p Progress) {
 			if p.ChunksDone == 1 {
 				cur.Store(next) // the node finished an outer step mid-download
 			}
@@ -377,34 +378,34 @@ func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
 	if err != nil || !bytes.Equal(data, snap.Data) {
 		t.Fatalf("the stream should keep serving the snapshot it pinned: %v", err)
 	}
-	if data, _, err = FetchCheckpoint(ctx, j, ids, CkptFetchSpec{next.Step, next.Hash}, CkptFetchConfig{}, nil); err != nil || !bytes.Equal(data, next.Data) {
+	if data, _, err = Fetch(ctx, j, ids, FetchSpec{next.Step, next.Hash}, FetchConfig{}, nil); err != nil || !bytes.Equal(data, next.Data) {
 		t.Fatalf("new step: %v", err)
 	}
 }
 
 func TestCkptBusyAndMaxTransfers(t *testing.T) {
 	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 13)
-	h, srv := ckptServe(t, snap, CkptServeConfig{MaxTransfers: 1})
+	h, srv := ckptServe(t, snap, ServeConfig{MaxTransfers: 1})
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	// Hold the only slot with a stream that got its manifest.
-	s, err := j.NewStream(context.Background(), h.ID(), CkptProtocolID)
+	s, err := j.NewStream(context.Background(), h.ID(), ProtocolID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hash, _ := ckptParseHash(snap.Hash)
-	WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
-	if typ, _, err := ReadFrame(s, ckptMaxManifest, nil); err != nil || typ != ckptMsgManifest {
+	p2p.WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
+	if typ, _, err := p2p.ReadFrame(s, ckptMaxManifest, nil); err != nil || typ != ckptMsgManifest {
 		t.Fatalf("manifest: %d %v", typ, err)
 	}
-	_, _, err = ckptFetch(t, j, ids, snap, CkptFetchConfig{BusyRetries: -1}, nil)
-	if !errors.Is(err, ErrCkptNoDonors) || srv.Stats().Refused != 1 {
+	_, _, err = ckptFetch(t, j, ids, snap, FetchConfig{BusyRetries: -1}, nil)
+	if !errors.Is(err, ErrNoDonors) || srv.Stats().Refused != 1 {
 		t.Fatalf("want busy refusal, got %v, %+v", err, srv.Stats())
 	}
 	// Once the slot is released the joiner gets through; if its first
 	// manifest request races the release, it is refused and retries.
 	s.Close()
-	data, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{BusyBackoff: 100 * time.Millisecond}, nil)
+	data, _, err := ckptFetch(t, j, ids, snap, FetchConfig{BusyBackoff: 100 * time.Millisecond}, nil)
 	if err != nil || !bytes.Equal(data, snap.Data) {
 		t.Fatalf("after release: %v", err)
 	}
@@ -412,7 +413,7 @@ func TestCkptBusyAndMaxTransfers(t *testing.T) {
 
 func TestCkptServerRejectsMalformed(t *testing.T) {
 	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 14)
-	h, _ := ckptServe(t, snap, CkptServeConfig{})
+	h, _ := ckptServe(t, snap, ServeConfig{})
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	hash, _ := ckptParseHash(snap.Hash)
@@ -420,17 +421,17 @@ func TestCkptServerRejectsMalformed(t *testing.T) {
 		name   string
 		frames func(w io.Writer)
 	}{
-		{"unknown type", func(w io.Writer) { WriteFrame(w, 99, nil) }},
+		{"unknown type", func(w io.Writer) { p2p.WriteFrame(w, 99, nil) }},
 		{"oversized frame", func(w io.Writer) { w.Write([]byte{ckptMsgChunkReq, 0x40, 0, 0, 0}) }},
-		{"chunk before manifest", func(w io.Writer) { WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(0)) }},
-		{"short manifest request", func(w io.Writer) { WriteFrame(w, ckptMsgManifestReq, []byte{1, 2}) }},
+		{"chunk before manifest", func(w io.Writer) { p2p.WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(0)) }},
+		{"short manifest request", func(w io.Writer) { p2p.WriteFrame(w, ckptMsgManifestReq, []byte{1, 2}) }},
 		{"chunk out of range", func(w io.Writer) {
-			WriteFrame(w, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
-			WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(1<<20))
+			p2p.WriteFrame(w, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
+			p2p.WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(1<<20))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := j.NewStream(context.Background(), h.ID(), CkptProtocolID)
+			s, err := j.NewStream(context.Background(), h.ID(), ProtocolID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,7 +439,7 @@ func TestCkptServerRejectsMalformed(t *testing.T) {
 			s.SetDeadline(time.Now().Add(10 * time.Second))
 			tc.frames(s)
 			for { // the donor may answer the manifest first; then it must reset
-				typ, _, err := ReadFrame(s, ckptMaxManifest, nil)
+				typ, _, err := p2p.ReadFrame(s, ckptMaxManifest, nil)
 				if err != nil {
 					if !errors.Is(err, network.ErrReset) {
 						t.Fatalf("want a reset stream, got %v", err)
@@ -451,7 +452,7 @@ func TestCkptServerRejectsMalformed(t *testing.T) {
 			}
 		})
 	}
-	data, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil)
+	data, _, err := ckptFetch(t, j, ids, snap, FetchConfig{}, nil)
 	if err != nil || !bytes.Equal(data, snap.Data) {
 		t.Fatalf("donor unusable after malformed input: %v", err)
 	}
@@ -460,11 +461,11 @@ func TestCkptServerRejectsMalformed(t *testing.T) {
 func TestCkptRateLimit(t *testing.T) {
 	const rate = 8 << 20
 	snap := ckptTestSnapshot(5, 2<<20, 128<<10, 15)
-	h, _ := ckptServe(t, snap, CkptServeConfig{Rate: rate, Burst: 256 << 10})
+	h, _ := ckptServe(t, snap, ServeConfig{Rate: rate, Burst: 256 << 10})
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	start := time.Now()
-	if _, _, err := ckptFetch(t, j, ids, snap, CkptFetchConfig{}, nil); err != nil {
+	if _, _, err := ckptFetch(t, j, ids, snap, FetchConfig{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	el := time.Since(start)
@@ -476,12 +477,12 @@ func TestCkptRateLimit(t *testing.T) {
 
 func TestCkptCancel(t *testing.T) {
 	snap := ckptTestSnapshot(5, 2<<20, 64<<10, 16)
-	h, _ := ckptServe(t, snap, CkptServeConfig{Rate: 4 << 20})
+	h, _ := ckptServe(t, snap, ServeConfig{Rate: 4 << 20})
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	ctx, cancel := context.WithCancel(context.Background())
-	_, _, err := FetchCheckpoint(ctx, j, ids, CkptFetchSpec{snap.Step, snap.Hash}, CkptFetchConfig{},
-		func(p CkptProgress) {
+	_, _, err := Fetch(ctx, j, ids, FetchSpec{snap.Step, snap.Hash}, FetchConfig{},
+		func(p Progress) {
 			if p.ChunksDone == 1 {
 				cancel()
 			}
@@ -493,15 +494,15 @@ func TestCkptCancel(t *testing.T) {
 
 func TestCkptBadSpec(t *testing.T) {
 	j := ckptHost(t)
-	_, _, err := FetchCheckpoint(context.Background(), j, nil, CkptFetchSpec{Step: 1, Hash: "xyz"}, CkptFetchConfig{}, nil)
-	if !errors.Is(err, ErrCkptBadSpec) {
-		t.Fatalf("want ErrCkptBadSpec, got %v", err)
+	_, _, err := Fetch(context.Background(), j, nil, FetchSpec{Step: 1, Hash: "xyz"}, FetchConfig{}, nil)
+	if !errors.Is(err, ErrBadSpec) {
+		t.Fatalf("want ErrBadSpec, got %v", err)
 	}
 }
 
 func TestCkptFetchSizes(t *testing.T) {
 	j := ckptHost(t)
-	const cs = CkptMinChunkSize
+	const cs = MinChunkSize
 	for _, tc := range []struct {
 		name       string
 		nTheta, nV int
@@ -515,9 +516,9 @@ func TestCkptFetchSizes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := EncodeSnapshot(3, ckptFloats(tc.nTheta, 30), ckptFloats(tc.nV, 31), []byte(tc.state))
 			snap.ChunkSize = cs
-			h1, _ := ckptServe(t, snap, CkptServeConfig{})
-			h2, _ := ckptServe(t, snap, CkptServeConfig{})
-			data, bad, err := ckptFetch(t, j, ckptConnect(t, j, h1, h2), snap, CkptFetchConfig{}, nil)
+			h1, _ := ckptServe(t, snap, ServeConfig{})
+			h2, _ := ckptServe(t, snap, ServeConfig{})
+			data, bad, err := ckptFetch(t, j, ckptConnect(t, j, h1, h2), snap, FetchConfig{}, nil)
 			if err != nil || len(bad) != 0 || !bytes.Equal(data, snap.Data) {
 				t.Fatalf("%d bytes: err %v bad %v", len(snap.Data), err, bad)
 			}
@@ -532,14 +533,14 @@ func TestCkptFetchSizes(t *testing.T) {
 func TestCkptServerBadSnapshot(t *testing.T) {
 	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 40)
 	broken := *snap
-	broken.ChunkSize = 1000 // below CkptMinChunkSize
-	h, srv := ckptServe(t, &broken, CkptServeConfig{})
-	if err := srv.Prepare(); !errors.Is(err, ErrCkptSnapshot) {
-		t.Fatalf("Prepare: want ErrCkptSnapshot, got %v", err)
+	broken.ChunkSize = 1000 // below MinChunkSize
+	h, srv := ckptServe(t, &broken, ServeConfig{})
+	if err := srv.Prepare(); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("Prepare: want ErrSnapshot, got %v", err)
 	}
 	j := ckptHost(t)
-	_, _, err := ckptFetch(t, j, ckptConnect(t, j, h), snap, CkptFetchConfig{}, nil)
-	if !errors.Is(err, ErrCkptNoDonors) {
+	_, _, err := ckptFetch(t, j, ckptConnect(t, j, h), snap, FetchConfig{}, nil)
+	if !errors.Is(err, ErrNoDonors) {
 		t.Fatalf("a donor with an unservable snapshot must answer none: %v", err)
 	}
 }

@@ -1,9 +1,10 @@
-package p2p
+package ckpt
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"io"
 	"log/slog"
 	"sync"
@@ -14,33 +15,33 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 )
 
-// Defaults of CkptServeConfig.
+// Defaults of ServeConfig.
 const (
-	// CkptDefaultServeRate is a donor's default cap on chunk bytes sent per
+	// DefaultServeRate is a donor's default cap on chunk bytes sent per
 	// second, summed over its transfers: 32 MiB/s, the highest rate at which
 	// a donor's compute stayed ≥ 0.95× its idle rate on a shared 2-core
 	// machine (BenchmarkCkptDonorCompute, docs/ckpt-transfer.md).
-	CkptDefaultServeRate = 32 << 20
-	// CkptDefaultMaxTransfers is the default number of streams a donor
+	DefaultServeRate = 32 << 20
+	// DefaultMaxTransfers is the default number of streams a donor
 	// serves at once.
-	CkptDefaultMaxTransfers = 4
+	DefaultMaxTransfers = 4
 	// ckptWritePiece is the most bytes written, and paid for in the token
 	// bucket, at once.
 	ckptWritePiece = 64 << 10
 )
 
-// CkptServeConfig configures a checkpoint donor. The zero value is usable:
+// ServeConfig configures a checkpoint donor. The zero value is usable:
 // Validate fills in defaults.
-type CkptServeConfig struct {
+type ServeConfig struct {
 	// Rate caps the bytes per second of chunk data sent, summed over all
-	// transfers (a token bucket). 0 means CkptDefaultServeRate; a negative
+	// transfers (a token bucket). 0 means DefaultServeRate; a negative
 	// value means unlimited.
 	Rate int64
 	// Burst is the token bucket's depth in bytes. 0 means Rate/8, at least
 	// 256 KiB; it must be at least 64 KiB.
 	Burst int64
 	// MaxTransfers is the number of streams served at once; a joiner beyond
-	// it is told the donor is busy. 0 means CkptDefaultMaxTransfers.
+	// it is told the donor is busy. 0 means DefaultMaxTransfers.
 	MaxTransfers int
 	// IdleTimeout is how long a stream may wait for its next request.
 	// 0 means 30 s.
@@ -53,9 +54,9 @@ type CkptServeConfig struct {
 }
 
 // Validate fills in defaults and rejects impossible values.
-func (c *CkptServeConfig) Validate() error {
+func (c *ServeConfig) Validate() error {
 	if c.Rate == 0 {
-		c.Rate = CkptDefaultServeRate
+		c.Rate = DefaultServeRate
 	}
 	if c.Burst == 0 {
 		c.Burst = max(c.Rate/8, 256<<10)
@@ -64,7 +65,7 @@ func (c *CkptServeConfig) Validate() error {
 		return fmt.Errorf("p2p: ckpt burst %d bytes is below %d", c.Burst, ckptWritePiece)
 	}
 	if c.MaxTransfers == 0 {
-		c.MaxTransfers = CkptDefaultMaxTransfers
+		c.MaxTransfers = DefaultMaxTransfers
 	}
 	if c.MaxTransfers < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 {
 		return errors.New("p2p: ckpt max transfers and timeouts must not be negative")
@@ -81,23 +82,23 @@ func (c *CkptServeConfig) Validate() error {
 	return nil
 }
 
-// CkptServerStats counts what a donor has served.
-type CkptServerStats struct {
+// ServerStats counts what a donor has served.
+type ServerStats struct {
 	Transfers    int64 // streams accepted
 	Refused      int64 // streams turned away as busy
 	ChunksServed int64 // chunks sent
 	BytesServed  int64 // chunk bytes sent
 }
 
-// CkptServer is a checkpoint donor: it answers CkptProtocolID streams with
+// Server is a checkpoint donor: it answers ProtocolID streams with
 // the snapshot its get function returns, from memory, while the node keeps
-// training. Create it with ServeCheckpoints; stop it with Close.
-type CkptServer struct {
+// training. Create it with Serve; stop it with Close.
+type Server struct {
 	h      host.Host
 	get    func() *Snapshot
-	cfg    CkptServeConfig
+	cfg    ServeConfig
 	log    *slog.Logger
-	bucket *Limiter // nil when unlimited
+	bucket *p2p.Limiter // nil when unlimited
 	slots  chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -120,31 +121,31 @@ type ckptServed struct {
 	err  error
 }
 
-// ServeCheckpoints registers the checkpoint protocol on h. get returns the
+// Serve registers the checkpoint protocol on h. get returns the
 // snapshot of the current outer step, or nil before there is one; it is
 // called once per manifest request, concurrently from stream handlers, and
 // must not block. Snapshots must never be modified once returned.
-func ServeCheckpoints(h host.Host, get func() *Snapshot, cfg CkptServeConfig) (*CkptServer, error) {
+func Serve(h host.Host, get func() *Snapshot, cfg ServeConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cs := &CkptServer{
+	cs := &Server{
 		h: h, get: get, cfg: cfg,
 		log:     cfg.Logger.With("system", "ckpt"),
 		slots:   make(chan struct{}, cfg.MaxTransfers),
 		streams: make(map[network.Stream]struct{}),
 	}
 	if cfg.Rate > 0 {
-		cs.bucket = NewLimiter(cfg.Rate, cfg.Burst)
+		cs.bucket = p2p.NewLimiter(cfg.Rate, cfg.Burst)
 	}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
-	h.SetStreamHandler(CkptProtocolID, cs.handle)
+	h.SetStreamHandler(ProtocolID, cs.handle)
 	return cs, nil
 }
 
 // Stats returns the counters of what this donor has served so far.
-func (cs *CkptServer) Stats() CkptServerStats {
-	return CkptServerStats{
+func (cs *Server) Stats() ServerStats {
+	return ServerStats{
 		Transfers: cs.transfers.Load(), Refused: cs.refused.Load(),
 		ChunksServed: cs.chunks.Load(), BytesServed: cs.bytes.Load(),
 	}
@@ -154,7 +155,7 @@ func (cs *CkptServer) Stats() CkptServerStats {
 // goroutine, instead of on the first joiner's request: about 1 s per GiB of
 // one core here, which a joiner's ManifestTimeout must otherwise cover. It is
 // optional; without a snapshot it does nothing.
-func (cs *CkptServer) Prepare() error {
+func (cs *Server) Prepare() error {
 	if sv := cs.current(); sv != nil {
 		return sv.err
 	}
@@ -163,8 +164,8 @@ func (cs *CkptServer) Prepare() error {
 
 // Close unregisters the protocol, resets the streams being served and waits
 // for their handlers to return.
-func (cs *CkptServer) Close() error {
-	cs.h.RemoveStreamHandler(CkptProtocolID)
+func (cs *Server) Close() error {
+	cs.h.RemoveStreamHandler(ProtocolID)
 	cs.mu.Lock()
 	cs.closed = true
 	for s := range cs.streams {
@@ -177,7 +178,7 @@ func (cs *CkptServer) Close() error {
 }
 
 // handle serves one stream.
-func (cs *CkptServer) handle(s network.Stream) {
+func (cs *Server) handle(s network.Stream) {
 	if !cs.track(s) {
 		s.Reset()
 		return
@@ -205,7 +206,7 @@ func (cs *CkptServer) handle(s network.Stream) {
 }
 
 // track registers s so that Close can reset it; false once closed.
-func (cs *CkptServer) track(s network.Stream) bool {
+func (cs *Server) track(s network.Stream) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.closed {
@@ -217,7 +218,7 @@ func (cs *CkptServer) track(s network.Stream) bool {
 }
 
 // untrack forgets s.
-func (cs *CkptServer) untrack(s network.Stream) {
+func (cs *Server) untrack(s network.Stream) {
 	cs.mu.Lock()
 	delete(cs.streams, s)
 	cs.mu.Unlock()
@@ -225,9 +226,9 @@ func (cs *CkptServer) untrack(s network.Stream) {
 }
 
 // refuse tells a joiner that all transfer slots are taken.
-func (cs *CkptServer) refuse(s network.Stream) {
+func (cs *Server) refuse(s network.Stream) {
 	s.SetWriteDeadline(time.Now().Add(cs.cfg.WriteTimeout))
-	if err := WriteFrame(s, ckptMsgError, ckptEncodeError(ckptErrBusy, "busy")); err != nil {
+	if err := p2p.WriteFrame(s, ckptMsgError, ckptEncodeError(ckptErrBusy, "busy")); err != nil {
 		s.Reset()
 		return
 	}
@@ -235,12 +236,12 @@ func (cs *CkptServer) refuse(s network.Stream) {
 }
 
 // serve answers requests until the joiner closes its side (nil) or an error.
-func (cs *CkptServer) serve(s network.Stream) error {
+func (cs *Server) serve(s network.Stream) error {
 	var pinned *ckptServed
 	buf := make([]byte, ckptMaxRequest)
 	for {
 		s.SetReadDeadline(time.Now().Add(cs.cfg.IdleTimeout))
-		typ, p, err := ReadFrame(s, ckptMaxRequest, buf)
+		typ, p, err := p2p.ReadFrame(s, ckptMaxRequest, buf)
 		if err == io.EOF {
 			return nil
 		}
@@ -253,7 +254,7 @@ func (cs *CkptServer) serve(s network.Stream) error {
 		case ckptMsgChunkReq:
 			err = cs.sendChunk(s, pinned, p)
 		default:
-			err = fmt.Errorf("%w: message type %d from joiner", ErrCkptProtocol, typ)
+			err = fmt.Errorf("%w: message type %d from joiner", ErrProtocol, typ)
 		}
 		if err != nil {
 			return err
@@ -263,7 +264,7 @@ func (cs *CkptServer) serve(s network.Stream) error {
 
 // answerManifest sends the manifest of the current snapshot and returns it
 // when it matches the wanted step and hash (the stream then pins it).
-func (cs *CkptServer) answerManifest(s network.Stream, p []byte) (*ckptServed, error) {
+func (cs *Server) answerManifest(s network.Stream, p []byte) (*ckptServed, error) {
 	step, hash, err := ckptDecodeManifestReq(p)
 	if err != nil {
 		return nil, err
@@ -281,12 +282,12 @@ func (cs *CkptServer) answerManifest(s network.Stream, p []byte) (*ckptServed, e
 		payload = sv.enc
 	}
 	s.SetWriteDeadline(time.Now().Add(cs.cfg.WriteTimeout))
-	return sv, WriteFrame(s, ckptMsgManifest, payload)
+	return sv, p2p.WriteFrame(s, ckptMsgManifest, payload)
 }
 
 // current returns the latest snapshot with its manifest, hashing it on first
 // use; nil when the node has none.
-func (cs *CkptServer) current() *ckptServed {
+func (cs *Server) current() *ckptServed {
 	snap := cs.get()
 	if snap == nil {
 		return nil
@@ -310,20 +311,20 @@ func (cs *CkptServer) current() *ckptServed {
 }
 
 // sendChunk sends one chunk of the pinned snapshot, paced by the bucket.
-func (cs *CkptServer) sendChunk(s network.Stream, sv *ckptServed, p []byte) error {
+func (cs *Server) sendChunk(s network.Stream, sv *ckptServed, p []byte) error {
 	i, err := ckptDecodeChunkReq(p)
 	if err != nil {
 		return err
 	}
 	if sv == nil {
-		return fmt.Errorf("%w: chunk request before an agreeing manifest", ErrCkptProtocol)
+		return fmt.Errorf("%w: chunk request before an agreeing manifest", ErrProtocol)
 	}
 	if i >= len(sv.man.chunks) {
-		return fmt.Errorf("%w: chunk %d of %d", ErrCkptProtocol, i, len(sv.man.chunks))
+		return fmt.Errorf("%w: chunk %d of %d", ErrProtocol, i, len(sv.man.chunks))
 	}
 	off, end := sv.man.chunkRange(i)
 	w := &ckptPacedWriter{s: s, cs: cs}
-	if err := WriteFrame(w, ckptMsgChunk, sv.snap.Data[off:end]); err != nil {
+	if err := p2p.WriteFrame(w, ckptMsgChunk, sv.snap.Data[off:end]); err != nil {
 		return err
 	}
 	cs.chunks.Add(1)
@@ -335,7 +336,7 @@ func (cs *CkptServer) sendChunk(s network.Stream, sv *ckptServed, p []byte) erro
 // donor's token bucket and written under its own deadline.
 type ckptPacedWriter struct {
 	s  network.Stream
-	cs *CkptServer
+	cs *Server
 }
 
 // Write implements io.Writer.

@@ -1,4 +1,4 @@
-package p2p
+package ckpt
 
 import (
 	"crypto/sha256"
@@ -30,11 +30,11 @@ const (
 	ckptHeaderSize = 40
 )
 
-// CkptDefaultChunkSize is the chunk size of a snapshot whose ChunkSize is 0: 1 MiB.
-const CkptDefaultChunkSize = 1 << 20
+// DefaultChunkSize is the chunk size of a snapshot whose ChunkSize is 0: 1 MiB.
+const DefaultChunkSize = 1 << 20
 
-// ErrCkptSnapshot is returned (wrapped) when snapshot data is malformed.
-var ErrCkptSnapshot = errors.New("p2p: malformed checkpoint snapshot")
+// ErrSnapshot is returned (wrapped) when snapshot data is malformed.
+var ErrSnapshot = errors.New("p2p: malformed checkpoint snapshot")
 
 // Snapshot is an immutable serialized model state of one outer step: the node
 // builds it with EncodeSnapshot after each outer step and hands it to the
@@ -48,8 +48,8 @@ type Snapshot struct {
 	Hash string
 	// Data is the container described above (EncodeSnapshot).
 	Data []byte
-	// ChunkSize is the transfer unit in bytes; 0 means CkptDefaultChunkSize.
-	// It must lie in [CkptMinChunkSize, CkptMaxChunkSize].
+	// ChunkSize is the transfer unit in bytes; 0 means DefaultChunkSize.
+	// It must lie in [MinChunkSize, MaxChunkSize].
 	ChunkSize int
 }
 
@@ -67,7 +67,7 @@ func EncodeSnapshot(step uint64, theta0, v []float32, state []byte) *Snapshot {
 	off += ckptPutFloats(data[ckptHeaderSize+off:], v)
 	copy(data[ckptHeaderSize+off:], state)
 	sum := sha256.Sum256(data[ckptHeaderSize : ckptHeaderSize+4*len(theta0)])
-	return &Snapshot{Step: step, Hash: hex.EncodeToString(sum[:]), Data: data, ChunkSize: CkptDefaultChunkSize}
+	return &Snapshot{Step: step, Hash: hex.EncodeToString(sum[:]), Data: data, ChunkSize: DefaultChunkSize}
 }
 
 // DecodeSnapshot parses a snapshot container (Snapshot.Data) and returns
@@ -84,8 +84,8 @@ func DecodeSnapshot(data []byte) (theta0, v []float32, state []byte, err error) 
 	return theta0, v, state, nil
 }
 
-// CkptSnapshotStep returns the outer step recorded in a snapshot container.
-func CkptSnapshotStep(data []byte) (uint64, error) {
+// SnapshotStep returns the outer step recorded in a snapshot container.
+func SnapshotStep(data []byte) (uint64, error) {
 	if _, err := ckptParseHeader(data); err != nil {
 		return 0, err
 	}
@@ -101,10 +101,10 @@ type ckptLayout struct {
 // returns the offsets of its parts. The lengths must add up to len(data).
 func ckptParseHeader(data []byte) (ckptLayout, error) {
 	if len(data) < ckptHeaderSize {
-		return ckptLayout{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrCkptSnapshot, len(data), ckptHeaderSize)
+		return ckptLayout{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrSnapshot, len(data), ckptHeaderSize)
 	}
 	if string(data[:4]) != ckptMagic || binary.LittleEndian.Uint32(data[4:]) != 0 {
-		return ckptLayout{}, fmt.Errorf("%w: bad magic %q", ErrCkptSnapshot, data[:4])
+		return ckptLayout{}, fmt.Errorf("%w: bad magic %q", ErrSnapshot, data[:4])
 	}
 	nTheta := binary.LittleEndian.Uint64(data[16:])
 	nV := binary.LittleEndian.Uint64(data[24:])
@@ -115,7 +115,7 @@ func ckptParseHeader(data []byte) (ckptLayout, error) {
 	if nTheta > rest/4 || nV > rest/4 || nState > rest ||
 		4*nTheta > rest-nState || 4*nV > rest-nState-4*nTheta || 4*nTheta+4*nV+nState != rest {
 		return ckptLayout{}, fmt.Errorf("%w: lengths θ₀ %d, v %d, state %d do not fill %d bytes",
-			ErrCkptSnapshot, nTheta, nV, nState, rest)
+			ErrSnapshot, nTheta, nV, nState, rest)
 	}
 	l := ckptLayout{thetaOff: ckptHeaderSize}
 	l.vOff = l.thetaOff + int(4*nTheta)

@@ -1,4 +1,4 @@
-package p2p
+package ckpt
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"errors"
 	"math"
 	"testing"
-	"time"
 )
 
 // ckptFloats returns n deterministic float32 values, none of them zero.
@@ -44,7 +43,7 @@ func TestCkptSnapshotRoundTrip(t *testing.T) {
 			if s.Hash != hex.EncodeToString(sum[:]) {
 				t.Fatalf("hash %s is not sha256 of θ₀'s little-endian bytes", s.Hash)
 			}
-			if s.Step != 42 || s.ChunkSize != CkptDefaultChunkSize {
+			if s.Step != 42 || s.ChunkSize != DefaultChunkSize {
 				t.Fatalf("step %d chunk size %d", s.Step, s.ChunkSize)
 			}
 			gt, gv, gs, err := DecodeSnapshot(s.Data)
@@ -54,7 +53,7 @@ func TestCkptSnapshotRoundTrip(t *testing.T) {
 			if !ckptFloatsEqual(gt, theta) || !ckptFloatsEqual(gv, v) || !bytes.Equal(gs, tc.state) {
 				t.Fatalf("round trip differs: θ %d/%d v %d/%d state %q", len(gt), len(theta), len(gv), len(v), gs)
 			}
-			if st, err := CkptSnapshotStep(s.Data); err != nil || st != 42 {
+			if st, err := SnapshotStep(s.Data); err != nil || st != 42 {
 				t.Fatalf("step %d err %v", st, err)
 			}
 		})
@@ -96,8 +95,8 @@ func TestCkptDecodeSnapshotRejects(t *testing.T) {
 		{"sum overflows", set(24, math.MaxUint64/4)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, _, err := DecodeSnapshot(tc.data); !errors.Is(err, ErrCkptSnapshot) {
-				t.Fatalf("want ErrCkptSnapshot, got %v", err)
+			if _, _, _, err := DecodeSnapshot(tc.data); !errors.Is(err, ErrSnapshot) {
+				t.Fatalf("want ErrSnapshot, got %v", err)
 			}
 		})
 	}
@@ -134,7 +133,7 @@ func ckptTestManifest(t testing.TB, cs int) *ckptManifest {
 }
 
 func TestCkptManifestRoundTrip(t *testing.T) {
-	m := ckptTestManifest(t, CkptMinChunkSize)
+	m := ckptTestManifest(t, MinChunkSize)
 	if len(m.chunks) != 3 { // 40 header + 2·cs bytes of floats + 2 → 3 chunks
 		t.Fatalf("%d chunks for %d bytes", len(m.chunks), m.total)
 	}
@@ -154,7 +153,7 @@ func TestCkptManifestRoundTrip(t *testing.T) {
 }
 
 func TestCkptDecodeManifestRejects(t *testing.T) {
-	m := ckptTestManifest(t, CkptMinChunkSize)
+	m := ckptTestManifest(t, MinChunkSize)
 	good := m.encode()
 	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	for _, tc := range []struct {
@@ -165,8 +164,8 @@ func TestCkptDecodeManifestRejects(t *testing.T) {
 		{"count beyond payload", mod(func(b []byte) []byte { binary.BigEndian.PutUint32(b[85:], 4); return b })},
 		{"count huge", mod(func(b []byte) []byte { binary.BigEndian.PutUint32(b[85:], math.MaxUint32); return b })},
 		{"truncated hashes", good[:len(good)-1]},
-		{"chunk size small", mod(func(b []byte) []byte { binary.BigEndian.PutUint32(b[41:], CkptMinChunkSize-1); return b })},
-		{"chunk size large", mod(func(b []byte) []byte { binary.BigEndian.PutUint32(b[41:], CkptMaxChunkSize+1); return b })},
+		{"chunk size small", mod(func(b []byte) []byte { binary.BigEndian.PutUint32(b[41:], MinChunkSize-1); return b })},
+		{"chunk size large", mod(func(b []byte) []byte { binary.BigEndian.PutUint32(b[41:], MaxChunkSize+1); return b })},
 		{"total too big for chunks", mod(func(b []byte) []byte { binary.BigEndian.PutUint64(b[45:], uint64(m.total)+1<<20); return b })},
 		{"total too small for chunks", mod(func(b []byte) []byte { binary.BigEndian.PutUint64(b[45:], 100); return b })},
 		{"root mismatch", mod(func(b []byte) []byte { b[60] ^= 1; return b })},
@@ -175,15 +174,15 @@ func TestCkptDecodeManifestRejects(t *testing.T) {
 		{"mismatch with hashes", mod(func(b []byte) []byte { b[0] = ckptStatusMismatch; return b })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := ckptDecodeManifest(tc.p); !errors.Is(err, ErrCkptProtocol) {
-				t.Fatalf("want ErrCkptProtocol, got %v", err)
+			if _, err := ckptDecodeManifest(tc.p); !errors.Is(err, ErrProtocol) {
+				t.Fatalf("want ErrProtocol, got %v", err)
 			}
 		})
 	}
 }
 
 func FuzzCkptDecodeManifest(f *testing.F) {
-	f.Add(ckptTestManifest(f, CkptMinChunkSize).encode())
+	f.Add(ckptTestManifest(f, MinChunkSize).encode())
 	f.Add((&ckptManifest{status: ckptStatusMismatch, step: 1}).encode())
 	f.Add(make([]byte, ckptManifestFixed))
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -225,42 +224,4 @@ func FuzzCkptDecodeRequests(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestCkptBucket(t *testing.T) {
-	now := time.Unix(0, 0)
-	b := newLimiter(1000, 500, func() time.Time { return now })
-	steps := []struct {
-		advance time.Duration
-		take    int
-		want    time.Duration
-	}{
-		{0, 500, 0},                      // the full burst is free
-		{0, 100, 100 * time.Millisecond}, // then 1000 B/s
-		{0, 100, 200 * time.Millisecond}, // debts queue up
-		{time.Second, 100, 0},            // a second repays 1000 B, capped at burst
-		{10 * time.Second, 400, 0},       // never more than burst saved
-		{0, 200, 100 * time.Millisecond},
-	}
-	for i, s := range steps {
-		now = now.Add(s.advance)
-		if got := b.reserve(s.take); got != s.want {
-			t.Fatalf("step %d: wait %v, want %v", i, got, s.want)
-		}
-	}
-}
-
-// TestLimiterLargerThanBurst: a Wait larger than the burst is allowed and
-// waits for its debt, so the long-run rate still holds (node's
-// --max-send-rate sends chunk messages larger than its burst).
-func TestLimiterLargerThanBurst(t *testing.T) {
-	now := time.Unix(0, 0)
-	b := newLimiter(1000, 100, func() time.Time { return now })
-	if d := b.reserve(600); d != 500*time.Millisecond {
-		t.Fatalf("600 bytes from a full 100-byte bucket at 1000 B/s: wait %v, want 500ms", d)
-	}
-	now = now.Add(500 * time.Millisecond)
-	if d := b.reserve(100); d != 100*time.Millisecond {
-		t.Fatalf("next 100 bytes: wait %v, want 100ms", d)
-	}
 }

@@ -1,4 +1,4 @@
-package p2p
+package ckpt
 
 import (
 	"bytes"
@@ -9,12 +9,12 @@ import (
 	"fmt"
 )
 
-// CkptProtocolID is the stream protocol of live checkpoint transfer. A joiner
+// ProtocolID is the stream protocol of live checkpoint transfer. A joiner
 // opens one stream per donor, asks for the donor's manifest, then requests
 // chunks of that manifest's snapshot on the same stream, several in flight.
 // The donor pins the snapshot of its manifest for the life of the stream.
 //
-// Frames (WriteFrame/ReadFrame), all integers big-endian:
+// Frames (p2p.WriteFrame/p2p.ReadFrame), all integers big-endian:
 //
 //	joiner → donor  ckptMsgManifestReq  step u64, model hash [32]
 //	donor → joiner  ckptMsgManifest     status u8, step u64, model hash [32],
@@ -27,13 +27,13 @@ import (
 // root is the SHA-256 of the n chunk hashes concatenated: a commitment to
 // every byte of the payload. A manifest for another step or model hash than
 // requested has status ckptStatusMismatch and no chunk hashes.
-const CkptProtocolID = "/intellect/ckpt/1.0.0"
+const ProtocolID = "/intellect/ckpt/1.0.0"
 
 // Size limits of the checkpoint protocol, checked before allocating.
 const (
-	// CkptMinChunkSize and CkptMaxChunkSize bound a manifest's chunk size.
-	CkptMinChunkSize = 64 << 10
-	CkptMaxChunkSize = 16 << 20
+	// MinChunkSize and MaxChunkSize bound a manifest's chunk size.
+	MinChunkSize = 64 << 10
+	MaxChunkSize = 16 << 20
 	// ckptMaxChunks bounds the chunk count of a manifest (8 MiB of hashes):
 	// 256 GiB at the default 1 MiB chunks.
 	ckptMaxChunks = 1 << 18
@@ -47,7 +47,7 @@ const (
 	ckptMaxErrorText = 200
 )
 
-// Message types of CkptProtocolID. Append only, never renumber.
+// Message types of ProtocolID. Append only, never renumber.
 const (
 	ckptMsgManifestReq uint8 = 1
 	ckptMsgManifest    uint8 = 2
@@ -68,9 +68,9 @@ const (
 	ckptErrBusy uint8 = 1 // the donor serves its maximum of transfers
 )
 
-// ErrCkptProtocol is returned (wrapped) for a malformed or unexpected message
+// ErrProtocol is returned (wrapped) for a malformed or unexpected message
 // of the checkpoint protocol.
-var ErrCkptProtocol = errors.New("p2p: checkpoint protocol violation")
+var ErrProtocol = errors.New("p2p: checkpoint protocol violation")
 
 // ckptManifest describes a snapshot as a donor serves it.
 type ckptManifest struct {
@@ -138,7 +138,7 @@ func (m *ckptManifest) encode() []byte {
 // hash list is allocated.
 func ckptDecodeManifest(p []byte) (*ckptManifest, error) {
 	if len(p) < ckptManifestFixed {
-		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrCkptProtocol, len(p))
+		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrProtocol, len(p))
 	}
 	m := &ckptManifest{status: p[0], step: binary.BigEndian.Uint64(p[1:])}
 	copy(m.modelHash[:], p[9:41])
@@ -147,17 +147,17 @@ func ckptDecodeManifest(p []byte) (*ckptManifest, error) {
 	copy(m.root[:], p[53:85])
 	n := binary.BigEndian.Uint32(p[85:])
 	if uint64(len(p)-ckptManifestFixed) != 32*uint64(n) {
-		return nil, fmt.Errorf("%w: manifest announces %d chunk hashes in %d bytes", ErrCkptProtocol, n, len(p))
+		return nil, fmt.Errorf("%w: manifest announces %d chunk hashes in %d bytes", ErrProtocol, n, len(p))
 	}
 	if m.status != ckptStatusOK {
 		if m.status > ckptStatusNone || n != 0 || cs != 0 || total != 0 || m.root != [32]byte{} {
-			return nil, fmt.Errorf("%w: manifest status %d with %d chunks", ErrCkptProtocol, m.status, n)
+			return nil, fmt.Errorf("%w: manifest status %d with %d chunks", ErrProtocol, m.status, n)
 		}
 		return m, nil
 	}
-	if cs < CkptMinChunkSize || cs > CkptMaxChunkSize || total < ckptHeaderSize || n > ckptMaxChunks ||
+	if cs < MinChunkSize || cs > MaxChunkSize || total < ckptHeaderSize || n > ckptMaxChunks ||
 		total > uint64(n)*uint64(cs) || total <= uint64(n-1)*uint64(cs) {
-		return nil, fmt.Errorf("%w: manifest chunk size %d, %d chunks, %d bytes", ErrCkptProtocol, cs, n, total)
+		return nil, fmt.Errorf("%w: manifest chunk size %d, %d chunks, %d bytes", ErrProtocol, cs, n, total)
 	}
 	m.chunkSize, m.total = int(cs), int64(total)
 	m.chunks = make([][32]byte, n)
@@ -165,7 +165,7 @@ func ckptDecodeManifest(p []byte) (*ckptManifest, error) {
 		copy(m.chunks[i][:], p[ckptManifestFixed+32*i:])
 	}
 	if r := ckptRoot(m.chunks); r != m.root {
-		return nil, fmt.Errorf("%w: manifest root does not match its chunk hashes", ErrCkptProtocol)
+		return nil, fmt.Errorf("%w: manifest root does not match its chunk hashes", ErrProtocol)
 	}
 	return m, nil
 }
@@ -174,16 +174,16 @@ func ckptDecodeManifest(p []byte) (*ckptManifest, error) {
 func ckptBuildManifest(s *Snapshot) (*ckptManifest, error) {
 	cs := s.ChunkSize
 	if cs == 0 {
-		cs = CkptDefaultChunkSize
+		cs = DefaultChunkSize
 	}
 	h, err := ckptParseHash(s.Hash)
 	if err != nil {
 		return nil, err
 	}
 	total := int64(len(s.Data))
-	if cs < CkptMinChunkSize || cs > CkptMaxChunkSize || total < ckptHeaderSize ||
+	if cs < MinChunkSize || cs > MaxChunkSize || total < ckptHeaderSize ||
 		ckptNumChunks(total, cs) > ckptMaxChunks {
-		return nil, fmt.Errorf("%w: chunk size %d for %d bytes", ErrCkptSnapshot, cs, total)
+		return nil, fmt.Errorf("%w: chunk size %d for %d bytes", ErrSnapshot, cs, total)
 	}
 	m := &ckptManifest{status: ckptStatusOK, step: s.Step, modelHash: h, chunkSize: cs, total: total}
 	m.chunks = make([][32]byte, ckptNumChunks(total, cs))
@@ -200,7 +200,7 @@ func ckptParseHash(s string) ([32]byte, error) {
 	var h [32]byte
 	b, err := hex.DecodeString(s)
 	if err != nil || len(b) != 32 {
-		return h, fmt.Errorf("%w: model hash %q is not 64 hex digits", ErrCkptSnapshot, s)
+		return h, fmt.Errorf("%w: model hash %q is not 64 hex digits", ErrSnapshot, s)
 	}
 	copy(h[:], b)
 	return h, nil
@@ -217,7 +217,7 @@ func ckptEncodeManifestReq(step uint64, hash [32]byte) []byte {
 // ckptDecodeManifestReq parses a ckptMsgManifestReq payload.
 func ckptDecodeManifestReq(p []byte) (step uint64, hash [32]byte, err error) {
 	if len(p) != 8+32 {
-		return 0, hash, fmt.Errorf("%w: manifest request of %d bytes", ErrCkptProtocol, len(p))
+		return 0, hash, fmt.Errorf("%w: manifest request of %d bytes", ErrProtocol, len(p))
 	}
 	copy(hash[:], p[8:])
 	return binary.BigEndian.Uint64(p), hash, nil
@@ -231,7 +231,7 @@ func ckptEncodeChunkReq(index int) []byte {
 // ckptDecodeChunkReq parses a ckptMsgChunkReq payload.
 func ckptDecodeChunkReq(p []byte) (int, error) {
 	if len(p) != 4 {
-		return 0, fmt.Errorf("%w: chunk request of %d bytes", ErrCkptProtocol, len(p))
+		return 0, fmt.Errorf("%w: chunk request of %d bytes", ErrProtocol, len(p))
 	}
 	return int(binary.BigEndian.Uint32(p)), nil
 }
@@ -248,7 +248,7 @@ func ckptEncodeError(code uint8, text string) []byte {
 // printable ASCII before it reaches a log.
 func ckptDecodeError(p []byte) (code uint8, text string, err error) {
 	if len(p) < 1 || len(p) > 1+ckptMaxErrorText {
-		return 0, "", fmt.Errorf("%w: error frame of %d bytes", ErrCkptProtocol, len(p))
+		return 0, "", fmt.Errorf("%w: error frame of %d bytes", ErrProtocol, len(p))
 	}
 	t := bytes.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e {

@@ -1,4 +1,4 @@
-package p2p
+package ckpt
 
 import (
 	"bytes"
@@ -41,7 +41,7 @@ func TestCkptWANNode(t *testing.T) {
 	}
 	idx, _ := strconv.Atoi(os.Getenv("WAN_INDEX"))
 	addrs := strings.Split(os.Getenv("WAN_ADDRS"), ",")
-	snap := ckptTestSnapshot(5, 64<<20, CkptDefaultChunkSize, 77)
+	snap := ckptTestSnapshot(5, 64<<20, DefaultChunkSize, 77)
 	h := ckptWANHost(t, idx, addrs[idx])
 	if idx > 0 {
 		ckptWANDonor(t, h, snap)
@@ -107,7 +107,7 @@ func ckptWANDial(t *testing.T, h host.Host, i int, addr string) peer.ID {
 // ckptWANDonor serves snap (checkpoint protocol at the default rate limit,
 // and the raw baseline) until the joiner says it is done.
 func ckptWANDonor(t *testing.T, h host.Host, snap *Snapshot) {
-	srv, err := ServeCheckpoints(h, func() *Snapshot { return snap }, CkptServeConfig{})
+	srv, err := Serve(h, func() *Snapshot { return snap }, ServeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func ckptWANJoiner(t *testing.T, h host.Host, ids []peer.ID, snap *Snapshot) {
 	}
 	fetch := func(donors []peer.ID) func() error {
 		return func() error {
-			_, _, err := FetchCheckpoint(context.Background(), h, donors, CkptFetchSpec{snap.Step, snap.Hash}, CkptFetchConfig{}, nil)
+			_, _, err := Fetch(context.Background(), h, donors, FetchSpec{snap.Step, snap.Hash}, FetchConfig{}, nil)
 			return err
 		}
 	}
