@@ -138,7 +138,7 @@ bench-train:
 bench-net:
 	$(GO) test ./mesh -run XXX -bench 'SimAgreement|Codec$$'
 	$(GO) test ./mesh/collective -run XXX -bench 'Int8Codec'
-	$(GO) test ./p2p -run XXX -bench 'AllReduceLoopback|AllReduceLinks' -benchtime 5x
+	$(GO) test ./p2p/ring -run XXX -bench 'AllReduceLoopback|AllReduceLinks' -benchtime 5x
 	$(GO) test ./p2p -run XXX -bench 'StreamThroughput|GossipLatency|Join' -benchtime 10x
 	$(GO) test ./p2p/ckpt -run XXX -bench 'CkptJoin' -benchtime 10x
 	$(GO) test ./p2p/ckpt -run XXX -bench 'CkptDonorCompute' -benchtime 20x
@@ -148,7 +148,7 @@ fuzz:
 	$(GO) test ./mesh -run XXX -fuzz '^FuzzDecode$$' -fuzztime 30s
 	$(GO) test ./mesh -run XXX -fuzz '^FuzzStep$$' -fuzztime 30s
 	$(GO) test ./mesh/collective -run XXX -fuzz '^FuzzChunkDecode$$' -fuzztime 30s
-	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
+	$(GO) test ./p2p/ring -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
 	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeIdentity$$' -fuzztime 30s
 	$(GO) test ./p2p/ckpt -run XXX -fuzz '^FuzzCkptDecodeManifest$$' -fuzztime 30s
 	$(GO) test ./p2p/ckpt -run XXX -fuzz '^FuzzCkptDecodeSnapshot$$' -fuzztime 30s

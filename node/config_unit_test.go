@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -325,9 +325,9 @@ func TestFailureCauseTable(t *testing.T) {
 		{fmt.Errorf("attempt: %w", &deadMemberError{peer: "x"}), "peer"},
 		{&collective.PeerError{Rank: 1, Err: errors.New("reset")}, "peer"},
 		{fmt.Errorf("ring: %w", &collective.PeerError{Rank: 0}), "peer"},
-		{&p2p.RingPeerError{Rank: 2}, "peer"},
+		{&ring.PeerError{Rank: 2}, "peer"},
 		{&collective.PeerError{Rank: 1, Err: context.DeadlineExceeded}, "peer"},
-		{&p2p.RingPeerError{Rank: 1, Err: &collective.PeerError{Err: context.Canceled}}, "peer"},
+		{&ring.PeerError{Rank: 1, Err: &collective.PeerError{Err: context.Canceled}}, "peer"},
 		{context.DeadlineExceeded, "timeout"},
 		{fmt.Errorf("send: %w", context.DeadlineExceeded), "timeout"},
 		{context.Canceled, "canceled"},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -178,7 +179,7 @@ func (m *metrics) handler() http.Handler {
 func failureCause(err error) string {
 	var dead *deadMemberError
 	var pe *collective.PeerError
-	var rpe *p2p.RingPeerError
+	var rpe *ring.PeerError
 	switch {
 	case errors.As(err, &dead) || errors.As(err, &pe) || errors.As(err, &rpe):
 		return "peer"

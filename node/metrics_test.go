@@ -12,6 +12,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -120,7 +121,7 @@ next:
 func TestFailureCause(t *testing.T) {
 	for err, want := range map[error]string{
 		&deadMemberError{peer: "x"}:   "peer",
-		&p2p.RingPeerError{Rank: 2}:   "peer",
+		&ring.PeerError{Rank: 2}:      "peer",
 		context.DeadlineExceeded:      "timeout",
 		context.Canceled:              "canceled",
 		errors.New("something broke"): "other",

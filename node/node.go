@@ -15,6 +15,7 @@ import (
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,7 @@ type Node struct {
 	log *slog.Logger
 
 	host   *p2p.Host
-	ar     *p2p.AllReduceService
+	ar     *ring.Service
 	ckpt   *ckpt.Server
 	engine train.Engine
 	outer  *train.Outer
@@ -238,7 +239,7 @@ func (n *Node) evalInitial() error {
 // gossip, and the mesh goroutine.
 func (n *Node) start(ctx context.Context) error {
 	var err error
-	if n.ar, err = p2p.NewAllReduceService(n.host.Libp2p(), p2p.AllReduceServiceConfig{
+	if n.ar, err = ring.NewService(n.host.Libp2p(), ring.ServiceConfig{
 		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -184,26 +184,26 @@ type testReducer struct {
 	self mesh.PeerID
 }
 
-func (r testReducer) attempt(ctx context.Context, ring *mesh.Ring, b collective.Buffers) (p2p.RingStats, error) {
+func (r testReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
 	r.s.mu.Lock()
-	ts := r.s.rings[ring.ID]
+	ts := r.s.rings[rg.ID]
 	if ts == nil {
-		ts = collective.NewMemRing(len(ring.Members), r.cfg.Shards)
-		r.s.rings[ring.ID] = ts
+		ts = collective.NewMemRing(len(rg.Members), r.cfg.Shards)
+		r.s.rings[rg.ID] = ts
 	}
-	victim := r.s.kill[ring.ID]
+	victim := r.s.kill[rg.ID]
 	r.s.mu.Unlock()
-	rank := ring.Rank(r.self)
+	rank := rg.Rank(r.self)
 	var tr collective.Transport = ts[rank]
 	if victim == r.self {
 		tr = &dyingTransport{MemTransport: ts[rank], sendsLeft: 2}
 	}
-	_, err := collective.AllReduceInto(ctx, tr, rank, ring.Weights, b, r.cfg)
-	return p2p.RingStats{}, err
+	_, err := collective.AllReduceInto(ctx, tr, rank, rg.Weights, b, r.cfg)
+	return ring.Stats{}, err
 }
 
-func (r testReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
-	rank, k := ring.Rank(r.self), len(ring.Members)
+func (r testReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
+	rank, k := rg.Rank(r.self), len(rg.Members)
 	bad := (rank - 1 + k) % k
 	var pe *collective.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < k {
@@ -212,7 +212,7 @@ func (r testReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
 	if bad == rank {
 		bad = (rank + 1) % k
 	}
-	return ring.Members[bad]
+	return rg.Members[bad]
 }
 
 // dyingTransport kills its member after a number of sends.

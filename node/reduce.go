@@ -6,14 +6,14 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 )
 
 // reducer runs one all-reduce attempt over a decided ring: b.Dst ← the
 // weighted mean of the members' vectors, this member's being b.Src (left as
 // is, as is b.ResIn, when the attempt fails).
 type reducer interface {
-	attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (p2p.RingStats, error)
+	attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (ring.Stats, error)
 	// failed records a failed attempt and names the member to blame.
 	failed(r *mesh.Ring, err error) mesh.PeerID
 }
@@ -22,7 +22,7 @@ type reducer interface {
 type outcome struct {
 	step     uint64
 	ring     *mesh.Ring // the ring of the attempt that succeeded
-	stats    p2p.RingStats
+	stats    ring.Stats
 	attempts int
 	took     time.Duration // from Ready to the average
 	fetch    *meshEvent    // the mesh asked for a model fetch instead

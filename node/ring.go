@@ -7,39 +7,39 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // ringReducer is the reducer of a running node: one attempt of the int8
-// ring all-reduce over libp2p streams (p2p.AllReduceService).
+// ring all-reduce over libp2p streams (ring.Service).
 type ringReducer struct{ n *Node }
 
-func (r ringReducer) attempt(ctx context.Context, ring *mesh.Ring, b collective.Buffers) (p2p.RingStats, error) {
-	return r.n.allReduce(ctx, ring, b)
+func (r ringReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
+	return r.n.allReduce(ctx, rg, b)
 }
 
-func (r ringReducer) failed(ring *mesh.Ring, err error) mesh.PeerID {
-	bad := r.n.culprit(ring, err)
+func (r ringReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
+	bad := r.n.culprit(rg, err)
 	r.n.met.arFailures.WithLabelValues(failureCause(err)).Inc()
-	r.n.log.Warn("all-reduce failed", "step", ring.Step+1, "ring", ring.ID, "members", len(ring.Members), "culprit", bad, "err", err)
+	r.n.log.Warn("all-reduce failed", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "culprit", bad, "err", err)
 	return bad
 }
 
 // allReduce runs one attempt over ring r: b.Dst ← weighted mean of the
 // members' pseudo-gradients, this member's being b.Src. The attempt is
-// p2p.AllReduce's; the node adds the abort on a dead member (inflight).
-func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers) (p2p.RingStats, error) {
+// ring.AllReduce's; the node adds the abort on a dead member (inflight).
+func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
 	spec, err := n.ringSpec(r)
 	if err != nil {
-		return p2p.RingStats{}, err
+		return ring.Stats{}, err
 	}
 	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", spec.Self)
 	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
 	defer cancel()
 	actx = n.inflight.begin(actx, r)
 	defer n.inflight.end()
-	_, stats, err := p2p.AllReduce(actx, n.ar, spec, r.Weights, b, allReduceConfig(n.cfg))
+	_, stats, err := ring.AllReduce(actx, n.ar, spec, r.Weights, b, allReduceConfig(n.cfg))
 	if err != nil {
 		var dead *deadMemberError
 		if errors.As(context.Cause(actx), &dead) {
@@ -51,21 +51,21 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers
 }
 
 // ringSpec describes the attempt over ring r for p2p (Shards is filled in
-// by p2p.AllReduce from the all-reduce config).
-func (n *Node) ringSpec(r *mesh.Ring) (p2p.RingSpec, error) {
+// by ring.AllReduce from the all-reduce config).
+func (n *Node) ringSpec(r *mesh.Ring) (ring.Spec, error) {
 	rank := r.Rank(n.self)
 	if rank < 0 {
-		return p2p.RingSpec{}, fmt.Errorf("node: not a member of ring %s", r.ID)
+		return ring.Spec{}, fmt.Errorf("node: not a member of ring %s", r.ID)
 	}
 	members := make([]peer.ID, len(r.Members))
 	for i, id := range r.Members {
 		pid, err := peerID(id)
 		if err != nil {
-			return p2p.RingSpec{}, err
+			return ring.Spec{}, err
 		}
 		members[i] = pid
 	}
-	return p2p.RingSpec{ID: r.ID, Step: r.Step, Members: members, Self: rank, SendRate: n.sendRate}, nil
+	return ring.Spec{ID: r.ID, Step: r.Step, Members: members, Self: rank, SendRate: n.sendRate}, nil
 }
 
 // culprit names the ring member to report for a failed attempt: the member
@@ -75,7 +75,7 @@ func (n *Node) culprit(r *mesh.Ring, err error) mesh.PeerID {
 	rank := r.Rank(n.self)
 	bad := (rank - 1 + k) % k
 	var pe *collective.PeerError
-	var rpe *p2p.RingPeerError
+	var rpe *ring.PeerError
 	var dead *deadMemberError
 	switch {
 	case errors.As(err, &dead):

@@ -14,7 +14,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +40,7 @@ func TestCulpritTable(t *testing.T) {
 		{"nil error: left neighbour", "b", abc, nil, "a"},
 		{"dead member", "b", abc, &deadMemberError{peer: "c"}, "c"},
 		{"dead member wrapped", "b", abc, fmt.Errorf("attempt: %w", &deadMemberError{peer: "a"}), "a"},
-		{"dead member beats a PeerError", "b", abc, &p2p.RingPeerError{Rank: 0, Err: &deadMemberError{peer: "c"}}, "c"},
+		{"dead member beats a PeerError", "b", abc, &ring.PeerError{Rank: 0, Err: &deadMemberError{peer: "c"}}, "c"},
 		{"mesh PeerError rank 2", "b", abc, &collective.PeerError{Rank: 2}, "c"},
 		{"mesh PeerError rank 0", "b", abc, &collective.PeerError{Rank: 0, Relayed: true}, "a"},
 		{"mesh PeerError wrapped", "a", abc, fmt.Errorf("x: %w", &collective.PeerError{Rank: 1}), "b"},
@@ -48,11 +48,11 @@ func TestCulpritTable(t *testing.T) {
 		{"mesh PeerError naming self at the end: wraps", "c", abc, &collective.PeerError{Rank: 2}, "a"},
 		{"mesh PeerError rank too large: left neighbour", "b", abc, &collective.PeerError{Rank: 3}, "a"},
 		{"mesh PeerError rank negative: left neighbour", "b", abc, &collective.PeerError{Rank: -1}, "a"},
-		{"p2p RingPeerError rank 2", "b", abc, &p2p.RingPeerError{Rank: 2}, "c"},
-		{"p2p rank wins over its mesh error", "b", abc, &p2p.RingPeerError{Rank: 2, Err: &collective.PeerError{Rank: 0}}, "c"},
-		{"p2p rank out of range: its mesh error", "b", abc, &p2p.RingPeerError{Rank: 7, Err: &collective.PeerError{Rank: 2}}, "c"},
-		{"p2p rank negative, no mesh error: left", "c", abc, &p2p.RingPeerError{Rank: -1}, "b"},
-		{"p2p naming self: right neighbour", "a", abc, &p2p.RingPeerError{Rank: 0}, "b"},
+		{"p2p RingPeerError rank 2", "b", abc, &ring.PeerError{Rank: 2}, "c"},
+		{"p2p rank wins over its mesh error", "b", abc, &ring.PeerError{Rank: 2, Err: &collective.PeerError{Rank: 0}}, "c"},
+		{"p2p rank out of range: its mesh error", "b", abc, &ring.PeerError{Rank: 7, Err: &collective.PeerError{Rank: 2}}, "c"},
+		{"p2p rank negative, no mesh error: left", "c", abc, &ring.PeerError{Rank: -1}, "b"},
+		{"p2p naming self: right neighbour", "a", abc, &ring.PeerError{Rank: 0}, "b"},
 		{"ring of two: the other", "a", ab, context.DeadlineExceeded, "b"},
 		{"ring of two, self named: the other", "b", ab, &collective.PeerError{Rank: 1}, "a"},
 	}
@@ -79,7 +79,7 @@ func TestCulpritNeverSelf(t *testing.T) {
 			n := &Node{self: r.Members[rank]}
 			for range 30 {
 				named := rng.IntN(k+4) - 2 // in and out of range
-				for _, err := range []error{&collective.PeerError{Rank: named}, &p2p.RingPeerError{Rank: named}, io.EOF} {
+				for _, err := range []error{&collective.PeerError{Rank: named}, &ring.PeerError{Rank: named}, io.EOF} {
 					got := n.culprit(r, err)
 					if got == n.self || !slices.Contains(r.Members, got) {
 						t.Fatalf("k=%d rank=%d err=%v: culprit %s", k, rank, err, got)

@@ -18,7 +18,8 @@ import (
 //
 // A reader states the largest payload it accepts; a longer length is rejected
 // before anything is allocated.
-const frameHeaderSize = 5
+// FrameHeaderSize is the bytes a frame adds to its payload.
+const FrameHeaderSize = 5
 
 // ErrFrameTooLarge is returned when a peer announces a frame longer than the
 // reader's limit.
@@ -26,7 +27,7 @@ var ErrFrameTooLarge = errors.New("p2p: frame too large")
 
 // WriteFrame writes one frame. It does not set deadlines: callers do.
 func WriteFrame(w io.Writer, typ uint8, payload []byte) error {
-	var hdr [frameHeaderSize]byte
+	var hdr [FrameHeaderSize]byte
 	hdr[0] = typ
 	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
 	if _, err := w.Write(hdr[:]); err != nil {
@@ -42,7 +43,7 @@ func WriteFrame(w io.Writer, typ uint8, payload []byte) error {
 // ReadFrame reads one frame whose payload is at most maxLen bytes. buf, if large
 // enough, is reused for the payload; the returned slice aliases it.
 func ReadFrame(r io.Reader, maxLen int, buf []byte) (typ uint8, payload []byte, err error) {
-	var hdr [frameHeaderSize]byte
+	var hdr [FrameHeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}

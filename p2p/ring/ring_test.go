@@ -1,9 +1,10 @@
-package p2p
+package ring
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"io"
 	"log/slog"
 	"math"
@@ -52,19 +53,19 @@ var arQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // arRing starts k hosts with an all-reduce service each, neighbours
 // connected; it returns the hosts, services and the ring's members.
-func arRing(t testing.TB, k int, cfg AllReduceServiceConfig) ([]host.Host, []*AllReduceService, []peer.ID) {
+func arRing(t testing.TB, k int, cfg ServiceConfig) ([]host.Host, []*Service, []peer.ID) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = arQuiet
 	}
 	hs := make([]host.Host, k)
-	svcs := make([]*AllReduceService, k)
+	svcs := make([]*Service, k)
 	ids := make([]peer.ID, k)
 	for i := range hs {
 		hs[i] = arHost(t)
 		ids[i] = hs[i].ID()
 		var err error
-		if svcs[i], err = NewAllReduceService(hs[i], cfg); err != nil {
+		if svcs[i], err = NewService(hs[i], cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,21 +93,21 @@ func arVecs(seed uint64, k, n int) [][]float32 {
 type arResult struct {
 	out   [][]float32
 	stats []collective.Stats
-	ring  []RingStats
+	ring  []Stats
 	errs  []error
 }
 
 // arRun runs p2p.AllReduce on every member; member i uses run(i) if given.
-func arRun(t testing.TB, ctx context.Context, svcs []*AllReduceService, ids []peer.ID, ringID string, in [][]float32,
+func arRun(t testing.TB, ctx context.Context, svcs []*Service, ids []peer.ID, ringID string, in [][]float32,
 	w []float32, cfg collective.AllReduceConfig) arResult {
 	t.Helper()
 	k := len(in)
-	r := arResult{out: make([][]float32, k), stats: make([]collective.Stats, k), ring: make([]RingStats, k), errs: make([]error, k)}
+	r := arResult{out: make([][]float32, k), stats: make([]collective.Stats, k), ring: make([]Stats, k), errs: make([]error, k)}
 	var wg sync.WaitGroup
 	for i := range k {
 		r.out[i] = append([]float32(nil), in[i]...)
 		wg.Go(func() {
-			spec := RingSpec{ID: ringID, Step: 7, Members: ids, Self: i}
+			spec := Spec{ID: ringID, Step: 7, Members: ids, Self: i}
 			r.stats[i], r.ring[i], r.errs[i] = AllReduce(ctx, svcs[i], spec, w, collective.Buffers{Dst: r.out[i]}, cfg)
 		})
 	}
@@ -138,7 +139,7 @@ func TestAllReduceLibp2p(t *testing.T) {
 		codec        collective.Codec
 	}{{4, 100_003, 3, collective.CodecInt8}, {3, 50_000, 2, collective.CodecFP32}, {2, 999, 1, collective.CodecInt8}} {
 		t.Run(fmt.Sprintf("k=%d/%v", tc.k, tc.codec), func(t *testing.T) {
-			_, svcs, ids := arRing(t, tc.k, AllReduceServiceConfig{IOTimeout: 10 * time.Second})
+			_, svcs, ids := arRing(t, tc.k, ServiceConfig{IOTimeout: 10 * time.Second})
 			in := arVecs(1, tc.k, tc.n)
 			w := make([]float32, tc.k)
 			for i := range w {
@@ -187,7 +188,7 @@ func arRelErr(got []float32, in [][]float32, w []float32) float64 {
 // streams its left neighbour opened before, held by the service.
 func TestRingEarlyStreams(t *testing.T) {
 	const k, late, shards = 4, 2, 3
-	_, svcs, ids := arRing(t, k, AllReduceServiceConfig{IOTimeout: 10 * time.Second})
+	_, svcs, ids := arRing(t, k, ServiceConfig{IOTimeout: 10 * time.Second})
 	queued := make(chan struct{})
 	svcs[late].mu.Lock()
 	svcs[late].pendingHook = func(n int) {
@@ -209,7 +210,7 @@ func TestRingEarlyStreams(t *testing.T) {
 			if i == late {
 				<-queued
 			}
-			_, _, errs[i] = AllReduce(ctx, svcs[i], RingSpec{ID: "early", Step: 7, Members: ids, Self: i}, w, collective.Buffers{Dst: out[i]}, cfg)
+			_, _, errs[i] = AllReduce(ctx, svcs[i], Spec{ID: "early", Step: 7, Members: ids, Self: i}, w, collective.Buffers{Dst: out[i]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -244,7 +245,7 @@ func (k *arKiller) Send(ctx context.Context, shard int, msg []byte) error {
 func TestRingMemberDies(t *testing.T) {
 	const k, dead = 4, 2
 	const ioTimeout = 20 * time.Second
-	hs, svcs, ids := arRing(t, k, AllReduceServiceConfig{IOTimeout: ioTimeout})
+	hs, svcs, ids := arRing(t, k, ServiceConfig{IOTimeout: ioTimeout})
 	in := arVecs(3, k, 200_000)
 	w := []float32{1, 1, 1, 1}
 	cfg := collective.AllReduceConfig{Shards: 2, ChunkElems: 2048}
@@ -254,7 +255,7 @@ func TestRingMemberDies(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range k {
 		vec := append([]float32(nil), in[i]...)
-		spec := RingSpec{ID: "dies", Step: 7, Members: ids, Self: i}
+		spec := Spec{ID: "dies", Step: 7, Members: ids, Self: i}
 		if i != dead {
 			wg.Go(func() {
 				_, _, errs[i] = AllReduce(ctx, svcs[i], spec, w, collective.Buffers{Dst: vec}, cfg)
@@ -282,7 +283,7 @@ func TestRingMemberDies(t *testing.T) {
 		if i == dead {
 			continue
 		}
-		var rpe *RingPeerError
+		var rpe *PeerError
 		if !errors.As(err, &rpe) || rpe.Peer != ids[dead] {
 			t.Fatalf("member %d: got %v, want an error naming %s", i, err, ids[dead])
 		}
@@ -311,7 +312,7 @@ func TestRingMemberDies(t *testing.T) {
 	for j, i := range alive {
 		outs[j] = append([]float32(nil), in[i]...)
 		wg.Go(func() {
-			_, _, errs2[j] = AllReduce(ctx, svcs[i], RingSpec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, collective.Buffers{Dst: outs[j]}, cfg)
+			_, _, errs2[j] = AllReduce(ctx, svcs[i], Spec{ID: "dies-retry", Step: 7, Members: members, Self: j}, w2, collective.Buffers{Dst: outs[j]}, cfg)
 		})
 	}
 	wg.Wait()
@@ -332,7 +333,7 @@ func TestRingMemberDies(t *testing.T) {
 // opened to it, and writes what a test wants on the stream it opens.
 func arFake(t *testing.T, victim host.Host) host.Host {
 	fake := arHost(t)
-	fake.SetStreamHandler(AllReduceProtocolID, func(s network.Stream) { _, _ = io.Copy(io.Discard, s) })
+	fake.SetStreamHandler(ProtocolID, func(s network.Stream) { _, _ = io.Copy(io.Discard, s) })
 	arLink(t, fake, victim)
 	arLink(t, victim, fake)
 	return fake
@@ -361,22 +362,22 @@ func TestRingGarbage(t *testing.T) {
 		write    func(s network.Stream) error
 		sentinel error
 	}{
-		"frame type": {func(s network.Stream) error { return WriteFrame(s, 9, []byte("hello")) }, ErrAllReduceProtocol},
+		"frame type": {func(s network.Stream) error { return p2p.WriteFrame(s, 9, []byte("hello")) }, ErrProtocol},
 		"frame too large": {func(s network.Stream) error {
 			_, err := s.Write([]byte{arMsgChunk, 0x7f, 0xff, 0xff, 0xff})
 			return err
-		}, ErrAllReduceProtocol},
-		"bad chunk": {func(s network.Stream) error { return WriteFrame(s, arMsgChunk, []byte("garbage")) }, collective.ErrBadChunk},
+		}, ErrProtocol},
+		"bad chunk": {func(s network.Stream) error { return p2p.WriteFrame(s, arMsgChunk, []byte("garbage")) }, collective.ErrBadChunk},
 		"NaN table": {func(s network.Stream) error {
 			p := append(validChunkHdr(500), make([]byte, 1024+500)...)
 			copy(p[12:], []byte{0, 0, 0xc0, 0x7f})
-			return WriteFrame(s, arMsgChunk, p)
+			return p2p.WriteFrame(s, arMsgChunk, p)
 		}, collective.ErrNonFinite},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			victim := arHost(t)
-			svc, err := NewAllReduceService(victim, AllReduceServiceConfig{IOTimeout: 10 * time.Second, Logger: arQuiet})
+			svc, err := NewService(victim, ServiceConfig{IOTimeout: 10 * time.Second, Logger: arQuiet})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -385,23 +386,23 @@ func TestRingGarbage(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				vec := arVecs(4, 1, 1000)[0]
-				_, _, err := AllReduce(arCtx(t, 20*time.Second), svc, RingSpec{ID: "g", Step: 7, Members: ids, Self: 0},
+				_, _, err := AllReduce(arCtx(t, 20*time.Second), svc, Spec{ID: "g", Step: 7, Members: ids, Self: 0},
 					[]float32{1, 1}, collective.Buffers{Dst: vec}, collective.AllReduceConfig{Shards: 1, ChunkElems: 500})
 				done <- err
 			}()
-			s, err := fake.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)
+			s, err := fake.NewStream(context.Background(), victim.ID(), ProtocolID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			hello := arHello{step: 7, shard: 0, shards: 1, sender: 1, size: 2, ringID: "g"}.encode()
-			if err := WriteFrame(s, arMsgHello, hello); err != nil {
+			if err := p2p.WriteFrame(s, arMsgHello, hello); err != nil {
 				t.Fatal(err)
 			}
 			if err := tc.write(s); err != nil {
 				t.Fatal(err)
 			}
 			err = <-done
-			var rpe *RingPeerError
+			var rpe *PeerError
 			if !errors.As(err, &rpe) || rpe.Peer != fake.ID() || !errors.Is(err, tc.sentinel) {
 				t.Fatalf("got %v, want an error naming %s wrapping %v", err, fake.ID(), tc.sentinel)
 			}
@@ -416,12 +417,12 @@ func TestRingGarbage(t *testing.T) {
 // a peer that is not the left neighbour, or never claimed, are reset.
 func TestRingRejects(t *testing.T) {
 	victim := arHost(t)
-	svc, err := NewAllReduceService(victim, AllReduceServiceConfig{PendingTimeout: 50 * time.Millisecond, Logger: arQuiet})
+	svc, err := NewService(victim, ServiceConfig{PendingTimeout: 50 * time.Millisecond, Logger: arQuiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fake, stranger := arFake(t, victim), arFake(t, victim)
-	tr, err := svc.Open(RingSpec{ID: "open", Step: 7, Members: []peer.ID{victim.ID(), fake.ID()}, Self: 0, Shards: 2})
+	tr, err := svc.Open(Spec{ID: "open", Step: 7, Members: []peer.ID{victim.ID(), fake.ID()}, Self: 0, Shards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,11 +447,11 @@ func TestRingRejects(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			s, err := tc.from.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)
+			s, err := tc.from.NewStream(context.Background(), victim.ID(), ProtocolID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := WriteFrame(s, arMsgHello, tc.payload); err != nil {
+			if err := p2p.WriteFrame(s, arMsgHello, tc.payload); err != nil {
 				t.Fatal(err)
 			}
 			if code := arResetCode(t, s); code != arCodeRejected {
@@ -459,15 +460,15 @@ func TestRingRejects(t *testing.T) {
 		})
 	}
 	// The attempt still takes its real stream afterwards.
-	s, err := fake.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)
+	s, err := fake.NewStream(context.Background(), victim.ID(), ProtocolID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFrame(s, arMsgHello, good.encode()); err != nil {
+	if err := p2p.WriteFrame(s, arMsgHello, good.encode()); err != nil {
 		t.Fatal(err)
 	}
 	msg := []byte("payload")
-	if err := WriteFrame(s, arMsgChunk, msg); err != nil {
+	if err := p2p.WriteFrame(s, arMsgChunk, msg); err != nil {
 		t.Fatal(err)
 	}
 	got, err := tr.Recv(arCtx(t, 10*time.Second), 0)
@@ -479,7 +480,7 @@ func TestRingRejects(t *testing.T) {
 // TestRingPendingBound: streams waiting for an attempt are bounded.
 func TestRingPendingBound(t *testing.T) {
 	victim := arHost(t)
-	svc, err := NewAllReduceService(victim, AllReduceServiceConfig{MaxPending: 2, Logger: arQuiet})
+	svc, err := NewService(victim, ServiceConfig{MaxPending: 2, Logger: arQuiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,11 +490,11 @@ func TestRingPendingBound(t *testing.T) {
 	svc.mu.Unlock()
 	fake := arFake(t, victim)
 	open := func(ring string) network.Stream {
-		s, err := fake.NewStream(context.Background(), victim.ID(), AllReduceProtocolID)
+		s, err := fake.NewStream(context.Background(), victim.ID(), ProtocolID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteFrame(s, arMsgHello, arHello{step: 1, shards: 1, sender: 1, size: 2, ringID: ring}.encode()); err != nil {
+		if err := p2p.WriteFrame(s, arMsgHello, arHello{step: 1, shards: 1, sender: 1, size: 2, ringID: ring}.encode()); err != nil {
 			t.Fatal(err)
 		}
 		return s
@@ -515,14 +516,14 @@ func TestRingPendingBound(t *testing.T) {
 // TestRingSpecInvalid: Open refuses specs it cannot run.
 func TestRingSpecInvalid(t *testing.T) {
 	h := arHost(t)
-	svc, err := NewAllReduceService(h, AllReduceServiceConfig{Logger: arQuiet})
+	svc, err := NewService(h, ServiceConfig{Logger: arQuiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := peer.ID("other")
-	for name, sp := range map[string]RingSpec{
+	for name, sp := range map[string]Spec{
 		"no id":        {Members: []peer.ID{h.ID()}, Shards: 1},
-		"long id":      {ID: string(make([]byte, MaxRingIDLen+1)), Members: []peer.ID{h.ID()}, Shards: 1},
+		"long id":      {ID: string(make([]byte, MaxIDLen+1)), Members: []peer.ID{h.ID()}, Shards: 1},
 		"not a member": {ID: "x", Members: []peer.ID{other}, Shards: 1},
 		"self range":   {ID: "x", Members: []peer.ID{h.ID()}, Self: 1, Shards: 1},
 		"duplicate":    {ID: "x", Members: []peer.ID{h.ID(), other, other}, Shards: 1},
@@ -532,15 +533,15 @@ func TestRingSpecInvalid(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	tr, err := svc.Open(RingSpec{ID: "x", Members: []peer.ID{h.ID()}, Shards: 1})
+	tr, err := svc.Open(Spec{ID: "x", Members: []peer.ID{h.ID()}, Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Open(RingSpec{ID: "x", Members: []peer.ID{h.ID()}, Shards: 1}); err == nil {
+	if _, err := svc.Open(Spec{ID: "x", Members: []peer.ID{h.ID()}, Shards: 1}); err == nil {
 		t.Error("same ring id opened twice")
 	}
 	tr.Close()
-	if _, err := svc.Open(RingSpec{ID: "x", Members: []peer.ID{h.ID()}, Shards: 1}); err == nil {
+	if _, err := svc.Open(Spec{ID: "x", Members: []peer.ID{h.ID()}, Shards: 1}); err == nil {
 		t.Error("finished ring id opened again")
 	}
 }
@@ -553,7 +554,7 @@ func FuzzDecodeHello(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if h.shard >= h.shards || h.sender >= h.size || h.ringID == "" || len(h.ringID) > MaxRingIDLen {
+		if h.shard >= h.shards || h.sender >= h.size || h.ringID == "" || len(h.ringID) > MaxIDLen {
 			t.Fatalf("accepted %+v", h)
 		}
 		if string(h.encode()) != string(p) {

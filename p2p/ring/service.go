@@ -1,10 +1,11 @@
-package p2p
+package ring
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,10 +17,10 @@ import (
 	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
-// AllReduceProtocolID is the stream protocol of the ring all-reduce. For one
+// ProtocolID is the stream protocol of the ring all-reduce. For one
 // attempt (ring id), each member opens Shards streams to its right neighbour,
 // one per shard, and accepts Shards streams from its left neighbour. Frames
-// (WriteFrame/ReadFrame):
+// (p2p.WriteFrame/p2p.ReadFrame):
 //
 //	dialer → acceptor  arMsgHello  version u8, step u64, shard u16, shards u16,
 //	                               sender rank u16, ring size u16,
@@ -33,18 +34,18 @@ import (
 // neighbours (and, as they abort in turn, everybody) learn whom to blame.
 // For shards it had not opened yet it opens a stream carrying a hello and an
 // arMsgAbort frame, so a right neighbour waiting for that stream learns too.
-const AllReduceProtocolID = "/intellect/allreduce/1.0.0"
+const ProtocolID = "/intellect/allreduce/1.0.0"
 
-// Size limits of AllReduceProtocolID, checked before allocating.
+// Size limits of ProtocolID, checked before allocating.
 const (
-	// AllReduceMaxFrame is the largest arMsgChunk payload read.
-	AllReduceMaxFrame = collective.MaxChunkMsgSize
-	// MaxRingIDLen bounds the ring id of a hello.
-	MaxRingIDLen = 64
+	// MaxFrame is the largest arMsgChunk payload read.
+	MaxFrame = collective.MaxChunkMsgSize
+	// MaxIDLen bounds the ring id of a hello.
+	MaxIDLen = 64
 	// arHelloFixed is the size of a hello without its ring id.
 	arHelloFixed = 1 + 8 + 2 + 2 + 2 + 2 + 1
 	// arMaxHello is the largest hello frame payload.
-	arMaxHello = arHelloFixed + MaxRingIDLen
+	arMaxHello = arHelloFixed + MaxIDLen
 	// arMaxMembers bounds a ring (rank and size are u16, and so is the
 	// culprit carried by an abort code).
 	arMaxMembers = 1 << 15
@@ -53,14 +54,14 @@ const (
 // arVersion is the hello's protocol version.
 const arVersion = 1
 
-// Frame types of AllReduceProtocolID. Append only, never renumber.
+// Frame types of ProtocolID. Append only, never renumber.
 const (
 	arMsgHello uint8 = 1
 	arMsgChunk uint8 = 2
 	arMsgAbort uint8 = 3
 )
 
-// Stream reset codes of AllReduceProtocolID (network.StreamErrorCode).
+// Stream reset codes of ProtocolID (network.StreamErrorCode).
 const (
 	// arCodeRejected: the acceptor refused the stream (bad hello, unknown or
 	// mismatched ring, queue full, not claimed in time).
@@ -72,11 +73,11 @@ const (
 
 // Errors of the all-reduce protocol.
 var (
-	// ErrAllReduceProtocol is wrapped for a malformed or unexpected message
+	// ErrProtocol is wrapped for a malformed or unexpected message
 	// from a peer.
-	ErrAllReduceProtocol = errors.New("p2p: all-reduce protocol violation")
-	// ErrRingRejected is wrapped when the right neighbour refused our stream.
-	ErrRingRejected = errors.New("p2p: all-reduce stream rejected by the neighbour")
+	ErrProtocol = errors.New("p2p: all-reduce protocol violation")
+	// ErrRejected is wrapped when the right neighbour refused our stream.
+	ErrRejected = errors.New("p2p: all-reduce stream rejected by the neighbour")
 	// ErrServiceClosed is returned by Open after Close.
 	ErrServiceClosed = errors.New("p2p: all-reduce service closed")
 )
@@ -106,10 +107,10 @@ func (h arHello) encode() []byte {
 // decodeHello parses a hello frame payload from a peer.
 func decodeHello(p []byte) (arHello, error) {
 	if len(p) < arHelloFixed {
-		return arHello{}, fmt.Errorf("%w: hello of %d bytes", ErrAllReduceProtocol, len(p))
+		return arHello{}, fmt.Errorf("%w: hello of %d bytes", ErrProtocol, len(p))
 	}
 	if p[0] != arVersion {
-		return arHello{}, fmt.Errorf("%w: hello version %d, want %d", ErrAllReduceProtocol, p[0], arVersion)
+		return arHello{}, fmt.Errorf("%w: hello version %d, want %d", ErrProtocol, p[0], arVersion)
 	}
 	h := arHello{
 		step:   binary.BigEndian.Uint64(p[1:]),
@@ -120,19 +121,19 @@ func decodeHello(p []byte) (arHello, error) {
 	}
 	n := int(p[17])
 	switch {
-	case n == 0 || n > MaxRingIDLen || len(p) != arHelloFixed+n:
-		return arHello{}, fmt.Errorf("%w: ring id of %d bytes in a hello of %d", ErrAllReduceProtocol, n, len(p))
+	case n == 0 || n > MaxIDLen || len(p) != arHelloFixed+n:
+		return arHello{}, fmt.Errorf("%w: ring id of %d bytes in a hello of %d", ErrProtocol, n, len(p))
 	case h.shards == 0 || h.shard >= h.shards || int(h.shards) > collective.MaxShards:
-		return arHello{}, fmt.Errorf("%w: shard %d of %d", ErrAllReduceProtocol, h.shard, h.shards)
+		return arHello{}, fmt.Errorf("%w: shard %d of %d", ErrProtocol, h.shard, h.shards)
 	case h.size < 2 || h.sender >= h.size || int(h.size) > arMaxMembers:
-		return arHello{}, fmt.Errorf("%w: sender %d of %d members", ErrAllReduceProtocol, h.sender, h.size)
+		return arHello{}, fmt.Errorf("%w: sender %d of %d members", ErrProtocol, h.sender, h.size)
 	}
 	h.ringID = string(p[arHelloFixed:])
 	return h, nil
 }
 
-// AllReduceServiceConfig configures NewAllReduceService.
-type AllReduceServiceConfig struct {
+// ServiceConfig configures NewService.
+type ServiceConfig struct {
 	// IOTimeout bounds every frame read and write and every stream open.
 	// Default 30 s.
 	IOTimeout time.Duration
@@ -149,7 +150,7 @@ type AllReduceServiceConfig struct {
 }
 
 // Validate fills defaults and rejects negative values.
-func (c *AllReduceServiceConfig) Validate() error {
+func (c *ServiceConfig) Validate() error {
 	if c.IOTimeout < 0 || c.HandshakeTimeout < 0 || c.PendingTimeout < 0 || c.MaxPending < 0 {
 		return fmt.Errorf("p2p: negative all-reduce service setting: %+v", *c)
 	}
@@ -164,15 +165,15 @@ func (c *AllReduceServiceConfig) Validate() error {
 	return nil
 }
 
-// AllReduceService answers AllReduceProtocolID on a host and hands incoming
-// streams to the attempt (RingTransport) they belong to, holding those that
+// Service answers ProtocolID on a host and hands incoming
+// streams to the attempt (Transport) they belong to, holding those that
 // arrive before this node has opened the attempt. One per host.
 //
 // It owns the goroutines that outlive an attempt (telling neighbours of an
 // abort); Close cancels and joins them.
-type AllReduceService struct {
+type Service struct {
 	h   host.Host
-	cfg AllReduceServiceConfig
+	cfg ServiceConfig
 	log *slog.Logger
 
 	ctx    context.Context // cancelled by Close
@@ -183,8 +184,8 @@ type AllReduceService struct {
 
 	mu       sync.Mutex
 	closed   bool
-	attempts map[string]*RingTransport // open attempts by ring id
-	pending  map[string][]*arPending   // early streams by ring id
+	attempts map[string]*Transport   // open attempts by ring id
+	pending  map[string][]*arPending // early streams by ring id
 	npending int
 	done     map[string]network.StreamErrorCode // finished attempts: reset code for late streams (bounded)
 	doneFIFO []string
@@ -204,24 +205,24 @@ type arPending struct {
 // arMaxDone bounds the remembered ids of finished attempts.
 const arMaxDone = 64
 
-// NewAllReduceService registers the AllReduceProtocolID handler on h.
-func NewAllReduceService(h host.Host, cfg AllReduceServiceConfig) (*AllReduceService, error) {
+// NewService registers the ProtocolID handler on h.
+func NewService(h host.Host, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	svc := &AllReduceService{h: h, cfg: cfg, log: cfg.Logger, attempts: make(map[string]*RingTransport),
+	svc := &Service{h: h, cfg: cfg, log: cfg.Logger, attempts: make(map[string]*Transport),
 		pending: make(map[string][]*arPending), done: make(map[string]network.StreamErrorCode)}
 	svc.ctx, svc.cancel = context.WithCancel(context.Background())
 	svc.notifiee = &network.NotifyBundle{DisconnectedF: svc.disconnected}
 	h.Network().Notify(svc.notifiee)
-	h.SetStreamHandler(AllReduceProtocolID, svc.handle)
+	h.SetStreamHandler(ProtocolID, svc.handle)
 	return svc, nil
 }
 
 // disconnected tells the open attempts that a neighbour has no connection
 // left, so that a member waiting for its streams fails now, not at the
 // I/O timeout.
-func (svc *AllReduceService) disconnected(n network.Network, c network.Conn) {
+func (svc *Service) disconnected(n network.Network, c network.Conn) {
 	p := c.RemotePeer()
 	if n.Connectedness(p) == network.Connected {
 		return
@@ -232,10 +233,10 @@ func (svc *AllReduceService) disconnected(n network.Network, c network.Conn) {
 }
 
 // attemptsFromLeft returns the running attempts whose left neighbour is p.
-func (svc *AllReduceService) attemptsFromLeft(p peer.ID) []*RingTransport {
+func (svc *Service) attemptsFromLeft(p peer.ID) []*Transport {
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
-	var hit []*RingTransport
+	var hit []*Transport
 	for _, t := range svc.attempts {
 		if t.left == p {
 			hit = append(hit, t)
@@ -247,7 +248,7 @@ func (svc *AllReduceService) attemptsFromLeft(p peer.ID) []*RingTransport {
 // leftAborted handles a stream from p reset with an abort code before its
 // hello could be read: the attempts whose left neighbour is p fail naming
 // the member the code names.
-func (svc *AllReduceService) leftAborted(p peer.ID, code network.StreamErrorCode) {
+func (svc *Service) leftAborted(p peer.ID, code network.StreamErrorCode) {
 	for _, t := range svc.attemptsFromLeft(p) {
 		if r := int(code - arCodeAbort); r < len(t.spec.Members) {
 			t.leftGone(&collective.PeerError{Rank: r, Relayed: true,
@@ -259,8 +260,8 @@ func (svc *AllReduceService) leftAborted(p peer.ID, code network.StreamErrorCode
 // Close removes the handler, resets the streams still waiting, cancels the
 // abort messages of finished attempts still being sent and waits for them;
 // open attempts are left to their owners.
-func (svc *AllReduceService) Close() error {
-	svc.h.RemoveStreamHandler(AllReduceProtocolID)
+func (svc *Service) Close() error {
+	svc.h.RemoveStreamHandler(ProtocolID)
 	svc.h.Network().StopNotify(svc.notifiee)
 	svc.cancel()
 	defer svc.wg.Wait()
@@ -282,7 +283,7 @@ func (svc *AllReduceService) Close() error {
 
 // goBackground runs f in a goroutine that Close cancels (through ctx) and
 // joins; after Close, f runs at once with a cancelled ctx.
-func (svc *AllReduceService) goBackground(f func(ctx context.Context)) {
+func (svc *Service) goBackground(f func(ctx context.Context)) {
 	svc.mu.Lock()
 	if svc.closed {
 		svc.mu.Unlock()
@@ -298,12 +299,12 @@ func (svc *AllReduceService) goBackground(f func(ctx context.Context)) {
 }
 
 // handle reads the hello of an incoming stream and routes it.
-func (svc *AllReduceService) handle(s network.Stream) {
+func (svc *Service) handle(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	_ = s.SetReadDeadline(time.Now().Add(svc.cfg.HandshakeTimeout))
-	typ, p, err := ReadFrame(s, arMaxHello, nil)
+	typ, p, err := p2p.ReadFrame(s, arMaxHello, nil)
 	if err == nil && typ != arMsgHello {
-		err = fmt.Errorf("%w: frame type %d before the hello", ErrAllReduceProtocol, typ)
+		err = fmt.Errorf("%w: frame type %d before the hello", ErrProtocol, typ)
 	}
 	var h arHello
 	if err == nil {
@@ -357,7 +358,7 @@ func (svc *AllReduceService) handle(s network.Stream) {
 }
 
 // expire resets a stream nobody claimed in time.
-func (svc *AllReduceService) expire(ap *arPending) {
+func (svc *Service) expire(ap *arPending) {
 	svc.mu.Lock()
 	ps := svc.pending[ap.hello.ringID]
 	i := indexOf(ps, ap)
@@ -384,14 +385,14 @@ func indexOf(ps []*arPending, ap *arPending) int {
 }
 
 // reject resets s and logs why, with the peer.
-func (svc *AllReduceService) reject(s network.Stream, why string, err error) {
+func (svc *Service) reject(s network.Stream, why string, err error) {
 	svc.log.Warn("all-reduce stream rejected", "peer", s.Conn().RemotePeer(), "why", why, "err", err)
 	_ = s.ResetWithError(arCodeRejected)
 }
 
 // register makes t the attempt of its ring id and returns the streams that
 // arrived for it early.
-func (svc *AllReduceService) register(t *RingTransport) ([]*arPending, error) {
+func (svc *Service) register(t *Transport) ([]*arPending, error) {
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	switch {
@@ -415,7 +416,7 @@ func (svc *AllReduceService) register(t *RingTransport) ([]*arPending, error) {
 
 // unregister forgets t; streams for its ring id are reset with code from
 // now on.
-func (svc *AllReduceService) unregister(t *RingTransport, code network.StreamErrorCode) {
+func (svc *Service) unregister(t *Transport, code network.StreamErrorCode) {
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	if svc.attempts[t.spec.ID] != t {

@@ -1,10 +1,11 @@
-package p2p
+package ring
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -16,9 +17,9 @@ import (
 	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
-// RingSpec describes one all-reduce attempt as the mesh decided it; every
+// Spec describes one all-reduce attempt as the mesh decided it; every
 // member must open it with the same values (Self apart).
-type RingSpec struct {
+type Spec struct {
 	// ID is the attempt's ring id (mesh.Ring.ID), 1..MaxRingIDLen bytes.
 	ID string
 	// Step is the outer step being reduced.
@@ -34,13 +35,13 @@ type RingSpec struct {
 	// for the message's bytes (frame headers and hellos are not counted).
 	// It is local, not part of what members must agree on, and may be
 	// shared by successive attempts. Nil: unlimited.
-	SendRate *Limiter
+	SendRate *p2p.Limiter
 }
 
-func (sp RingSpec) validate(self peer.ID) error {
+func (sp Spec) validate(self peer.ID) error {
 	k := len(sp.Members)
 	switch {
-	case sp.ID == "" || len(sp.ID) > MaxRingIDLen:
+	case sp.ID == "" || len(sp.ID) > MaxIDLen:
 		return fmt.Errorf("p2p: ring id of %d bytes", len(sp.ID))
 	case k == 0 || k > arMaxMembers:
 		return fmt.Errorf("p2p: ring of %d members", k)
@@ -59,22 +60,22 @@ func (sp RingSpec) validate(self peer.ID) error {
 	return nil
 }
 
-// RingStats counts the bytes of one attempt's streams, frame headers and
+// Stats counts the bytes of one attempt's streams, frame headers and
 // hellos included.
-type RingStats struct {
+type Stats struct {
 	BytesSent, BytesRecv int64
 }
 
-// RingTransport is this host's side of one all-reduce attempt: a
+// Transport is this host's side of one all-reduce attempt: a
 // collective.Transport (and collective.Aborter) over Shards streams to the right
 // neighbour, opened on first use, and Shards streams accepted from the left
 // neighbour, whenever they arrive. While it is open its neighbours'
 // connections are protected from trimming. Close it when the attempt ends:
 // Close joins the goroutine it may have started (reachLeft); what an Abort
-// still sends afterwards belongs to the AllReduceService.
-type RingTransport struct {
-	svc         *AllReduceService
-	spec        RingSpec
+// still sends afterwards belongs to the Service.
+type Transport struct {
+	svc         *Service
+	spec        Spec
 	left, right peer.ID
 	leftRank    int
 	out         []network.Stream // per shard; only the shard's sender touches it
@@ -106,18 +107,18 @@ type arIn struct {
 }
 
 var (
-	_ collective.Transport = (*RingTransport)(nil)
-	_ collective.Aborter   = (*RingTransport)(nil)
+	_ collective.Transport = (*Transport)(nil)
+	_ collective.Aborter   = (*Transport)(nil)
 )
 
 // Open starts this host's side of an attempt: streams of spec.ID that
 // arrived early are claimed now, later ones as they come.
-func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
+func (svc *Service) Open(spec Spec) (*Transport, error) {
 	if err := spec.validate(svc.h.ID()); err != nil {
 		return nil, err
 	}
 	k := len(spec.Members)
-	t := &RingTransport{svc: svc, spec: spec, out: make([]network.Stream, spec.Shards), in: make([]*arIn, spec.Shards),
+	t := &Transport{svc: svc, spec: spec, out: make([]network.Stream, spec.Shards), in: make([]*arIn, spec.Shards),
 		outDirty: make([]bool, spec.Shards), gone: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancel(svc.ctx)
 	for s := range t.in {
@@ -153,7 +154,7 @@ func (svc *AllReduceService) Open(spec RingSpec) (*RingTransport, error) {
 
 // reachLeft connects to the left neighbour and reports it gone if that
 // fails. It gives up when the attempt ends.
-func (t *RingTransport) reachLeft() {
+func (t *Transport) reachLeft() {
 	ctx, cancel := context.WithTimeout(t.ctx, t.svc.cfg.IOTimeout)
 	defer cancel()
 	// The left neighbour dials us to send its first chunk. Dialing it at the
@@ -190,16 +191,16 @@ func (t *RingTransport) reachLeft() {
 
 // leftGone makes a Recv waiting for a stream from the left neighbour fail
 // with err.
-func (t *RingTransport) leftGone(err error) {
+func (t *Transport) leftGone(err error) {
 	t.goneOnce.Do(func() {
 		t.goneErr = err
 		close(t.gone)
 	})
 }
 
-func (t *RingTransport) tag() string { return "allreduce/" + t.spec.ID }
+func (t *Transport) tag() string { return "allreduce/" + t.spec.ID }
 
-func (t *RingTransport) unprotect() {
+func (t *Transport) unprotect() {
 	if t.left != "" {
 		cm := t.svc.h.ConnManager()
 		cm.Unprotect(t.left, t.tag())
@@ -208,12 +209,12 @@ func (t *RingTransport) unprotect() {
 }
 
 // Stats returns the bytes moved so far.
-func (t *RingTransport) Stats() RingStats {
-	return RingStats{BytesSent: t.sent.Load(), BytesRecv: t.recvd.Load()}
+func (t *Transport) Stats() Stats {
+	return Stats{BytesSent: t.sent.Load(), BytesRecv: t.recvd.Load()}
 }
 
 // accept takes an incoming stream of this attempt if it is the one expected.
-func (t *RingTransport) accept(s network.Stream, h arHello) {
+func (t *Transport) accept(s network.Stream, h arHello) {
 	var why string
 	switch {
 	case len(t.spec.Members) < 2:
@@ -231,12 +232,12 @@ func (t *RingTransport) accept(s network.Stream, h arHello) {
 		t.svc.reject(s, why, fmt.Errorf("ring %s: hello %+v", t.spec.ID, h))
 		return
 	}
-	t.recvd.Add(int64(frameHeaderSize + arHelloFixed + len(h.ringID)))
+	t.recvd.Add(int64(p2p.FrameHeaderSize + arHelloFixed + len(h.ringID)))
 	t.in[h.shard].ch <- s
 }
 
 // track adds s to the attempt's streams unless the attempt is over.
-func (t *RingTransport) track(s network.Stream) bool {
+func (t *Transport) track(s network.Stream) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.finished {
@@ -248,7 +249,7 @@ func (t *RingTransport) track(s network.Stream) bool {
 
 // Send implements collective.Transport: one frame on shard's stream to the right
 // neighbour, opening the stream (with its hello) on first use.
-func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
+func (t *Transport) Send(ctx context.Context, shard int, msg []byte) error {
 	if t.spec.SendRate != nil {
 		if err := t.spec.SendRate.Wait(ctx, len(msg)); err != nil {
 			return err
@@ -263,15 +264,15 @@ func (t *RingTransport) Send(ctx context.Context, shard int, msg []byte) error {
 	defer t.watch(ctx, s)()
 	_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
 	t.outDirty[shard] = true
-	if err := WriteFrame(s, arMsgChunk, msg); err != nil {
+	if err := p2p.WriteFrame(s, arMsgChunk, msg); err != nil {
 		return t.streamErr(ctx, err, "send to", t.right, shard)
 	}
 	t.outDirty[shard] = false
-	t.sent.Add(int64(frameHeaderSize + len(msg)))
+	t.sent.Add(int64(p2p.FrameHeaderSize + len(msg)))
 	return nil
 }
 
-func (t *RingTransport) dial(ctx context.Context, shard int) error {
+func (t *Transport) dial(ctx context.Context, shard int) error {
 	dctx, cancel := context.WithTimeout(ctx, t.svc.cfg.IOTimeout)
 	defer cancel()
 	s, err := t.newStream(dctx)
@@ -289,16 +290,16 @@ func (t *RingTransport) dial(ctx context.Context, shard int) error {
 	hello := t.hello(shard)
 	defer t.watch(ctx, s)()
 	_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
-	if err := WriteFrame(s, arMsgHello, hello); err != nil {
+	if err := p2p.WriteFrame(s, arMsgHello, hello); err != nil {
 		return t.streamErr(ctx, err, "hello to", t.right, shard)
 	}
-	t.sent.Add(int64(frameHeaderSize + len(hello)))
+	t.sent.Add(int64(p2p.FrameHeaderSize + len(hello)))
 	return nil
 }
 
 // Recv implements collective.Transport: the next frame on shard's stream from the
 // left neighbour, waiting (IOTimeout at most) for that stream to arrive.
-func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
+func (t *Transport) Recv(ctx context.Context, shard int) ([]byte, error) {
 	in := t.in[shard]
 	if in.s == nil {
 		wait := time.NewTimer(t.svc.cfg.IOTimeout)
@@ -315,11 +316,11 @@ func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
 	}
 	defer t.watch(ctx, in.s)()
 	_ = in.s.SetReadDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
-	typ, p, err := ReadFrame(in.s, AllReduceMaxFrame, in.buf)
+	typ, p, err := p2p.ReadFrame(in.s, MaxFrame, in.buf)
 	if err != nil {
-		if errors.Is(err, ErrFrameTooLarge) {
+		if errors.Is(err, p2p.ErrFrameTooLarge) {
 			t.svc.log.Warn("all-reduce frame too large", "peer", t.left, "ring", t.spec.ID, "shard", shard, "err", err)
-			return nil, fmt.Errorf("%w from %s: %w", ErrAllReduceProtocol, t.left, err)
+			return nil, fmt.Errorf("%w from %s: %w", ErrProtocol, t.left, err)
 		}
 		return nil, t.streamErr(ctx, err, "receive from", t.left, shard)
 	}
@@ -330,25 +331,25 @@ func (t *RingTransport) Recv(ctx context.Context, shard int) ([]byte, error) {
 	}
 	if typ != arMsgChunk {
 		t.svc.log.Warn("all-reduce frame of unexpected type", "peer", t.left, "ring", t.spec.ID, "shard", shard, "type", typ)
-		return nil, fmt.Errorf("%w: frame type %d from %s", ErrAllReduceProtocol, typ, t.left)
+		return nil, fmt.Errorf("%w: frame type %d from %s", ErrProtocol, typ, t.left)
 	}
 	if cap(p) > cap(in.buf) {
 		in.buf = p
 	}
-	t.recvd.Add(int64(frameHeaderSize + len(p)))
+	t.recvd.Add(int64(p2p.FrameHeaderSize + len(p)))
 	return p, nil
 }
 
 // watch makes s's pending reads and writes fail as soon as ctx is done; the
 // returned func stops watching.
-func (t *RingTransport) watch(ctx context.Context, s network.Stream) func() bool {
+func (t *Transport) watch(ctx context.Context, s network.Stream) func() bool {
 	return context.AfterFunc(ctx, func() { _ = s.SetDeadline(time.Unix(1, 0)) })
 }
 
 // streamErr turns a stream error into what collective.AllReduce should see: the
 // context's error if it is done, a relayed *collective.PeerError if the
 // neighbour aborted naming a member, else the error with the peer named.
-func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p peer.ID, shard int) error {
+func (t *Transport) streamErr(ctx context.Context, err error, dir string, p peer.ID, shard int) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -361,7 +362,7 @@ func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p 
 				Err: fmt.Errorf("%w: %s aborted, naming %s", collective.ErrAborted, p, t.spec.Members[r])}
 		}
 		if code == arCodeRejected {
-			return fmt.Errorf("%w: %s, shard %d of ring %s", ErrRingRejected, p, shard, t.spec.ID)
+			return fmt.Errorf("%w: %s, shard %d of ring %s", ErrRejected, p, shard, t.spec.ID)
 		}
 	}
 	return fmt.Errorf("p2p: all-reduce %s %s, shard %d: %w", dir, p, shard, err)
@@ -375,7 +376,7 @@ func (t *RingTransport) streamErr(ctx context.Context, err error, dir string, p 
 // short, then they are reset too; shards never opened are opened to carry
 // the abort frame. collective.AllReduce calls it after its Send and Recv calls
 // returned.
-func (t *RingTransport) Abort(cause error) {
+func (t *Transport) Abort(cause error) {
 	culprit := t.spec.Self
 	var pe *collective.PeerError
 	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(t.spec.Members) {
@@ -418,10 +419,10 @@ func abortFrame(culprit int) []byte {
 
 // closeWithAbort appends the abort frame to an outgoing stream and closes
 // it, or resets it with code if that cannot be done in time or ctx ends.
-func (t *RingTransport) closeWithAbort(ctx context.Context, s network.Stream, frame []byte, code network.StreamErrorCode) {
+func (t *Transport) closeWithAbort(ctx context.Context, s network.Stream, frame []byte, code network.StreamErrorCode) {
 	defer context.AfterFunc(ctx, func() { _ = s.ResetWithError(code) })()
 	_ = s.SetWriteDeadline(time.Now().Add(min(t.svc.cfg.IOTimeout, 5*time.Second)))
-	if err := WriteFrame(s, arMsgAbort, frame); err != nil {
+	if err := p2p.WriteFrame(s, arMsgAbort, frame); err != nil {
 		_ = s.ResetWithError(code)
 		return
 	}
@@ -441,7 +442,7 @@ const (
 // and an abort frame naming culprit, so that a right neighbour waiting for
 // them fails now and blames the same member. Best effort, bounded by
 // IOTimeout and ctx.
-func (t *RingTransport) tellRight(ctx context.Context, shards []int, abort []byte) {
+func (t *Transport) tellRight(ctx context.Context, shards []int, abort []byte) {
 	ctx, cancel := context.WithTimeout(ctx, t.svc.cfg.IOTimeout)
 	defer cancel()
 	for _, shard := range shards {
@@ -450,7 +451,7 @@ func (t *RingTransport) tellRight(ctx context.Context, shards []int, abort []byt
 			return
 		}
 		_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
-		if WriteFrame(s, arMsgHello, t.hello(shard)) == nil && WriteFrame(s, arMsgAbort, abort) == nil {
+		if p2p.WriteFrame(s, arMsgHello, t.hello(shard)) == nil && p2p.WriteFrame(s, arMsgAbort, abort) == nil {
 			_ = s.CloseWrite()
 			continue
 		}
@@ -462,9 +463,9 @@ func (t *RingTransport) tellRight(ctx context.Context, shards []int, abort []byt
 // random pause when the dial fails (a simultaneous open with the
 // neighbour's own dial fails once, see reachLeft), leftDialTries times at
 // most.
-func (t *RingTransport) newStream(ctx context.Context) (network.Stream, error) {
+func (t *Transport) newStream(ctx context.Context) (network.Stream, error) {
 	for try := 1; ; try++ {
-		s, err := t.svc.h.NewStream(ctx, t.right, AllReduceProtocolID)
+		s, err := t.svc.h.NewStream(ctx, t.right, ProtocolID)
 		if err == nil || try == leftDialTries || ctx.Err() != nil {
 			return s, err
 		}
@@ -476,7 +477,7 @@ func (t *RingTransport) newStream(ctx context.Context) (network.Stream, error) {
 	}
 }
 
-func (t *RingTransport) hello(shard int) []byte {
+func (t *Transport) hello(shard int) []byte {
 	return arHello{step: t.spec.Step, shard: uint16(shard), shards: uint16(t.spec.Shards),
 		sender: uint16(t.spec.Self), size: uint16(len(t.spec.Members)), ringID: t.spec.ID}.encode()
 }
@@ -485,7 +486,7 @@ func (t *RingTransport) hello(shard int) []byte {
 // the attempt's ring id is refused from then on, the neighbours are no longer
 // protected, and the attempt's own goroutine is joined. The libp2p
 // connections stay open for the next attempt.
-func (t *RingTransport) Close() error {
+func (t *Transport) Close() error {
 	t.finish(arCodeRejected, func(s network.Stream) { _ = s.Close() })
 	t.wg.Wait()
 	return nil
@@ -493,7 +494,7 @@ func (t *RingTransport) Close() error {
 
 // finish ends the attempt once, applying end to every stream; it reports
 // whether this call ended it.
-func (t *RingTransport) finish(code network.StreamErrorCode, end func(network.Stream)) bool {
+func (t *Transport) finish(code network.StreamErrorCode, end func(network.Stream)) bool {
 	t.mu.Lock()
 	if t.finished {
 		t.mu.Unlock()
@@ -512,9 +513,9 @@ func (t *RingTransport) finish(code network.StreamErrorCode, end func(network.St
 	return true
 }
 
-// RingPeerError is the *collective.PeerError of a failed AllReduce with the peer
+// PeerError is the *collective.PeerError of a failed AllReduce with the peer
 // it names.
-type RingPeerError struct {
+type PeerError struct {
 	Peer    peer.ID
 	Rank    int
 	Relayed bool
@@ -522,37 +523,37 @@ type RingPeerError struct {
 }
 
 // Error names the peer and the mesh error.
-func (e *RingPeerError) Error() string {
+func (e *PeerError) Error() string {
 	return fmt.Sprintf("p2p: all-reduce failed at %s: %v", e.Peer, e.Err)
 }
 
 // Unwrap returns the *collective.PeerError.
-func (e *RingPeerError) Unwrap() error { return e.Err }
+func (e *PeerError) Unwrap() error { return e.Err }
 
 // AllReduce runs one attempt of collective.AllReduceInto over libp2p: it opens
 // the attempt spec (spec.Shards is taken from cfg), reduces b (b.Dst ← the
 // weighted mean; b.Src and b.ResIn left as they were on failure when they
 // are separate buffers) and closes the attempt, which ends the protection of
-// its connections. A failure blamed on a member is a *RingPeerError naming
+// its connections. A failure blamed on a member is a *PeerError naming
 // its peer (errors.As also finds the *collective.PeerError).
-func AllReduce(ctx context.Context, svc *AllReduceService, spec RingSpec, weights []float32, b collective.Buffers,
-	cfg collective.AllReduceConfig) (collective.Stats, RingStats, error) {
+func AllReduce(ctx context.Context, svc *Service, spec Spec, weights []float32, b collective.Buffers,
+	cfg collective.AllReduceConfig) (collective.Stats, Stats, error) {
 	if err := cfg.Validate(); err != nil {
-		return collective.Stats{}, RingStats{}, err
+		return collective.Stats{}, Stats{}, err
 	}
 	spec.Shards = cfg.Shards
 	if len(weights) != len(spec.Members) {
-		return collective.Stats{}, RingStats{}, fmt.Errorf("%w: %d weights for %d members", collective.ErrInvalidArgument, len(weights), len(spec.Members))
+		return collective.Stats{}, Stats{}, fmt.Errorf("%w: %d weights for %d members", collective.ErrInvalidArgument, len(weights), len(spec.Members))
 	}
 	t, err := svc.Open(spec)
 	if err != nil {
-		return collective.Stats{}, RingStats{}, err
+		return collective.Stats{}, Stats{}, err
 	}
 	defer t.Close()
 	st, err := collective.AllReduceInto(ctx, t, spec.Self, weights, b, cfg)
 	var pe *collective.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(spec.Members) {
-		err = &RingPeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
+		err = &PeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
 	}
 	return st, t.Stats(), err
 }

@@ -1,8 +1,9 @@
-package p2p
+package ring
 
 import (
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"net"
 	"runtime"
 	"strings"
@@ -46,17 +47,17 @@ func arHostCM(t testing.TB) host.Host {
 
 // arRingCM is arRing over arHostCM hosts; the services are closed at the
 // end of the test.
-func arRingCM(t testing.TB, k int, cfg AllReduceServiceConfig) ([]host.Host, []*AllReduceService, []peer.ID) {
+func arRingCM(t testing.TB, k int, cfg ServiceConfig) ([]host.Host, []*Service, []peer.ID) {
 	t.Helper()
 	cfg.Logger = arQuiet
 	hs := make([]host.Host, k)
-	svcs := make([]*AllReduceService, k)
+	svcs := make([]*Service, k)
 	ids := make([]peer.ID, k)
 	for i := range hs {
 		hs[i] = arHostCM(t)
 		ids[i] = hs[i].ID()
 		var err error
-		if svcs[i], err = NewAllReduceService(hs[i], cfg); err != nil {
+		if svcs[i], err = NewService(hs[i], cfg); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { svcs[i].Close() })
@@ -85,8 +86,8 @@ func arProtected(hs []host.Host, ids []peer.ID) []string {
 // or failure, nobody is protected any more.
 func TestRingProtectionEndsWithAttempt(t *testing.T) {
 	const k = 3
-	hs, svcs, ids := arRingCM(t, k, AllReduceServiceConfig{IOTimeout: time.Second})
-	tr, err := svcs[0].Open(RingSpec{ID: "open", Step: 7, Members: ids, Self: 0, Shards: 1})
+	hs, svcs, ids := arRingCM(t, k, ServiceConfig{IOTimeout: time.Second})
+	tr, err := svcs[0].Open(Spec{ID: "open", Step: 7, Members: ids, Self: 0, Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestRingProtectionEndsWithAttempt(t *testing.T) {
 	for i := range 2 {
 		vec := arVecs(2, 1, 4000)[0]
 		wg.Go(func() {
-			spec := RingSpec{ID: "fails", Step: 8, Members: ids, Self: i}
+			spec := Spec{ID: "fails", Step: 8, Members: ids, Self: i}
 			_, _, errs[i] = AllReduce(arCtx(t, 30*time.Second), svcs[i], spec, w, collective.Buffers{Dst: vec}, cfg)
 		})
 	}
@@ -132,18 +133,18 @@ func TestRingProtectionEndsWithAttempt(t *testing.T) {
 	}
 }
 
-// TestRingSendRate: a RingSpec.SendRate caps what each member sends; the
+// TestRingSendRate: a Spec.SendRate caps what each member sends; the
 // same ring without it runs much faster than the cap.
 func TestRingSendRate(t *testing.T) {
 	const k, rate = 2, 1 << 20 // bytes per second
-	_, svcs, ids := arRingCM(t, k, AllReduceServiceConfig{})
+	_, svcs, ids := arRingCM(t, k, ServiceConfig{})
 	in := arVecs(3, k, 400_000) // int8: about 400 kB sent per member
 	w := []float32{1, 1}
 	cfg := collective.AllReduceConfig{Shards: 2, ChunkElems: 4096}
 	for _, limited := range []bool{false, true} {
-		var lims []*Limiter
+		var lims []*p2p.Limiter
 		for range k {
-			lims = append(lims, NewSendLimiter(rate))
+			lims = append(lims, p2p.NewSendLimiter(rate))
 		}
 		start := time.Now()
 		var sent []int64
@@ -152,7 +153,7 @@ func TestRingSendRate(t *testing.T) {
 		for i := range k {
 			vec := append([]float32(nil), in[i]...)
 			wg.Go(func() {
-				spec := RingSpec{ID: "rate-" + map[bool]string{false: "off", true: "on"}[limited], Step: 7, Members: ids, Self: i}
+				spec := Spec{ID: "rate-" + map[bool]string{false: "off", true: "on"}[limited], Step: 7, Members: ids, Self: i}
 				if limited {
 					spec.SendRate = lims[i]
 				}
@@ -226,23 +227,23 @@ func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
 
 // TestServiceCloseJoinsAbortMessages: an aborted attempt keeps telling its
 // right neighbour (here one that never answers) after the attempt is
-// closed; AllReduceService.Close cancels that and waits for it.
+// closed; Service.Close cancels that and waits for it.
 func TestServiceCloseJoinsAbortMessages(t *testing.T) {
 	h0, left := arHostCM(t), arHostCM(t)
 	arLink(t, h0, left)
 	right, addr := arBlackhole(t)
 	h0.Peerstore().AddAddr(right, addr, peerstore.PermanentAddrTTL)
-	svc, err := NewAllReduceService(h0, AllReduceServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
+	svc, err := NewService(h0, ServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := svc.Open(RingSpec{ID: "hangs", Step: 7, Members: []peer.ID{h0.ID(), right, left.ID()}, Shards: 2})
+	tr, err := svc.Open(Spec{ID: "hangs", Step: 7, Members: []peer.ID{h0.ID(), right, left.ID()}, Shards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr.Abort(errors.New("test abort"))
 	tr.Close()
-	const fn = "(*RingTransport).tellRight"
+	const fn = "(*Transport).tellRight"
 	for start := time.Now(); !arRunning(fn); time.Sleep(10 * time.Millisecond) {
 		if time.Since(start) > 5*time.Second {
 			t.Fatal("the abort is not being sent: the test cannot tell whether Close joins it")
@@ -267,16 +268,16 @@ func TestRingCloseJoinsReachLeft(t *testing.T) {
 	arLink(t, h0, right)
 	left, addr := arBlackhole(t)
 	h0.Peerstore().AddAddr(left, addr, peerstore.PermanentAddrTTL)
-	svc, err := NewAllReduceService(h0, AllReduceServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
+	svc, err := NewService(h0, ServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Close()
-	tr, err := svc.Open(RingSpec{ID: "reach", Step: 7, Members: []peer.ID{h0.ID(), right.ID(), left}, Shards: 1})
+	tr, err := svc.Open(Spec{ID: "reach", Step: 7, Members: []peer.ID{h0.ID(), right.ID(), left}, Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const fn = "(*RingTransport).reachLeft"
+	const fn = "(*Transport).reachLeft"
 	for start := time.Now(); !arRunning(fn); time.Sleep(10 * time.Millisecond) {
 		if time.Since(start) > 5*time.Second {
 			t.Fatal("no dial of the left neighbour: the test cannot tell whether Close joins it")

@@ -1,10 +1,11 @@
 //go:build linux
 
-package p2p
+package ring
 
 import (
 	"context"
 	"fmt"
+	"github.com/intellect-node/intellect-node/p2p"
 	"io"
 	"os"
 	"slices"
@@ -34,11 +35,11 @@ func procCPU() time.Duration {
 // to c: total bytes in frames of frame bytes, the best of rounds; and the CPU
 // seconds per byte both ends spent. With l, the sender waits for l's tokens
 // before each frame (an uplink of l's rate).
-func arStreamRate(b *testing.B, a, c host.Host, l *Limiter, rounds, total, frame int) (rate, cpuPerByte float64) {
+func arStreamRate(b *testing.B, a, c host.Host, l *p2p.Limiter, rounds, total, frame int) (rate, cpuPerByte float64) {
 	c.SetStreamHandler(arBenchProto, func(s network.Stream) {
 		buf := make([]byte, frame)
 		for {
-			if _, _, err := ReadFrame(s, frame, buf); err != nil {
+			if _, _, err := p2p.ReadFrame(s, frame, buf); err != nil {
 				break
 			}
 		}
@@ -61,7 +62,7 @@ func arStreamRate(b *testing.B, a, c host.Host, l *Limiter, rounds, total, frame
 					b.Fatal(err)
 				}
 			}
-			if err := WriteFrame(s, arMsgChunk, payload); err != nil {
+			if err := p2p.WriteFrame(s, arMsgChunk, payload); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -85,7 +86,7 @@ func arStreamRate(b *testing.B, a, c host.Host, l *Limiter, rounds, total, frame
 // per CPU-second spent.
 func BenchmarkAllReduceLoopback(b *testing.B) {
 	const k, n = 4, 4 << 20 // 16 MiB of fp32 per member
-	hs, svcs, ids := arRing(b, k, AllReduceServiceConfig{IOTimeout: time.Minute})
+	hs, svcs, ids := arRing(b, k, ServiceConfig{IOTimeout: time.Minute})
 	stream, streamCPU := arStreamRate(b, hs[0], hs[1], nil, 3, 64<<20, 64<<10)
 	b.Logf("one libp2p stream: %.0f MiB/s, %.2f CPU s/GiB (both ends)", stream/(1<<20), streamCPU*(1<<30))
 	in := arVecs(5, k, n)
@@ -142,20 +143,20 @@ func arClone(v [][]float32) [][]float32 {
 
 // arBenchRound runs one all-reduce on every member and returns the bytes each
 // sent; with links, member i sends through links[i].
-func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id string, in [][]float32, w []float32,
-	cfg collective.AllReduceConfig, links []*Limiter) []int64 {
+func arBenchRound(b *testing.B, svcs []*Service, ids []peer.ID, id string, in [][]float32, w []float32,
+	cfg collective.AllReduceConfig, links []*p2p.Limiter) []int64 {
 	var wg sync.WaitGroup
 	errs := make([]error, len(ids))
 	sent := make([]int64, len(ids))
 	for i := range ids {
 		wg.Go(func() {
 			if links == nil {
-				var rs RingStats
-				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], RingSpec{ID: id, Step: 1, Members: ids, Self: i}, w, collective.Buffers{Dst: in[i]}, cfg)
+				var rs Stats
+				_, rs, errs[i] = AllReduce(context.Background(), svcs[i], Spec{ID: id, Step: 1, Members: ids, Self: i}, w, collective.Buffers{Dst: in[i]}, cfg)
 				sent[i] = rs.BytesSent
 				return
 			}
-			t, err := svcs[i].Open(RingSpec{ID: id, Step: 1, Members: ids, Self: i, Shards: cfg.Shards})
+			t, err := svcs[i].Open(Spec{ID: id, Step: 1, Members: ids, Self: i, Shards: cfg.Shards})
 			if err != nil {
 				errs[i] = err
 				return
@@ -176,15 +177,15 @@ func arBenchRound(b *testing.B, svcs []*AllReduceService, ids []peer.ID, id stri
 
 // linkedTransport sends through a token bucket: this member's uplink.
 type linkedTransport struct {
-	*RingTransport
-	l *Limiter
+	*Transport
+	l *p2p.Limiter
 }
 
 func (t linkedTransport) Send(ctx context.Context, shard int, msg []byte) error {
 	if err := t.l.Wait(ctx, len(msg)); err != nil {
 		return err
 	}
-	return t.RingTransport.Send(ctx, shard, msg)
+	return t.Transport.Send(ctx, shard, msg)
 }
 
 // arLinkRate and arLinkBurst are the emulated per-member uplink of
@@ -210,12 +211,12 @@ const arLinkBurst = 256 << 10
 // to its links, whatever the codec.
 func BenchmarkAllReduceLinks(b *testing.B) {
 	const k, n = 4, 4 << 20 // 16 MiB of fp32 per member
-	hs, svcs, ids := arRing(b, k, AllReduceServiceConfig{IOTimeout: time.Minute})
-	stream, _ := arStreamRate(b, hs[0], hs[1], NewLimiter(arLinkRate, arLinkBurst), 1, 32<<20, 64<<10)
+	hs, svcs, ids := arRing(b, k, ServiceConfig{IOTimeout: time.Minute})
+	stream, _ := arStreamRate(b, hs[0], hs[1], p2p.NewLimiter(arLinkRate, arLinkBurst), 1, 32<<20, 64<<10)
 	b.Logf("one libp2p stream through a %d MiB/s bucket: %.1f MiB/s", arLinkRate>>20, stream/(1<<20))
-	links := make([]*Limiter, k)
+	links := make([]*p2p.Limiter, k)
 	for i := range links {
-		links[i] = NewLimiter(arLinkRate, arLinkBurst)
+		links[i] = p2p.NewLimiter(arLinkRate, arLinkBurst)
 	}
 	in := arVecs(6, k, n)
 	for _, codec := range []collective.Codec{collective.CodecInt8, collective.CodecFP32} {
