@@ -100,8 +100,8 @@ type Config struct {
 	// AllReduceTimeout bounds one all-reduce attempt. Default
 	// DefaultAllReduceTimeout.
 	AllReduceTimeout time.Duration
-	// CheckpointEvery writes a durable checkpoint every so many outer steps
-	// (0: only at exit). Default DefaultCheckpointEvery. KeepCheckpoints is
+	// CheckpointEvery writes a durable checkpoint every so many outer steps;
+	// negative: only at exit. 0 takes DefaultCheckpointEvery. KeepCheckpoints is
 	// how many to keep (DefaultKeepCheckpoints).
 	CheckpointEvery int
 	KeepCheckpoints int
@@ -272,7 +272,7 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --ring-order %q: want latency or sorted", ErrBadConfig, c.RingOrder)
 	case c.MaxSendRate < 0:
 		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
-	case c.CheckpointEvery < 0 || c.KeepCheckpoints < 1:
+	case c.KeepCheckpoints < 1:
 		return fmt.Errorf("%w: checkpoint every %d keep %d", ErrBadConfig, c.CheckpointEvery, c.KeepCheckpoints)
 	}
 	return nil

@@ -103,7 +103,6 @@ func TestConfigRejectsTable(t *testing.T) {
 		{"sim with negative step", func(c *Config) { c.Device, c.SimStep = "sim", -1 }, "--sim-step"},
 		{"ring order unknown", func(c *Config) { c.RingOrder = "random" }, "--ring-order"},
 		{"send rate negative", func(c *Config) { c.MaxSendRate = -1 }, "send rate"},
-		{"checkpoint every negative", func(c *Config) { c.CheckpointEvery = -1 }, "checkpoint"},
 		{"keep negative", func(c *Config) { c.KeepCheckpoints = -2 }, "checkpoint"},
 		{"status addr without port", func(c *Config) { c.StatusAddr = "127.0.0.1" }, "--status"},
 		{"status addr open without token", func(c *Config) { c.StatusAddr = "0.0.0.0:8642" }, "--status-token-file"},
@@ -368,5 +367,14 @@ func TestTokensBySourceTable(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(c.want) || (got == nil) != (c.want == nil) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestCheckpointOnlyAtExit: a negative CheckpointEvery (the flag's 0) is
+// valid and stays negative: no checkpoint during the run, one at exit.
+func TestCheckpointOnlyAtExit(t *testing.T) {
+	c := Config{Run: "x", Home: t.TempDir(), CheckpointEvery: -1}
+	if err := c.Validate(); err != nil || c.CheckpointEvery != -1 {
+		t.Fatalf("CheckpointEvery -1: %v, now %d", err, c.CheckpointEvery)
 	}
 }

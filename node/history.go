@@ -34,16 +34,52 @@ const (
 // content of a history file; the message names the line.
 var ErrBadHistory = errors.New("node: bad history")
 
-// appendHistory appends rec to <home>/HistoryFile.
+// appendHistory appends rec to <home>/HistoryFile. A record a crash cut
+// short (the file does not end in a newline) is dropped first, so the file
+// stays one whole record per line.
 func (n *Node) appendHistory(rec OuterRecord) {
 	b, _ := json.Marshal(rec)
-	f, err := os.OpenFile(filepath.Join(n.cfg.Home, HistoryFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
+	if err := appendRecordLine(filepath.Join(n.cfg.Home, HistoryFile), append(b, '\n')); err != nil {
 		n.log.Warn("history", "err", err)
-		return
+	}
+}
+
+// appendRecordLine appends line to the file at path, first cutting the file
+// back to its last newline when it does not end in one.
+func appendRecordLine(path string, line []byte) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
-	f.Write(append(b, '\n'))
+	end, err := wholeLinesEnd(f)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(end); err != nil {
+		return err
+	}
+	_, err = f.WriteAt(line, end)
+	return err
+}
+
+// wholeLinesEnd returns the offset just after the file's last newline (0 if
+// it has none within the last MaxHistoryLine+1 bytes).
+func wholeLinesEnd(f *os.File) (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := st.Size()
+	from := max(size-MaxHistoryLine-1, 0)
+	tail := make([]byte, size-from)
+	if _, err := f.ReadAt(tail, from); err != nil && err != io.EOF {
+		return 0, err
+	}
+	if i := bytes.LastIndexByte(tail, '\n'); i >= 0 {
+		return from + int64(i) + 1, nil
+	}
+	return 0, nil
 }
 
 // ReadHistory reads the records a node wrote to <home>/HistoryFile, in

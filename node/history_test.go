@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -114,4 +115,30 @@ func FuzzDecodeHistory(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAppendAfterCrash: a record cut short by a crash is dropped when the
+// restarted node appends, so the file reads back whole (and a good file is
+// only appended to).
+func TestAppendAfterCrash(t *testing.T) {
+	path := filepath.Join(t.TempDir(), HistoryFile)
+	line := func(step uint64) []byte {
+		b, _ := json.Marshal(OuterRecord{Step: step, EvalLoss: 1})
+		return append(b, '\n')
+	}
+	if err := appendRecordLine(path, line(1)); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(line(2)[:9]) // the crash
+	f.Close()
+	if err := appendRecordLine(path, line(3)); err != nil {
+		t.Fatal(err)
+	}
+	f, _ = os.Open(path)
+	defer f.Close()
+	recs, err := DecodeHistory(f)
+	if err != nil || len(recs) != 2 || recs[0].Step != 1 || recs[1].Step != 3 {
+		t.Fatalf("after a crash and an append: %+v, %v", recs, err)
+	}
 }

@@ -189,11 +189,17 @@ func (l *outerLoop) applyNow(p *pending, inner int) bool {
 func (l *outerLoop) startReduce(w *worker, inner int, phaseStart *time.Time) *pending {
 	params := l.engine.Params()
 	theta0 := l.model.theta0
-	for i := range l.delta {
-		l.delta[i] = theta0[i] - params[i]
+	if l.end != nil { // one pass for Δ_t and E_t
+		end := l.end[:len(l.delta)]
+		for i, p := range params[:len(l.delta)] {
+			l.delta[i], end[i] = theta0[i]-p, p
+		}
+	} else {
+		for i := range l.delta {
+			l.delta[i] = theta0[i] - params[i]
+		}
 	}
 	if l.cfg.lag != 0 {
-		copy(l.end, params)
 		// Waiting for a slower member costs no compute here, and a faster
 		// member is Ready up to a phase before it: wait up to 1.5 phases.
 		phase := time.Since(*phaseStart)
@@ -239,7 +245,7 @@ func (l *outerLoop) evalRestart(ot *outerTimes) (float64, error) {
 // evalRebased evaluates G with the local model set aside, then rebases the
 // local model onto G.
 func (l *outerLoop) evalRebased(ot *outerTimes) (float64, error) {
-	copy(l.stash, l.engine.Params())
+	rebaseInto(l.stash, l.engine.Params(), l.end, l.model.theta0)
 	if err := l.engine.SetParams(l.model.theta0); err != nil {
 		return 0, err
 	}
@@ -247,8 +253,17 @@ func (l *outerLoop) evalRebased(ot *outerTimes) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	train.Rebase(l.stash, l.end, l.model.theta0)
 	return eval, l.engine.SetParams(l.stash)
+}
+
+// rebaseInto writes params moved from one base to another, dst = params +
+// (to − from): train.Rebase's arithmetic, bit for bit, in one pass that also
+// sets the local model aside.
+func rebaseInto(dst, params, from, to []float32) {
+	params, from, to = params[:len(dst)], from[:len(dst)], to[:len(dst)]
+	for i := range dst {
+		dst[i] = params[i] + (to[i] - from[i])
+	}
 }
 
 func (l *outerLoop) eval(ot *outerTimes) (float64, error) {

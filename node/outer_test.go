@@ -555,3 +555,19 @@ func TestOuterLoopCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestRebaseInto: the loop's one-pass rebase gives train.Rebase's bits.
+func TestRebaseInto(t *testing.T) {
+	n := 1000
+	p, from, to := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range n {
+		p[i], from[i], to[i] = simNoise(1, uint64(i)), simNoise(2, uint64(i))*3, simNoise(3, uint64(i))*1e-3
+	}
+	want := slices.Clone(p)
+	train.Rebase(want, from, to)
+	got := make([]float32, n)
+	rebaseInto(got, p, from, to)
+	if !slices.Equal(got, want) {
+		t.Fatal("rebaseInto differs from train.Rebase")
+	}
+}

@@ -54,7 +54,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
-	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps (0: only at exit)")
 	f.level = fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	return fs, &f
 }
@@ -67,6 +67,9 @@ func runStart(args []string) error {
 	}
 	c.Bootstrap, c.Listen = f.boot, f.listen
 	c.OuterLR = float32(*f.outerLR)
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = -1 // --checkpoint-every 0: only at exit
+	}
 	if *f.tokenFile != "" {
 		b, err := readSmallFile(*f.tokenFile, 4096)
 		if err != nil {
