@@ -196,7 +196,7 @@ func (r testReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective.Bu
 	rank := rg.Rank(r.self)
 	var tr collective.Transport = ts[rank]
 	if victim == r.self {
-		tr = &dyingTransport{MemTransport: ts[rank], sendsLeft: 2}
+		tr = collective.DieAfter(ts[rank], 2)
 	}
 	_, err := collective.AllReduceInto(ctx, tr, rank, rg.Weights, b, r.cfg)
 	return ring.Stats{}, err
@@ -213,25 +213,6 @@ func (r testReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
 		bad = (rank + 1) % k
 	}
 	return rg.Members[bad]
-}
-
-// dyingTransport kills its member after a number of sends.
-type dyingTransport struct {
-	*collective.MemTransport
-	mu        sync.Mutex
-	sendsLeft int
-}
-
-func (d *dyingTransport) Send(ctx context.Context, shard int, msg []byte) error {
-	d.mu.Lock()
-	d.sendsLeft--
-	die := d.sendsLeft < 0
-	d.mu.Unlock()
-	if die {
-		d.Kill()
-		return errors.New("test: member died")
-	}
-	return d.MemTransport.Send(ctx, shard, msg)
 }
 
 // member is one test node: its loop and what its hooks saw.

@@ -121,3 +121,30 @@ func (t *MemTransport) breakAll(err error) {
 		t.in[s].breakWith(err)
 	}
 }
+
+// DieAfter wraps a member's transport so that the member dies (Kill) at
+// its sends+1-th Send and, dead, tells nobody why (Abort does nothing): a
+// crash in the middle of an all-reduce, for tests.
+func DieAfter(t *MemTransport, sends int) Transport {
+	return &dyingTransport{MemTransport: t, sendsLeft: sends}
+}
+
+type dyingTransport struct {
+	*MemTransport
+	mu        sync.Mutex
+	sendsLeft int
+}
+
+func (d *dyingTransport) Send(ctx context.Context, shard int, msg []byte) error {
+	d.mu.Lock()
+	d.sendsLeft--
+	die := d.sendsLeft < 0
+	d.mu.Unlock()
+	if die {
+		d.Kill()
+		return errMemLinkDown
+	}
+	return d.MemTransport.Send(ctx, shard, msg)
+}
+
+func (d *dyingTransport) Abort(error) {}

@@ -263,7 +263,7 @@ func TestAllReduceKilledMember(t *testing.T) {
 	start := time.Now()
 	rr := runRing(t, ctx, in, nil, w, AllReduceConfig{Shards: 3, ChunkElems: 100}, func(i int, tr *MemTransport) Transport {
 		if i == dead {
-			return &dyingTransport{MemTransport: tr, sendsLeft: 7}
+			return DieAfter(tr, 7)
 		}
 		return tr
 	})
@@ -281,27 +281,6 @@ func TestAllReduceKilledMember(t *testing.T) {
 	}
 }
 
-// dyingTransport kills its member after a number of sends.
-type dyingTransport struct {
-	*MemTransport
-	mu        sync.Mutex
-	sendsLeft int
-}
-
-func (d *dyingTransport) Send(ctx context.Context, shard int, msg []byte) error {
-	d.mu.Lock()
-	d.sendsLeft--
-	die := d.sendsLeft < 0
-	d.mu.Unlock()
-	if die {
-		d.Kill()
-		return errMemLinkDown
-	}
-	return d.MemTransport.Send(ctx, shard, msg)
-}
-
-// Abort hides MemTransport.Abort: a dead member tells nobody anything.
-func (d *dyingTransport) Abort(error) {}
 
 // TestAllReduceHungMember: a member that never takes part makes everybody
 // return by the deadline with a PeerError, and somebody names it. (Who names
@@ -553,7 +532,7 @@ func TestAllReduceIntoBuffers(t *testing.T) {
 	}
 	_, _, errs = run(func(i int, tr *MemTransport) Transport {
 		if i == 1 {
-			return &dyingTransport{MemTransport: tr, sendsLeft: 4}
+			return DieAfter(tr, 4)
 		}
 		return tr
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/internal/p2ptest"
 	"io"
 	"log/slog"
 	"math"
@@ -14,31 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
-	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
-	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
-// arHost starts a real libp2p host on 127.0.0.1, TCP + TLS + yamux.
-func arHost(t testing.TB) host.Host {
-	t.Helper()
-	h, err := libp2p.New(
-		libp2p.NoTransports, libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Security(libp2ptls.ID, libp2ptls.New),
-		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.DisableRelay(),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
-}
+func arHost(t testing.TB) host.Host { return p2ptest.Host(t) }
 
 // arLink tells a about b and connects them.
 func arLink(t testing.TB, a, b host.Host) {
