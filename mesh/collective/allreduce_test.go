@@ -281,7 +281,6 @@ func TestAllReduceKilledMember(t *testing.T) {
 	}
 }
 
-
 // TestAllReduceHungMember: a member that never takes part makes everybody
 // return by the deadline with a PeerError, and somebody names it. (Who names
 // whom is a race of the deadlines: a neighbour that times out first blames
