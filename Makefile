@@ -157,6 +157,7 @@ fuzz:
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseSafetensors$$' -fuzztime 30s
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseShard$$' -fuzztime 30s
 	$(GO) test ./train/tokenizer -run XXX -fuzz '^FuzzParseHF$$' -fuzztime 30s
+	$(GO) test ./node -run XXX -fuzz '^FuzzDecodeHistory$$' -fuzztime 30s
 
 # Root: the link emulator's checks, then INTELLECT-1's utilization table
 # (blocking / overlapped / nocomm per profile, sim nodes in network namespaces),
