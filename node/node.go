@@ -48,6 +48,7 @@ type Node struct {
 	snap   *ckpt.Snapshot // cached donor snapshot, encoded on first request of a step
 
 	inflight inflight // the all-reduce attempt running now, if any
+	retry    backoff  // of failed model fetches (training goroutine)
 
 	wg sync.WaitGroup
 }
@@ -65,6 +66,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With("system", "node"),
+		retry:    backoff{base: fetchRetryBase, limit: fetchRetryLimit},
 		meshCmds: make(chan meshCmd, 64),
 		events:   make(chan meshEvent, 16),
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -43,18 +44,13 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		n.met.fetchFailures.WithLabelValues("download").Inc()
-		n.log.Warn("model fetch failed; the mesh picks donors again", "step", f.Step, "err", err)
-		nodePort{n}.SyncFailed()
-		return nil
+		return n.fetchFailed(ctx, f, "download", "model fetch failed; the mesh picks donors again", err)
 	}
 	theta0, v, err := n.decodeFetched(data, f)
 	if err != nil {
-		n.met.fetchFailures.WithLabelValues("unusable").Inc()
-		n.log.Error("fetched model unusable", "step", f.Step, "err", err)
-		nodePort{n}.SyncFailed()
-		return nil
+		return n.fetchFailed(ctx, f, "unusable", "fetched model unusable", err)
 	}
+	n.retry.succeeded()
 	if err := n.engine.SetParams(theta0); err != nil {
 		return err
 	}
@@ -66,6 +62,57 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
 	return nil
 }
+
+// fetchFailed counts and reports a failed fetch — a warning the first time
+// a reason comes up, then at debug level while it repeats — waits out the
+// backoff, then tells the mesh, which picks donors again: a fetch that
+// cannot succeed (another run's model, a model over the size limit) does
+// not become a storm of retries and log lines.
+func (n *Node) fetchFailed(ctx context.Context, f *mesh.Fetch, cause, msg string, err error) error {
+	n.met.fetchFailures.WithLabelValues(cause).Inc()
+	wait, repeat := n.retry.failed(cause + ": " + err.Error())
+	level := slog.LevelWarn
+	if repeat {
+		level = slog.LevelDebug
+	}
+	n.log.Log(ctx, level, msg, "step", f.Step, "err", err, "retry_in", fmtDur(wait), "failures", n.retry.fails)
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	nodePort{n}.SyncFailed()
+	return nil
+}
+
+// backoff spaces the retries of something that keeps failing: the first
+// retry after base, each next one twice as late, up to limit.
+type backoff struct {
+	base, limit time.Duration
+	fails       int
+	lastWhy     string
+}
+
+// Fetch retries: half a second, doubling to a minute.
+const (
+	fetchRetryBase  = 500 * time.Millisecond
+	fetchRetryLimit = time.Minute
+)
+
+// failed records a failure for reason why and returns how long to wait
+// before retrying, and whether why is the reason of the failure before.
+func (b *backoff) failed(why string) (wait time.Duration, repeat bool) {
+	b.fails++
+	repeat, b.lastWhy = why == b.lastWhy, why
+	wait = b.base
+	for i := 1; i < b.fails && wait < b.limit; i++ {
+		wait *= 2
+	}
+	return min(wait, b.limit), repeat
+}
+
+// succeeded resets the backoff.
+func (b *backoff) succeeded() { b.fails, b.lastWhy = 0, "" }
 
 // fetchProgress returns the progress callback of a fetch: the board, the
 // operator's progress bar, and a log line a second.

@@ -379,3 +379,30 @@ func writeOuter(t *testing.T, dir string, ts []train.Tensor) {
 		t.Fatal(err)
 	}
 }
+
+// TestFetchBackoff: retries of a failing fetch wait half a second, then
+// twice as long each time up to a minute; a repeated reason is a repeat
+// (logged once as a warning); success starts over.
+func TestFetchBackoff(t *testing.T) {
+	b := backoff{base: fetchRetryBase, limit: fetchRetryLimit}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
+	for i, w := range want {
+		got, repeat := b.failed("too big")
+		if got != w || repeat != (i > 0) {
+			t.Fatalf("failure %d: wait %v repeat %v, want %v %v", i+1, got, repeat, w, i > 0)
+		}
+	}
+	for range 20 {
+		b.failed("too big")
+	}
+	if got, _ := b.failed("too big"); got != time.Minute {
+		t.Fatalf("wait after many failures: %v, want the one-minute cap", got)
+	}
+	if _, repeat := b.failed("another reason"); repeat {
+		t.Fatal("a new reason counted as a repeat")
+	}
+	b.succeeded()
+	if got, repeat := b.failed("too big"); got != fetchRetryBase || repeat {
+		t.Fatalf("after a success: wait %v repeat %v", got, repeat)
+	}
+}
