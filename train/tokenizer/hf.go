@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/pkoukk/tiktoken-go"
 )
 
 // gpt2Pattern is the split pattern of a ByteLevel pre-tokenizer with
@@ -21,7 +19,7 @@ var eotNames = []string{"<|endoftext|>", "<|end_of_text|>", "</s>", "<|eot_id|>"
 // HF is a Hugging Face byte-level BPE tokenizer read from tokenizer.json.
 type HF struct {
 	id      string
-	bpe     *tiktoken.Tiktoken
+	bpe     *bpe
 	rankID  []int32          // tiktoken rank → token id
 	idBytes map[int32]string // token id → bytes (vocabulary and added tokens)
 	vocab   int
@@ -87,11 +85,9 @@ func ParseHF(b []byte) (*HF, error) {
 	if err := t.addTokens(f.AddedTokens); err != nil {
 		return nil, err
 	}
-	core, err := tiktoken.NewCoreBPE(ranks, map[string]int{}, pattern)
-	if err != nil {
+	if t.bpe, err = newBPE(pattern, ranks); err != nil {
 		return nil, fmt.Errorf("%w: split pattern: %v", ErrTokenizer, err)
 	}
-	t.bpe = tiktoken.NewTiktoken(core, &tiktoken.Encoding{PatStr: pattern, MergeableRanks: ranks}, nil)
 	return t, nil
 }
 
@@ -254,11 +250,8 @@ func (t *HF) Encode(text string) []int32 {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
-	ranks := t.bpe.EncodeOrdinary(text)
-	out := make([]int32, len(ranks))
-	for i, r := range ranks {
-		out[i] = t.rankID[r]
-	}
+	out := make([]int32, 0, len(text)/3)
+	t.bpe.encode(text, func(r int) { out = append(out, t.rankID[r]) })
 	return out
 }
 

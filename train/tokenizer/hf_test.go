@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pkoukk/tiktoken-go"
 	"unicode/utf8"
 )
 
@@ -358,4 +361,59 @@ func BenchmarkEncodeVsHF(b *testing.B) {
 			b.ReportMetric(ours/hf, "x-hf")
 		})
 	}
+}
+
+// TestLongPieces: the heap merge gives the rescanning merge's parts on long
+// pieces of real vocabularies, the whole encoder gives tiktoken-go's ranks
+// (the library we built on before), and a megabyte-long piece no longer
+// takes minutes.
+func TestLongPieces(t *testing.T) {
+	dir := referenceFiles(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, name := range []string{"gpt2", "llama3"} {
+		tok, err := Load(filepath.Join(dir, name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := tok.(*HF).bpe
+		ref, err := tiktoken.NewCoreBPE(b.ranks, map[string]int{}, b.re.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk := tiktoken.NewTiktoken(ref, &tiktoken.Encoding{MergeableRanks: b.ranks}, nil)
+		for i := range 200 {
+			piece := randomLetters(r, 65+r.IntN(400), i%3 == 0)
+			if h, s := b.mergeHeap(piece), b.mergeScan(piece); !slices.Equal(h, s) {
+				t.Fatalf("%s: heap and scan merges differ on %q", name, piece)
+			}
+			text := randomText(r, 200) + piece + " " + piece[:65]
+			var got []int
+			b.encode(text, func(rk int) { got = append(got, rk) })
+			if want := tk.EncodeOrdinary(text); !slices.Equal(got, want) {
+				t.Fatalf("%s: differs from tiktoken-go on %q", name, abbrev([]byte(text)))
+			}
+		}
+		start := time.Now()
+		tok.Encode(randomLetters(r, 1<<20, false))
+		if took := time.Since(start); took > 20*time.Second {
+			t.Fatalf("%s: a 1 MiB piece took %v", name, took)
+		} else {
+			t.Logf("%s: a 1 MiB letter run encoded in %v", name, took)
+		}
+	}
+}
+
+// randomLetters is a run of n letters (or, with digitsToo, letters and
+// digits mixed so the split pattern cuts it differently).
+func randomLetters(r *rand.Rand, n int, digitsToo bool) string {
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	alphabet := letters
+	if digitsToo {
+		alphabet += "0123456789"
+	}
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[r.IntN(len(alphabet))]
+	}
+	return string(b)
 }
