@@ -2,10 +2,11 @@
 // back: a byte-level tokenizer (one token per byte) and Hugging Face
 // tokenizer.json byte-level BPE as GPT-2 and Llama 3 ship it.
 //
-// BPE encoding is done by github.com/pkoukk/tiktoken-go, fed ranks built from
-// the tokenizer.json: it is exact against Hugging Face's own library on GPT-2
-// and Llama 3 (tokenizer_test.go runs both on the same texts) and faster than
-// what we would write by hand (docs/data.md).
+// BPE encoding follows tiktoken's rule over ranks built from the
+// tokenizer.json (bpe.go: the split pattern by github.com/dlclark/regexp2, a
+// heap merge for long pieces); it is exact against Hugging Face's own library
+// on GPT-2 and Llama 3 (hf_test.go runs both on the same texts), see
+// docs/data.md.
 package tokenizer
 
 import (
