@@ -144,6 +144,7 @@ func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerSta
 		info := n.host.PeerInfo(id)
 		ps.Connected = info.Connected
 		ps.LatencyMs = float64(info.Latency) / float64(time.Millisecond)
+		ps.Transport, ps.Relayed = info.Transport, info.Relayed
 	}
 	return ps
 }

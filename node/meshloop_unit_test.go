@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"log/slog"
 	"slices"
 	"strings"
@@ -284,5 +285,19 @@ func TestMeshLoopLone(t *testing.T) {
 	}
 	if s := n.board.snapshot().State; s != "left" {
 		t.Fatalf("board state %q, want left", s)
+	}
+}
+
+// TestPeerStatusLink: a connected peer's row says how it is reached — a
+// direct tcp link here, not relayed — as /v1/peers shows it.
+func TestPeerStatusLink(t *testing.T) {
+	a, b := unitHost(t), unitHost(t)
+	if err := a.Libp2p().Connect(context.Background(), peer.AddrInfo{ID: b.ID(), Addrs: b.Libp2p().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := unitMeshNode(a)
+	ps := n.peerStatus(mesh.PeerStatus{ID: mesh.PeerID(b.ID().String()), State: mesh.StateTraining}, 0, time.Now())
+	if !ps.Connected || ps.Transport != "tcp" || ps.Relayed {
+		t.Fatalf("peer row: connected %v transport %q relayed %v", ps.Connected, ps.Transport, ps.Relayed)
 	}
 }

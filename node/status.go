@@ -53,6 +53,10 @@ type PeerStatus struct {
 	LastSeen  time.Time `json:"last_seen"`
 	LatencyMs float64   `json:"latency_ms"`
 	Connected bool      `json:"connected"`
+	// Transport of the connection in use ("tcp", "quic-v1", …) and whether
+	// it goes through a relay rather than directly.
+	Transport string `json:"transport,omitempty"`
+	Relayed   bool   `json:"relayed"`
 }
 
 // OuterRecord is one completed outer step, as kept for GET /v1/history and

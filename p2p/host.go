@@ -534,6 +534,11 @@ type PeerInfo struct {
 	Protected     bool          `json:"protected"`  // see Protect (an all-reduce attempt's own protection is not shown)
 	Traffic       Traffic       `json:"traffic"`
 	GossipScore   float64       `json:"gossip_score"` // 0, or negative after invalid messages; refreshed every second
+	// Transport is the transport of the connection in use ("tcp", "quic",
+	// "websocket", …; "" when not connected), and Relayed whether it runs
+	// through a relay (a /p2p-circuit address) rather than directly.
+	Transport string `json:"transport,omitempty"`
+	Relayed   bool   `json:"relayed"`
 }
 
 // PeerInfo returns what the host knows about id: addresses from the
@@ -553,7 +558,38 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 	for _, a := range ps.Addrs(id) {
 		info.Addrs = append(info.Addrs, a.String())
 	}
+	info.Transport, info.Relayed = connKind(h.h.Network().ConnsToPeer(id))
 	return info
+}
+
+// connKind names the transport of the best of conns — a direct one before
+// a relayed one — and whether that one is relayed.
+func connKind(conns []network.Conn) (transport string, relayed bool) {
+	for _, c := range conns {
+		t, r := addrKind(c.RemoteMultiaddr())
+		if transport == "" || relayed && !r {
+			transport, relayed = t, r
+		}
+	}
+	return transport, relayed
+}
+
+// addrKind returns the transport protocol of a connection's remote address
+// and whether it is a relayed (/p2p-circuit) one.
+func addrKind(a ma.Multiaddr) (transport string, relayed bool) {
+	for _, p := range a.Protocols() {
+		switch p.Code {
+		case ma.P_CIRCUIT:
+			relayed = true
+		case ma.P_TCP, ma.P_UDP:
+			if transport == "" || transport == "udp" {
+				transport = p.Name
+			}
+		case ma.P_QUIC_V1, ma.P_QUIC, ma.P_WEBTRANSPORT, ma.P_WEBRTC_DIRECT, ma.P_WS, ma.P_WSS:
+			transport = p.Name
+		}
+	}
+	return transport, relayed
 }
 
 // Peers returns PeerInfo for every currently connected peer.

@@ -3,6 +3,7 @@ package p2p
 import (
 	"context"
 	"errors"
+	ma "github.com/multiformats/go-multiaddr"
 	"io"
 	"log/slog"
 	"os"
@@ -378,6 +379,9 @@ func TestPeerInfoAndProtect(t *testing.T) {
 	if !info.Connected || info.Connectedness != network.Connected.String() {
 		t.Fatalf("peer info connectedness: %+v", info)
 	}
+	if info.Transport != "tcp" || info.Relayed {
+		t.Fatalf("peer info transport %q relayed %v, want a direct tcp connection", info.Transport, info.Relayed)
+	}
 	if len(info.Addrs) == 0 || !strings.HasPrefix(info.Addrs[0], "/ip4/127.0.0.1/tcp/") {
 		t.Fatalf("peer info addrs: %v", info.Addrs)
 	}
@@ -469,5 +473,33 @@ func TestAnnounceReplacesAdvertisedAddrs(t *testing.T) {
 	want := "/ip4/203.0.113.7/tcp/4021/p2p/" + h.ID().String()
 	if got := h.Addrs(); len(got) != 1 || got[0] != want {
 		t.Fatalf("Addrs() = %v, want [%s]", got, want)
+	}
+}
+
+// TestAddrKind: the transport and the relayed flag of a connection's remote
+// address, as /v1/peers shows them.
+func TestAddrKind(t *testing.T) {
+	relay := "12D3KooWRk9Dzqmc4yqimHafkH5DQG9Dtc2QEmkqGE7FDBdYbKYt"
+	for _, c := range []struct {
+		addr      string
+		transport string
+		relayed   bool
+	}{
+		{"/ip4/203.0.113.7/tcp/4001", "tcp", false},
+		{"/ip6/::1/udp/4001/quic-v1", "quic-v1", false},
+		{"/ip4/203.0.113.7/tcp/443/ws", "ws", false},
+		{"/ip4/203.0.113.7/tcp/4001/p2p/" + relay + "/p2p-circuit", "tcp", true},
+		{"/ip4/203.0.113.7/udp/4001/quic-v1/p2p/" + relay + "/p2p-circuit", "quic-v1", true},
+	} {
+		a, err := ma.NewMultiaddr(c.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr, r := addrKind(a); tr != c.transport || r != c.relayed {
+			t.Errorf("%s: %q relayed %v, want %q %v", c.addr, tr, r, c.transport, c.relayed)
+		}
+	}
+	if tr, r := connKind(nil); tr != "" || r {
+		t.Errorf("no connection: %q %v", tr, r)
 	}
 }
