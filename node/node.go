@@ -30,7 +30,6 @@ type Node struct {
 	ar     *ring.Service
 	ckpt   *ckpt.Server
 	engine train.Engine
-	outer  *train.Outer
 	data   train.Source
 	board  board
 	api    *api

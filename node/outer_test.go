@@ -161,17 +161,8 @@ func (p fakePort) CaughtUp(ctx context.Context) bool {
 
 func (p fakePort) Events() <-chan meshEvent { return p.f.events[p.rank] }
 
-// memReducer runs attempts over in-memory rings, one per ring id; kill
-// names, per ring id, a member whose transport dies after a few sends.
-type memReducer struct {
-	mu    sync.Mutex
-	rings map[string][]*collective.MemTransport
-	kill  map[string]mesh.PeerID
-	cfg   collective.AllReduceConfig
-	self  mesh.PeerID
-}
-
-// shared is the state every member's memReducer shares.
+// sharedRings is the in-memory rings every member's testReducer shares;
+// kill names, per ring id, a member whose transport dies after a few sends.
 type sharedRings struct {
 	mu    sync.Mutex
 	rings map[string][]*collective.MemTransport
