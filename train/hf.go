@@ -55,7 +55,7 @@ func newHFConfig(c Config, dt DType, tok *hfTokenizer) hfConfig {
 		NumAttentionHeads: c.Heads, NumKeyValueHeads: c.KVHeads, HeadDim: c.HeadDim(),
 		MaxPositionEmbeddings: c.SeqLen, RopeTheta: c.RopeTheta, RMSNormEps: c.NormEps,
 		HiddenAct: "silu", InitializerRange: 0.02, PretrainingTP: 1, TorchDType: torch, UseCache: true,
-		BOSTokenID: tok.bos.id(), EOSTokenID: tok.eos.id(), TransformersVersion: hfTransformersVersion,
+		BOSTokenID: tokenID(tok.bos), EOSTokenID: tokenID(tok.eos), TransformersVersion: hfTransformersVersion,
 	}
 }
 
@@ -70,19 +70,18 @@ type hfGenerationConfig struct {
 }
 
 // hfToken is a special token of a tokenizer.
-type hfToken struct {
-	ID      int    `json:"id"`
-	Content string `json:"content"`
-}
+// hfToken is a special token of the tokenizer export writes.
+type hfToken = tokenizer.AddedToken
 
-func (t *hfToken) id() *int {
+func tokenID(t *hfToken) *int {
 	if t == nil {
 		return nil
 	}
-	return &t.ID
+	id := int(t.ID)
+	return &id
 }
 
-func (t *hfToken) content() any {
+func tokenContent(t *hfToken) any {
 	if t == nil {
 		return nil
 	}
@@ -95,11 +94,9 @@ type hfTokenizer struct {
 	bos, eos *hfToken
 }
 
-// maxTokenizerFile bounds the size of a tokenizer.json (Llama 3's is 9 MB).
-const maxTokenizerFile = 256 << 20
-
 // loadHFTokenizer returns the byte tokenizer for spec "" or "byte", else
-// reads the tokenizer.json at spec; its ids must be below vocab.
+// reads the tokenizer.json at spec (tokenizer.ReadFile); its ids must be
+// below vocab.
 func loadHFTokenizer(spec string, vocab int) (*hfTokenizer, error) {
 	if spec == "" || spec == "byte" {
 		if vocab < 256 {
@@ -107,18 +104,18 @@ func loadHFTokenizer(spec string, vocab int) (*hfTokenizer, error) {
 		}
 		return &hfTokenizer{json: byteLevelTokenizerJSON()}, nil
 	}
-	b, err := readFileLimited(spec, maxTokenizerFile)
+	f, err := tokenizer.ReadFile(spec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tokenizer: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	tok, maxID, err := parseHFTokenizer(b)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrConfig, spec, err)
+	if f.MaxID >= vocab {
+		return nil, fmt.Errorf("%w: %s has token ids up to %d, the model's vocab is %d", ErrConfig, spec, f.MaxID, vocab)
 	}
-	if maxID >= vocab {
-		return nil, fmt.Errorf("%w: %s has token ids up to %d, the model's vocab is %d", ErrConfig, spec, maxID, vocab)
+	byName := map[string]*hfToken{}
+	for i, t := range f.Added {
+		byName[t.Content] = &f.Added[i]
 	}
-	return tok, nil
+	return &hfTokenizer{json: f.Raw, bos: firstToken(byName, hfBOSNames), eos: firstToken(byName, hfEOSNames)}, nil
 }
 
 // Names of special tokens recognised as bos and eos, in order of preference.
@@ -126,54 +123,6 @@ var (
 	hfBOSNames = []string{"<|begin_of_text|>", "<s>", "<|startoftext|>", "<bos>", "<|im_start|>"}
 	hfEOSNames = []string{"<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>", "<|eot_id|>", "<|im_end|>"}
 )
-
-// parseHFTokenizer checks a tokenizer.json and returns it with its bos/eos
-// (found by name among added_tokens) and its largest token id.
-func parseHFTokenizer(b []byte) (*hfTokenizer, int, error) {
-	var tj struct {
-		AddedTokens []hfToken `json:"added_tokens"`
-		Model       struct {
-			Type  string          `json:"type"`
-			Vocab json.RawMessage `json:"vocab"`
-		} `json:"model"`
-	}
-	if err := json.Unmarshal(b, &tj); err != nil {
-		return nil, 0, fmt.Errorf("not a tokenizer.json: %v", err)
-	}
-	maxID, err := hfVocabMaxID(tj.Model.Vocab)
-	if err != nil {
-		return nil, 0, fmt.Errorf("model %q: %v", tj.Model.Type, err)
-	}
-	byName := map[string]*hfToken{}
-	for i, t := range tj.AddedTokens {
-		byName[t.Content] = &tj.AddedTokens[i]
-		maxID = max(maxID, t.ID)
-	}
-	tok := &hfTokenizer{json: b}
-	tok.bos, tok.eos = firstToken(byName, hfBOSNames), firstToken(byName, hfEOSNames)
-	return tok, maxID, nil
-}
-
-// hfVocabMaxID returns the largest id of a tokenizer model's vocab: a map
-// token → id (BPE, WordPiece, WordLevel) or a list of [piece, score] (Unigram).
-func hfVocabMaxID(raw json.RawMessage) (int, error) {
-	var m map[string]int
-	if err := json.Unmarshal(raw, &m); err == nil && len(m) > 0 {
-		maxID := 0
-		for _, id := range m {
-			if id < 0 {
-				return 0, fmt.Errorf("negative token id %d", id)
-			}
-			maxID = max(maxID, id)
-		}
-		return maxID, nil
-	}
-	var l []json.RawMessage
-	if err := json.Unmarshal(raw, &l); err == nil && len(l) > 0 {
-		return len(l) - 1, nil
-	}
-	return 0, fmt.Errorf("no vocab")
-}
 
 func firstToken(byName map[string]*hfToken, names []string) *hfToken {
 	for _, n := range names {
@@ -193,8 +142,8 @@ func (t *hfTokenizer) write(dir string, seqLen int) error {
 		"tokenizer_class":              "PreTrainedTokenizerFast",
 		"model_max_length":             seqLen,
 		"clean_up_tokenization_spaces": false,
-		"bos_token":                    t.bos.content(),
-		"eos_token":                    t.eos.content(),
+		"bos_token":                    tokenContent(t.bos),
+		"eos_token":                    tokenContent(t.eos),
 	}
 	return writeJSONFile(filepath.Join(dir, "tokenizer_config.json"), cfg)
 }

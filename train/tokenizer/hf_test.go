@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -416,4 +417,35 @@ func randomLetters(r *rand.Rand, n int, digitsToo bool) string {
 		b[i] = alphabet[r.IntN(len(alphabet))]
 	}
 	return string(b)
+}
+
+// TestReadFile: the light read export uses takes any model type — the
+// largest id over the vocabulary (map or Unigram list) and added tokens —
+// and refuses what is not a tokenizer.json.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f, err := ReadFile(write("bpe.json", string(tinyFile(nil))))
+	if err != nil || f.MaxID != 259 || len(f.Added) != 1 || f.Added[0].Content != "<|endoftext|>" {
+		t.Fatalf("bpe file: %+v, %v", f, err)
+	}
+	f, err = ReadFile(write("unigram.json", `{"model":{"type":"Unigram","vocab":[["a",0],["b",-1],["c",-2]]}}`))
+	if err != nil || f.MaxID != 2 {
+		t.Fatalf("unigram file: %+v, %v", f, err)
+	}
+	for name, body := range map[string]string{
+		"nojson.json":   `{"model":`,
+		"novocab.json":  `{"model":{"type":"BPE","vocab":{}}}`,
+		"negative.json": `{"model":{"type":"BPE","vocab":{"a":-1}}}`,
+	} {
+		if _, err := ReadFile(write(name, body)); !errors.Is(err, ErrTokenizer) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }

@@ -12,6 +12,7 @@ package tokenizer
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -55,6 +56,63 @@ func Load(spec string) (Tokenizer, error) {
 		return nil, fmt.Errorf("%w (%s)", err, spec)
 	}
 	return t, nil
+}
+
+// File is a tokenizer.json as read from disk, of any model type (export
+// copies files this package cannot encode with): its bytes, its added
+// tokens, and the largest id of its vocabulary and added tokens.
+type File struct {
+	Raw   []byte
+	Added []AddedToken
+	MaxID int
+}
+
+// ReadFile reads the tokenizer.json at path, as Load does, but only for
+// what describes it.
+func ReadFile(path string) (*File, error) {
+	b, err := readLimited(path, maxFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTokenizer, err)
+	}
+	var tj struct {
+		AddedTokens []AddedToken `json:"added_tokens"`
+		Model       struct {
+			Type  string          `json:"type"`
+			Vocab json.RawMessage `json:"vocab"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return nil, fmt.Errorf("%w: %s is not a tokenizer.json: %v", ErrTokenizer, path, err)
+	}
+	maxID, err := vocabMaxID(tj.Model.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: model %q: %v", ErrTokenizer, path, tj.Model.Type, err)
+	}
+	for _, t := range tj.AddedTokens {
+		maxID = max(maxID, int(t.ID))
+	}
+	return &File{Raw: b, Added: tj.AddedTokens, MaxID: maxID}, nil
+}
+
+// vocabMaxID returns the largest id of a tokenizer model's vocab: a map
+// token → id (BPE, WordPiece, WordLevel) or a list of [piece, score] (Unigram).
+func vocabMaxID(raw json.RawMessage) (int, error) {
+	var m map[string]int
+	if err := json.Unmarshal(raw, &m); err == nil && len(m) > 0 {
+		maxID := 0
+		for _, id := range m {
+			if id < 0 {
+				return 0, fmt.Errorf("negative token id %d", id)
+			}
+			maxID = max(maxID, id)
+		}
+		return maxID, nil
+	}
+	var l []json.RawMessage
+	if err := json.Unmarshal(raw, &l); err == nil && len(l) > 0 {
+		return len(l) - 1, nil
+	}
+	return 0, fmt.Errorf("no vocab")
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {
