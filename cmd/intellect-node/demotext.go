@@ -193,7 +193,7 @@ func (f *demoTextFlags) trainBaseline(ctx context.Context, data string, perByte,
 	steps := f.outer * f.inner
 	fmt.Printf("baseline: 1 node, %d× batch, %d steps (train --grad-accum %d)\n", f.nodes, steps, f.nodes)
 	cmd := exec.CommandContext(ctx, self, "train", "--preset", f.preset, "--data", data, "--home", filepath.Join(f.dir, "baseline"),
-		"--grad-accum", fmt.Sprint(f.nodes), "--steps", fmt.Sprint(steps), "--seed", fmt.Sprint(runSeedOf("demo-text")),
+		"--grad-accum", fmt.Sprint(f.nodes), "--steps", fmt.Sprint(steps), "--seed", fmt.Sprint(node.RunSeed("demo-text")),
 		"--eval-every", fmt.Sprint(steps), "--json", "--save-every", fmt.Sprint(steps))
 	out, err := cmd.Output()
 	if err != nil {
@@ -217,6 +217,3 @@ func (f *demoTextFlags) trainBaseline(ctx context.Context, data string, perByte,
 		f.nodes, network, f.nodes, b, 100*(network/b-1))
 	return nil
 }
-
-// runSeedOf is the init seed of a run name, as node derives it.
-func runSeedOf(run string) uint64 { return node.RunSeed(run) }
