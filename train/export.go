@@ -163,6 +163,9 @@ type ExportOptions struct {
 	Tokenizer string
 	// Force replaces an existing, non-empty output directory.
 	Force bool
+	// Progress, if set, is told the bytes of model.safetensors written so
+	// far against their total, after each tensor.
+	Progress func(done, total int64)
 }
 
 // ErrExists is wrapped by Export's error when the output exists and Force is not set.
@@ -201,7 +204,7 @@ func Export(m *CheckpointModel, out string, o ExportOptions) error {
 		if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700 is for private state
 			return err
 		}
-		return writeHF(tmp, m, o.DType, tok)
+		return writeHF(tmp, m, o, tok)
 	}, 0)
 }
 
@@ -229,8 +232,8 @@ func checkExportOut(out string, force bool) error {
 }
 
 // writeHF fills dir with the Hugging Face files of m.
-func writeHF(dir string, m *CheckpointModel, dt DType, tok *hfTokenizer) error {
-	cfg := newHFConfig(m.Config, dt, tok)
+func writeHF(dir string, m *CheckpointModel, o ExportOptions, tok *hfTokenizer) error {
+	cfg := newHFConfig(m.Config, o.DType, tok)
 	if err := writeJSONFile(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return err
 	}
@@ -243,7 +246,7 @@ func writeHF(dir string, m *CheckpointModel, dt DType, tok *hfTokenizer) error {
 	for _, ti := range m.Config.Layout() {
 		ts = append(ts, Tensor{Name: ti.Name, Shape: ti.Shape, Data: m.Params[ti.Offset : ti.Offset+ti.Size()]})
 	}
-	if err := WriteSafetensorsAs(filepath.Join(dir, modelFile), ts, map[string]string{"format": "pt"}, dt); err != nil {
+	if err := writeSafetensors(filepath.Join(dir, modelFile), ts, map[string]string{"format": "pt"}, o.DType, o.Progress); err != nil {
 		return err
 	}
 	return tok.write(dir, m.Config.SeqLen)

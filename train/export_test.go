@@ -57,8 +57,18 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	for _, dt := range []DType{F32, BF16} {
 		out := filepath.Join(t.TempDir(), "hf")
-		if err := Export(m, out, ExportOptions{DType: dt}); err != nil {
+		var reports, last, total int64
+		progress := func(done, tot int64) {
+			if done < last || (total != 0 && tot != total) {
+				t.Errorf("%s: progress %d/%d after %d/%d", dt, done, tot, last, total)
+			}
+			reports, last, total = reports+1, done, tot
+		}
+		if err := Export(m, out, ExportOptions{DType: dt, Progress: progress}); err != nil {
 			t.Fatal(err)
+		}
+		if want := int64(len(m.Params)) * dt.size(); reports != int64(len(tr.Layout())) || last != want || total != want {
+			t.Errorf("%s: %d progress reports ending at %d/%d, want %d ending at %d/%d", dt, reports, last, total, len(tr.Layout()), want, want)
 		}
 		ts, meta, err := ReadSafetensors(filepath.Join(out, "model.safetensors"))
 		if err != nil || !reflect.DeepEqual(meta, map[string]string{"format": "pt"}) {

@@ -67,6 +67,12 @@ func WriteSafetensors(path string, ts []Tensor, meta map[string]string) error {
 // WriteSafetensorsAs is WriteSafetensors storing the tensors as dt: F32, or
 // BF16 rounded to nearest even (see ToBF16).
 func WriteSafetensorsAs(path string, ts []Tensor, meta map[string]string, dt DType) error {
+	return writeSafetensors(path, ts, meta, dt, nil)
+}
+
+// writeSafetensors is WriteSafetensorsAs telling progress, if not nil, the
+// tensor bytes written so far against their total after each tensor.
+func writeSafetensors(path string, ts []Tensor, meta map[string]string, dt DType, progress func(done, total int64)) error {
 	hdr, err := stHeader(ts, meta, dt)
 	if err != nil {
 		return err
@@ -80,8 +86,15 @@ func WriteSafetensorsAs(path string, ts []Tensor, meta map[string]string, dt DTy
 	binary.LittleEndian.PutUint64(n8[:], uint64(len(hdr)))
 	w.Write(n8[:])
 	w.Write(hdr)
+	var done, total int64
+	for _, t := range ts {
+		total += int64(len(t.Data))*dt.size()
+	}
 	for _, t := range ts {
 		writeValues(w, t.Data, dt)
+		if done += int64(len(t.Data))*dt.size(); progress != nil {
+			progress(done, total)
+		}
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -37,6 +38,11 @@ func runExport(args []string) error {
 	m, err := train.LoadCheckpointModel(f.checkpoint)
 	if err != nil {
 		return err
+	}
+	if bars := progressBars(); bars != nil {
+		opts.Progress = func(done, total int64) {
+			bars(node.Progress{Work: "export", Done: done, Total: total, Detail: "model.safetensors"})
+		}
 	}
 	if err := train.Export(m, f.out, opts); err != nil {
 		return err
