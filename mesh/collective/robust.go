@@ -63,8 +63,11 @@ type RobustConfig struct {
 	Trim int
 	// MaxWeight caps every weight (the run's H, in inner steps); 0: no cap.
 	MaxWeight float32
-	// FlagFactor: a contribution scaled by less than 1/FlagFactor in all
-	// (norm clip × final CenteredClip factor) is flagged FlagHard. Default 4.
+	// FlagFactor: a contribution whose norm clip scales it by less than
+	// 1/FlagFactor (a norm above FlagFactor × ClipFactor × the median) is
+	// flagged FlagHard. The CenteredClip factor does not flag: colluding
+	// identical contributions shrink its radius and could get honest members
+	// flagged. Default 4; ≥ 1.
 	FlagFactor float64
 }
 
@@ -111,7 +114,7 @@ type Flag uint8
 const (
 	// FlagNone: used as sent, or clipped mildly.
 	FlagNone Flag = 0
-	// FlagHard: scaled by less than 1/FlagFactor.
+	// FlagHard: norm clipped by more than FlagFactor.
 	FlagHard Flag = 1
 	// FlagRejected: non-finite values; weight 0.
 	FlagRejected Flag = 2
@@ -178,7 +181,7 @@ func robustMean(ws *robustWork, rc *RobustConfig, weights []float32, xs [][]floa
 	}
 	for _, i := range ws.active {
 		rep[i].Factor = float32(ws.fac[i])
-		if float64(rep[i].Clip)*ws.fac[i] < 1/rc.FlagFactor {
+		if float64(rep[i].Clip) < 1/rc.FlagFactor {
 			rep[i].Flag = FlagHard
 		}
 	}
