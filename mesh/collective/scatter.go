@@ -78,6 +78,10 @@ type SegmentReport struct {
 	Received []Commitment
 	// Verdicts holds, per chunk of the segment, one Verdict per member.
 	Verdicts [][]Verdict
+	// Result is the commitment of the result messages the owner sent to
+	// every member (compare with each member's ScatterResult.Got: an owner
+	// sending different bytes to different members is caught there).
+	Result Commitment
 }
 
 // ScatterResult is the accountability output of one ScatterAllReduce.
@@ -86,6 +90,9 @@ type ScatterResult struct {
 	// Sent holds this member's commitments, index shard·k + owner (its
 	// own segments included): compare them with the owners' Received.
 	Sent []Commitment
+	// Got holds the commitments of the results received, index
+	// shard·k + owner (own results included).
+	Got []Commitment
 	// Owned holds, per shard, the report of the segment this member owns
 	// (segment = rank); on error, the shards finished before it.
 	Owned []SegmentReport
@@ -131,10 +138,11 @@ func ScatterAllReduce(ctx context.Context, tr MeshTransport, rank int, weights [
 		wg.Go(runs[s].run)
 	}
 	wg.Wait()
-	res := ScatterResult{Sent: make([]Commitment, 0, cfg.Shards*k)}
+	res := ScatterResult{Sent: make([]Commitment, 0, cfg.Shards*k), Got: make([]Commitment, 0, cfg.Shards*k)}
 	for _, r := range runs {
 		res.Stats.add(r.stats())
 		res.Sent = append(res.Sent, r.sentHash...)
+		res.Got = append(res.Got, r.gotHash...)
 		if r.owned != nil {
 			res.Owned = append(res.Owned, *r.owned)
 		}

@@ -27,7 +27,8 @@ type scatterShard struct {
 	enc      []byte  // every chunk message of every segment, segment order
 	segOff   []int   // k+1 offsets of the segments' messages in enc
 	ready    []chan struct{}
-	sentHash []Commitment
+	sentHash []Commitment // per owner: what this member sent
+	gotHash  []Commitment // per owner: the result this member received
 	owned    *SegmentReport
 
 	mu         sync.Mutex
@@ -37,7 +38,7 @@ type scatterShard struct {
 func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
 	k, ce := sc.k, sc.cfg.ChunkElems
 	r := &scatterShard{sc: sc, s: s, b: b, segs: make([]int, k+1), segOff: make([]int, k+1),
-		ready: make([]chan struct{}, k), sentHash: make([]Commitment, k)}
+		ready: make([]chan struct{}, k), sentHash: make([]Commitment, k), gotHash: make([]Commitment, k)}
 	for j := range r.segs {
 		r.segs[j], _ = span(len(b.Dst), k, j)
 	}
@@ -206,7 +207,7 @@ func (r *scatterShard) own() error {
 	if !r.waitReady(rank) {
 		return nil
 	}
-	hs := newHashes(sc.k)
+	hs := newHashes(sc.k + 1) // the k contributions, then the result
 	ow := newOwnerWork(sc.k, sc.cfg.ChunkElems)
 	msgs := make([][]byte, sc.k)
 	rep := &SegmentReport{Shard: r.s, Segment: rank}
@@ -224,14 +225,32 @@ func (r *scatterShard) own() error {
 			return fmt.Errorf("mesh: shard %d segment %d: %w", r.s, rank, err)
 		}
 		rep.Verdicts = append(rep.Verdicts, v)
+		hs[sc.k].Write(out)
 		decodeInt8Set(r.b.Dst[lo:hi], &ow.t, out[chunkHeaderSize+int8TableSize:])
+		r.feedBack(ow, lo, hi)
 		if err := r.broadcast(out); err != nil {
 			return err
 		}
 	}
-	rep.Received = sums(hs)
+	all := sums(hs)
+	rep.Received, rep.Result = all[:sc.k], all[sc.k]
+	r.gotHash[rank] = rep.Result
 	r.owned = rep
 	return nil
+}
+
+// feedBack adds to ResOut what quantizing this owner's result lost, in
+// units of its own contribution (× Σw / own weight, the gain of the mean
+// when nothing is clipped), so that error feedback also covers the result.
+func (r *scatterShard) feedBack(ow *ownerWork, lo, hi int) {
+	if r.b.ResOut == nil || ow.gain == 0 {
+		return
+	}
+	g := float32(ow.gain)
+	res, dst, out := ow.res[:hi-lo], r.b.Dst[lo:hi], r.b.ResOut[lo:hi]
+	for t := range out {
+		out[t] += float32(float32(res[t]-dst[t]) * g)
+	}
 }
 
 // collect fills msgs with chunk want of every member's contribution: its
@@ -274,6 +293,7 @@ func (r *scatterShard) gather() error {
 		if j == r.sc.rank {
 			continue
 		}
+		h := sha256.New()
 		for c := range r.chunks(j) {
 			lo, hi, _, _ := r.chunk(j, c)
 			want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
@@ -286,7 +306,9 @@ func (r *scatterShard) gather() error {
 				return &PeerError{Rank: j, Err: fmt.Errorf("lane %d: %w", lane, err)}
 			}
 			decodeInt8Set(r.b.Dst[lo:hi], &t, payload[int8TableSize:])
+			h.Write(msg)
 		}
+		h.Sum(r.gotHash[j][:0])
 	}
 	return nil
 }
@@ -299,6 +321,8 @@ type ownerWork struct {
 	ws  robustWork
 	qz  quantizer
 	t   [256]float32
+	// gain is Σ weights used / the owner's own weight, 0 if unused.
+	gain float64
 }
 
 func newOwnerWork(k, chunkElems int) *ownerWork {
@@ -324,6 +348,14 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 	}
 	v := make([]Verdict, len(msgs))
 	robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+	ow.gain = 0
+	if own := ow.ws.w[seg]; own > 0 {
+		var total float64
+		for _, i := range ow.ws.active {
+			total += ow.ws.w[i]
+		}
+		ow.gain = total / own
+	}
 	out := ow.out[:CodecInt8.msgSize(n)]
 	putHeader(out, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(seg), chunk: uint32(c), n: uint32(n)})
 	if err := ow.qz.encodeInt8(out[chunkHeaderSize:], &ow.t, ow.res[:n]); err != nil {
