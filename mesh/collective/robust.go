@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 )
 
 // Rule is how a segment owner combines the contributions of its segment.
@@ -137,9 +138,11 @@ type robustWork struct {
 	tmp    []float64
 	coef   []float64 // (k) wᵢ·factorᵢ / Σw of one CenteredClip step
 	v      []float64 // (m) the estimate
+	acc    []float64 // (m) one CenteredClip step
 	col    []float32 // (k) one coordinate's values
 	colW   []float64 // (k) their weights (trimmed mean)
 	active []int     // members with weight > 0
+	rows   []float32 // (active, m) the coordinate median's sorted copy
 }
 
 func (ws *robustWork) reset(k, m int) {
@@ -151,7 +154,7 @@ func (ws *robustWork) reset(k, m int) {
 	}
 	ws.w, ws.norms, ws.dist, ws.fac = grow(ws.w, k), grow(ws.norms, k), grow(ws.dist, k), grow(ws.fac, k)
 	ws.tmp, ws.colW, ws.v = grow(ws.tmp, k), grow(ws.colW, k), grow(ws.v, m)
-	ws.coef = grow(ws.coef, k)
+	ws.coef, ws.acc = grow(ws.coef, k), grow(ws.acc, m)
 	if cap(ws.col) < k {
 		ws.col = make([]float32, k)
 	}
@@ -247,27 +250,67 @@ func (ws *robustWork) clipNorms(rc *RobustConfig, xs [][]float32, rep []Verdict)
 }
 
 // coordMedian sets ws.v to the coordinate-wise lower median of the active
-// contributions.
+// contributions: a copy of them goes through a Batcher sorting network row
+// by row (branch-free compare-exchange; the median is one of the values).
 func (ws *robustWork) coordMedian(xs [][]float32) {
-	col := ws.col[:len(ws.active)]
-	for t := range ws.v {
-		for a, i := range ws.active {
-			col[a] = xs[i][t]
-		}
-		insertionSort(col)
-		ws.v[t] = float64(col[(len(col)-1)/2])
+	a, m := len(ws.active), len(ws.v)
+	if cap(ws.rows) < a*m {
+		ws.rows = make([]float32, a*m)
+	}
+	rows := ws.rows[:a*m]
+	for r, i := range ws.active {
+		copy(rows[r*m:(r+1)*m], xs[i][:m])
+	}
+	for _, c := range sortNetwork(a) {
+		compareExchange(rows[int(c[0])*m:int(c[0]+1)*m], rows[int(c[1])*m:int(c[1]+1)*m])
+	}
+	med := rows[(a-1)/2*m : ((a-1)/2+1)*m]
+	for t, x := range med {
+		ws.v[t] = float64(x)
 	}
 }
 
-func insertionSort(a []float32) {
-	for i := 1; i < len(a); i++ {
-		x := a[i]
-		j := i
-		for ; j > 0 && a[j-1] > x; j-- {
-			a[j] = a[j-1]
-		}
-		a[j] = x
+// compareExchange leaves the smaller value of each pair in lo, the larger
+// in hi. Go's min and max are branch-free and defined for every input
+// (min(−0, +0) = −0), so every platform gets the same bits.
+func compareExchange(lo, hi []float32) {
+	hi = hi[:len(lo)]
+	for t, a := range lo {
+		b := hi[t]
+		lo[t], hi[t] = min(a, b), max(a, b)
 	}
+}
+
+// sortNetworks caches Batcher's odd–even merge sort networks by size.
+var sortNetworks sync.Map // int → [][2]uint16
+
+// sortNetwork returns the comparators (lower index gets the smaller key) of
+// a sorting network for n keys: Batcher's network for the next power of
+// two without the comparators that touch an index ≥ n (those would see
+// +∞ there and never swap).
+func sortNetwork(n int) [][2]uint16 {
+	if c, ok := sortNetworks.Load(n); ok {
+		return c.([][2]uint16)
+	}
+	var cs [][2]uint16
+	p2 := 1
+	for p2 < n {
+		p2 *= 2
+	}
+	for p := 1; p < p2; p *= 2 {
+		for k := p; k >= 1; k /= 2 {
+			for j := k % p; j+k < p2; j += 2 * k {
+				for i := 0; i < min(k, p2-j-k); i++ {
+					lo, hi := i+j, i+j+k
+					if lo/(2*p) == hi/(2*p) && hi < n {
+						cs = append(cs, [2]uint16{uint16(lo), uint16(hi)})
+					}
+				}
+			}
+		}
+	}
+	sortNetworks.Store(n, cs)
+	return cs
 }
 
 // distances sets ws.dist[i] = ‖xs[i] − v‖₂ for the active members.
@@ -313,14 +356,22 @@ func (ws *robustWork) centeredClip(rc *RobustConfig, xs [][]float32, out []float
 	}
 }
 
-// step is v ← v + Σ c[i]·(xs[i] − v) over the active members, in order.
+// step is v ← v + Σ c[i]·(xs[i] − v) over the active members. Each
+// coordinate's sum runs over the members in order (member-major loops, so
+// that the inner loop streams one row).
 func (ws *robustWork) step(xs [][]float32, c []float64) {
-	for t, v := range ws.v {
-		var acc float64
-		for _, i := range ws.active {
-			acc += float64(c[i] * float64(float64(xs[i][t])-v))
+	acc := ws.acc[:len(ws.v)]
+	clear(acc)
+	for _, i := range ws.active {
+		ci := c[i]
+		x := xs[i][:len(acc)]
+		v := ws.v[:len(acc)]
+		for t := range acc {
+			acc[t] += float64(ci * float64(float64(x[t])-v[t]))
 		}
-		ws.v[t] = v + acc
+	}
+	for t, a := range acc {
+		ws.v[t] += a
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -265,6 +266,44 @@ func TestRobustAttackTable(t *testing.T) {
 				if e > attackBound(k, f) {
 					t.Errorf("k=%d f=%d %s: rel err %.3f > %.2f", k, f, a.name, e, attackBound(k, f))
 				}
+			}
+		}
+	}
+}
+
+// TestCoordMedian checks the sorting-network median against sorting each
+// coordinate (its slow twin) for 1..20 contributions with ties, zeros of
+// both signs, negative, tiny and huge values.
+func TestCoordMedian(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	pool := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 3e38, -3e38, 1e-45, -1e-45, 0.5, -0.25}
+	for k := 1; k <= 20; k++ {
+		const m = 500
+		xs := make([][]float32, k)
+		for i := range xs {
+			xs[i] = make([]float32, m)
+			for t := range xs[i] {
+				if rng.IntN(3) == 0 {
+					xs[i][t] = pool[rng.IntN(len(pool))]
+				} else {
+					xs[i][t] = float32(rng.NormFloat64())
+				}
+			}
+		}
+		var ws robustWork
+		ws.reset(k, m)
+		for i := range k {
+			ws.active = append(ws.active, i)
+		}
+		ws.coordMedian(xs)
+		col := make([]float64, k)
+		for j := range m {
+			for i := range k {
+				col[i] = float64(xs[i][j])
+			}
+			slices.Sort(col)
+			if want := col[(k-1)/2]; ws.v[j] != want || math.Signbit(ws.v[j]) != math.Signbit(want) && want != 0 {
+				t.Fatalf("k=%d coordinate %d: median %v, want %v", k, j, ws.v[j], want)
 			}
 		}
 	}

@@ -256,6 +256,7 @@ func RobustSegment(cfg ScatterConfig, weights []float32, seg, n int, contribs []
 		}
 	}
 	ow := newOwnerWork(k, min(ce, max(n, 1)))
+	defer putOwnerWork(ow)
 	out := make([]byte, 0, size)
 	var verdicts [][]Verdict
 	msgs := make([][]byte, k)

@@ -209,6 +209,7 @@ func (r *scatterShard) own() error {
 	}
 	hs := newHashes(sc.k + 1) // the k contributions, then the result
 	ow := newOwnerWork(sc.k, sc.cfg.ChunkElems)
+	defer putOwnerWork(ow)
 	msgs := make([][]byte, sc.k)
 	rep := &SegmentReport{Shard: r.s, Segment: rank}
 	for c := range r.chunks(rank) {
@@ -325,14 +326,31 @@ type ownerWork struct {
 	gain float64
 }
 
+// ownerWorks keeps owner scratch space between attempts: it is k chunks
+// of float32 and more, and an attempt runs Shards owners.
+var ownerWorks sync.Pool
+
+// newOwnerWork returns scratch space for k members and chunks of up to
+// chunkElems values; putOwnerWork gives it back.
 func newOwnerWork(k, chunkElems int) *ownerWork {
-	ow := &ownerWork{dec: make([][]float32, k), res: make([]float32, chunkElems),
-		out: make([]byte, CodecInt8.msgSize(chunkElems))}
+	ow, _ := ownerWorks.Get().(*ownerWork)
+	if ow == nil {
+		ow = &ownerWork{}
+	}
+	if len(ow.res) < chunkElems {
+		ow.res, ow.out = make([]float32, chunkElems), make([]byte, CodecInt8.msgSize(chunkElems))
+		ow.dec = ow.dec[:0]
+	}
+	for len(ow.dec) < k {
+		ow.dec = append(ow.dec, make([]float32, len(ow.res)))
+	}
 	for i := range ow.dec {
-		ow.dec[i] = make([]float32, chunkElems)
+		ow.dec[i] = ow.dec[i][:cap(ow.dec[i])]
 	}
 	return ow
 }
+
+func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
 
 // combine is the robust rule over one chunk: msgs are the k members'
 // parsed chunk messages (same header), the result is the owner's message
