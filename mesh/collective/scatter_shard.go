@@ -298,19 +298,33 @@ func (r *scatterShard) gather() error {
 		for c := range r.chunks(j) {
 			lo, hi, _, _ := r.chunk(j, c)
 			want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
-			msg, err := r.recvChunk(j, lane, want)
+			msg, err := r.sc.tr.Recv(r.sc.ctx, j, lane)
 			if err != nil {
-				return err
+				return r.sc.transportErr(j, "recv", lane, err)
 			}
-			payload := msg[chunkHeaderSize:]
-			if err := readTable(&t, payload); err != nil {
+			r.count(false, msg)
+			if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
 				return &PeerError{Rank: j, Err: fmt.Errorf("lane %d: %w", lane, err)}
 			}
-			decodeInt8Set(r.b.Dst[lo:hi], &t, payload[int8TableSize:])
 			h.Write(msg)
 		}
 		h.Sum(r.gotHash[j][:0])
 	}
+	return nil
+}
+
+// decodeResult checks an owner's result message against the chunk
+// expected and decodes it into dst (len(dst) = want.n), using t for its
+// table; ErrBadChunk or ErrNonFinite on malformed bytes.
+func decodeResult(dst []float32, t *[256]float32, msg []byte, want chunkHeader) error {
+	payload, err := parseChunk(msg, want)
+	if err != nil {
+		return err
+	}
+	if err := readTable(t, payload); err != nil {
+		return err
+	}
+	decodeInt8Set(dst, t, payload[int8TableSize:])
 	return nil
 }
 

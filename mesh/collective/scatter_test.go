@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // scatterRun is the outcome of one in-memory ScatterAllReduce.
@@ -202,9 +204,56 @@ func TestScatterDeterminism(t *testing.T) {
 	}
 }
 
+// liarMesh is an owner that sends member victim a different result.
+type liarMesh struct {
+	*MemMesh
+	shards, victim int
+}
+
+func (l *liarMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
+	if lane >= l.shards && to == l.victim {
+		msg = append([]byte(nil), msg...)
+		f := math.Float32frombits(binary.LittleEndian.Uint32(msg[chunkHeaderSize:]))
+		binary.LittleEndian.PutUint32(msg[chunkHeaderSize:], math.Float32bits(f+1))
+	}
+	return l.MemMesh.Send(ctx, to, lane, msg)
+}
+
+// TestScatterLyingOwner: an owner that sends one member a different result
+// breaks bit-identity silently, but the commitments show it: the victim's
+// Got differs from the owner's published Result, the others' do not.
+func TestScatterLyingOwner(t *testing.T) {
+	const k, owner, victim = 4, 1, 3
+	xs, _ := pseudoGrads(rand.New(rand.NewPCG(4, 4)), k, 6000)
+	cfg := ScatterConfig{Shards: 2, ChunkElems: 500}
+	sr := runScatter(t, testCtx(t), xs, honestWeights(k), cfg, func(i int, m *MemMesh) MeshTransport {
+		if i == owner {
+			return &liarMesh{MemMesh: m, shards: cfg.Shards, victim: victim}
+		}
+		return m
+	})
+	for i, err := range sr.errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	if sameBits(sr.out[0], sr.out[victim]) {
+		t.Fatal("the lie did not reach the victim")
+	}
+	for s := range cfg.Shards {
+		published := sr.res[owner].Owned[s].Result
+		for i := range k {
+			if lied := sr.res[i].Got[s*k+owner] != published; lied != (i == victim) {
+				t.Errorf("shard %d member %d: commitment mismatch %v", s, i, lied)
+			}
+		}
+	}
+}
+
 // TestScatterKilledMember: a member dies in the middle; every survivor
 // returns a *PeerError naming it.
 func TestScatterKilledMember(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	const k = 5
 	xs, _ := pseudoGrads(rand.New(rand.NewPCG(1, 1)), k, 40000)
 	cfg := ScatterConfig{Shards: 2, ChunkElems: 1000}
@@ -246,6 +295,7 @@ func (g *garbleMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
 // TestScatterGarbage: a member sending a malformed message (wrong header,
 // truncated, too long, NaN in a result table) is named by everyone.
 func TestScatterGarbage(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	const k = 4
 	xs, _ := pseudoGrads(rand.New(rand.NewPCG(2, 2)), k, 8000)
 	cfg := ScatterConfig{Shards: 1, ChunkElems: 500}
@@ -379,5 +429,30 @@ func TestScatterCancel(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestScatterNoAttackerVsRing: with honest (non-iid) members only, the
+// robust scatter's result is as close to the exact weighted mean as
+// today's int8 ring's (the issue's "loss within 0.5 % of plain int8
+// averaging", in the one figure a unit test can measure), and nobody is
+// flagged.
+func TestScatterNoAttackerVsRing(t *testing.T) {
+	const n = 1 << 18
+	for _, k := range []int{4, 8, 16} {
+		xs, _ := pseudoGrads(rand.New(rand.NewPCG(8, uint64(k))), k, n)
+		w := honestWeights(k)
+		ref := refMean(xs, w)
+		sr := runScatter(t, testCtx(t), xs, w, ScatterConfig{Robust: RobustConfig{MaxWeight: testH}}, nil)
+		rr := runRing(t, testCtx(t), xs, nil, w, AllReduceConfig{}, nil)
+		if sr.errs[0] != nil || rr.errs[0] != nil {
+			t.Fatal(sr.errs[0], rr.errs[0])
+		}
+		es, er := relErr(sr.out[0], ref), relErr(rr.out[0], ref)
+		t.Logf("k=%2d: rel err vs the exact mean: scatter %.4f, ring %.4f", k, es, er)
+		if es > 1.1*er {
+			t.Errorf("k=%d: scatter %.4f, more than 1.1 × the ring's %.4f", k, es, er)
+		}
+		checkVerdicts(t, sr.res, "", 0)
 	}
 }
