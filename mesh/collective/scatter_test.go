@@ -516,3 +516,25 @@ func TestScatterHungMember(t *testing.T) {
 		}
 	}
 }
+
+// TestScatterZeroWeight: a member with weight 0 takes no part in the mean
+// but still gets the result; its contribution is neither used nor flagged.
+func TestScatterZeroWeight(t *testing.T) {
+	const k = 4
+	xs, _ := pseudoGrads(rand.New(rand.NewPCG(7, 7)), k, 20000)
+	for j := range xs[0] {
+		xs[0][j] *= -50 // would move the mean a lot if it counted
+	}
+	w := honestWeights(k)
+	w[0] = 0
+	sr := runScatter(t, testCtx(t), xs, w, ScatterConfig{Shards: 2, ChunkElems: 2000}, nil)
+	for i, err := range sr.errs {
+		if err != nil || !sameBits(sr.out[0], sr.out[i]) {
+			t.Fatalf("member %d: %v or different bits", i, err)
+		}
+	}
+	if e := relErr(sr.out[0], refMean(xs[1:], w[1:])); e > 0.02 {
+		t.Errorf("rel err %.4f vs the mean of the weighted members", e)
+	}
+	checkVerdicts(t, sr.res, "", 0)
+}
