@@ -104,7 +104,7 @@ type ScatterResult struct {
 // k segments as the ring cuts it; member i int8-encodes its contribution to
 // every segment once and sends segment j straight to its owner, member j;
 // owner j decodes the k contributions chunk by chunk, combines them with
-// cfg.Robust (the pure robustChunk that RobustSegment also runs), encodes
+// cfg.Robust (the code RobustSegment runs for an auditor), encodes
 // the result once and sends the same bytes to everyone, who decode them:
 // every member ends with bit-identical values. rank is this member's index;
 // weights must be the same on every member, finite, ≥ 0, with a positive
