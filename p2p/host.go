@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -236,8 +237,9 @@ type Host struct {
 	knownMu sync.Mutex
 	known   map[peer.ID]peer.AddrInfo // run peers seen, for rejoin
 
-	reach    string    // Config.Reachability resolved before start (initialReachability)
-	punches  *punchLog // hole-punch outcomes per peer
+	reach    string       // Config.Reachability resolved before start (initialReachability)
+	punches  *punchLog    // hole-punch outcomes per peer
+	built    atomic.Value // the libp2p host once libp2p.New returned, for its own callbacks
 	reachMu  sync.Mutex
 	reachNow network.Reachability // AutoNAT's (or the forced) verdict
 
@@ -370,6 +372,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 		return fmt.Errorf("p2p: start libp2p host: %w", err)
 	}
 	h.h, h.cm = lh, cm
+	h.built.Store(lh)
 	return nil
 }
 
