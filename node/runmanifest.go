@@ -239,7 +239,7 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	if _, err := train.FitVocab(m.Train.Model, n.data, false); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
-	return n.host.SetRunID(rm.id)
+	return n.host.SetRun(rm.m.Run, rm.id)
 }
 
 // runID is the run manifest's id ("" for a node built without one, in unit

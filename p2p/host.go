@@ -88,7 +88,7 @@ type Config struct {
 	// RunID is the run manifest's id (64 lower-case hex digits); with Run it
 	// names the gossip topic and the DHT rendezvous key, so runs with the
 	// same name but other manifests never meet. Empty (tests): the name
-	// alone. SetRunID sets it after New, before Start.
+	// alone. SetRun sets it after New, before Start.
 	RunID string
 	// PSK, if non-nil, is a 32-byte pre-shared key: the host then only talks
 	// to hosts with the same key (libp2p private network).

@@ -161,9 +161,12 @@ func checkRunID(id string) error {
 	return nil
 }
 
-// SetRunID sets Config.RunID: a joiner learns it from its bootstrap peers
-// after New. Only before Start.
-func (h *Host) SetRunID(id string) error {
+// SetRun sets Config.Run and Config.RunID: a joiner learns them from its
+// bootstrap peers after New. Only before Start.
+func (h *Host) SetRun(name, id string) error {
+	if err := CheckRunName(name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	if err := checkRunID(id); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
@@ -172,7 +175,7 @@ func (h *Host) SetRunID(id string) error {
 	if h.started {
 		return ErrAlreadyStarted
 	}
-	h.cfg.RunID = id
+	h.cfg.Run, h.cfg.RunID = name, id
 	return nil
 }
 

@@ -106,8 +106,8 @@ func TestRunIDSeparatesRuns(t *testing.T) {
 	if a.RunID() != idA || b.RunID() != idB {
 		t.Fatalf("RunID %q %q", a.RunID(), b.RunID())
 	}
-	if err := a.SetRunID(idB); !errors.Is(err, ErrAlreadyStarted) {
-		t.Fatalf("SetRunID after Start: %v", err)
+	if err := a.SetRun("same-name", idB); !errors.Is(err, ErrAlreadyStarted) {
+		t.Fatalf("SetRun after Start: %v", err)
 	}
 	bad := testConfig(t, "x")
 	bad.RunID = "ABC"
