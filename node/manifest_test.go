@@ -2,14 +2,18 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/network"
 )
 
 // testManifest is the manifest a creator with the default tiny config
@@ -154,4 +158,53 @@ func FuzzDecodeManifest(f *testing.F) {
 			t.Fatalf("accepted a non-canonical encoding")
 		}
 	})
+}
+
+// TestJoinerRefusesBadManifest: a joiner whose only bootstrap peer serves
+// a manifest that hashes right but does not decode, or bytes that do not
+// hash to the id they claim, refuses to start and says so.
+func TestJoinerRefusesBadManifest(t *testing.T) {
+	good, _ := testManifest(t).Encode()
+	cases := map[string]struct {
+		serve []byte
+		want  string
+	}{
+		"corrupt":  {good[:len(good)-1], "bad run manifest"},
+		"spoiled":  {bytes.Replace(good, []byte(`"policy":"open"`), []byte(`"policy":"psk"`), 1), `admission policy "psk"`},
+		"oversize": {nil, "frame too large"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			donor, err := p2p.New(context.Background(), p2p.Config{Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: unitLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer donor.Close()
+			if tc.serve != nil {
+				srv, err := p2p.ServeManifest(donor.Libp2p(), tc.serve, unitLog)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+			} else {
+				donor.Libp2p().SetStreamHandler(p2p.ManifestProtocolID, func(s network.Stream) {
+					_ = p2p.WriteFrame(s, 1, make([]byte, 32+MaxManifestSize+1))
+					_ = s.Close()
+				})
+			}
+			cfg := Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: donor.Addrs(),
+				StatusAddr: "off", Device: "sim", SimStep: time.Millisecond, Logger: unitLog}
+			n, err := New(context.Background(), cfg)
+			if err == nil {
+				n.host.Close()
+				t.Fatal("joined with a bad manifest")
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "no bootstrap peer served a usable run manifest") {
+				t.Fatalf("err %v, want it to name %q", err, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.Home, ManifestFile)); !os.IsNotExist(err) {
+				t.Fatalf("a refused manifest was stored: %v", err)
+			}
+		})
+	}
 }
