@@ -27,19 +27,21 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	host   *p2p.Host
-	ar     *ring.Service
-	sc     *scatter.Service
-	ckpt   *ckpt.Server
-	engine train.Engine
-	data   train.Source
-	run    *runManifest  // the run manifest, fixed by New
-	opts   train.Options // the manifest's training options (Worker: 0)
-	mserv  *p2p.ManifestServer
-	board  board
-	api    *api
-	met    *metrics
-	self   mesh.PeerID
+	host *p2p.Host
+	ar   *ring.Service
+	sc   *scatter.Service
+	// offences: members whose contributions this node's segments flagged.
+	offences offenceLog
+	ckpt     *ckpt.Server
+	engine   train.Engine
+	data     train.Source
+	run      *runManifest  // the run manifest, fixed by New
+	opts     train.Options // the manifest's training options (Worker: 0)
+	mserv    *p2p.ManifestServer
+	board    board
+	api      *api
+	met      *metrics
+	self     mesh.PeerID
 
 	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
 	params int64
