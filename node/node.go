@@ -32,16 +32,18 @@ type Node struct {
 	sc   *scatter.Service
 	// offences: members whose contributions this node's segments flagged.
 	offences offenceLog
-	ckpt     *ckpt.Server
-	engine   train.Engine
-	data     train.Source
-	run      *runManifest  // the run manifest, fixed by New
-	opts     train.Options // the manifest's training options (Worker: 0)
-	mserv    *p2p.ManifestServer
-	board    board
-	api      *api
-	met      *metrics
-	self     mesh.PeerID
+	// tamper, set by tests only, wraps the reducer: an attacking member.
+	tamper func(reducer) reducer
+	ckpt   *ckpt.Server
+	engine train.Engine
+	data   train.Source
+	run    *runManifest  // the run manifest, fixed by New
+	opts   train.Options // the manifest's training options (Worker: 0)
+	mserv  *p2p.ManifestServer
+	board  board
+	api    *api
+	met    *metrics
+	self   mesh.PeerID
 
 	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
 	params int64
