@@ -39,6 +39,7 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers
 	defer cancel()
 	actx = n.inflight.begin(actx, r)
 	defer n.inflight.end()
+	defer n.yieldDonor()()
 	_, stats, err := ring.AllReduce(actx, n.ar, spec, r.Weights, b, allReduceConfig(n.cfg))
 	if err != nil {
 		var dead *deadMemberError
@@ -89,6 +90,17 @@ func (n *Node) culprit(r *mesh.Ring, err error) mesh.PeerID {
 		bad = (rank + 1) % k
 	}
 	return r.Members[bad]
+}
+
+// yieldDonor slows this node's checkpoint serving while an all-reduce
+// attempt runs (a joiner's download must not starve it on a shared uplink)
+// and returns the func that restores it.
+func (n *Node) yieldDonor() func() {
+	if n.ckpt == nil {
+		return func() {}
+	}
+	n.ckpt.Yield(true)
+	return func() { n.ckpt.Yield(false) }
 }
 
 func peerID(id mesh.PeerID) (peer.ID, error) {

@@ -29,6 +29,7 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 	defer cancel()
 	actx = n.inflight.begin(actx, rg)
 	defer n.inflight.end()
+	defer n.yieldDonor()()
 	res, st, err := scatter.AllReduce(actx, n.sc, spec, rg.Weights, b, scatterConfig(n.cfg))
 	stats := ring.Stats{BytesSent: st.Sent, BytesRecv: st.Received}
 	if err != nil {

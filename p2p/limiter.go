@@ -48,6 +48,19 @@ func (b *Limiter) reserve(n int) time.Duration {
 	return time.Duration(-b.tokens / b.rate * float64(time.Second))
 }
 
+// SetRate changes the rate to rate bytes per second (> 0) from now on:
+// tokens earned so far are counted at the old rate; debts already reserved
+// keep the waits computed for them.
+func (b *Limiter) SetRate(rate float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	if el := now.Sub(b.last).Seconds(); el > 0 {
+		b.tokens = min(b.burst, b.tokens+el*b.rate)
+	}
+	b.last, b.rate = now, rate
+}
+
 // Wait reserves n tokens and sleeps until they are paid for, or ctx ends.
 func (b *Limiter) Wait(ctx context.Context, n int) error {
 	d := b.reserve(n)

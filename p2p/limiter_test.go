@@ -42,3 +42,22 @@ func TestLimiterLargerThanBurst(t *testing.T) {
 		t.Fatalf("next 100 bytes: wait %v, want 100ms", d)
 	}
 }
+
+// TestLimiterSetRate: tokens earned before a rate change count at the old
+// rate, later debts are repaid at the new one.
+func TestLimiterSetRate(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := newLimiter(1000, 1000, func() time.Time { return now })
+	if d := b.reserve(1000); d != 0 {
+		t.Fatalf("burst: wait %v", d)
+	}
+	now = now.Add(500 * time.Millisecond) // 500 B earned at 1000 B/s
+	b.SetRate(100)
+	if d := b.reserve(600); d != time.Second { // 100 B of debt at 100 B/s
+		t.Fatalf("after slowing down: wait %v, want 1s", d)
+	}
+	b.SetRate(1000)
+	if d := b.reserve(100); d != 200*time.Millisecond { // 200 B of debt at 1000 B/s
+		t.Fatalf("after speeding up: wait %v, want 200ms", d)
+	}
+}

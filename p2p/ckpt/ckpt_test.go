@@ -543,3 +543,25 @@ func TestCkptServerBadSnapshot(t *testing.T) {
 		t.Fatalf("a donor with an unservable snapshot must answer none: %v", err)
 	}
 }
+
+// TestCkptYieldNests: Yield calls nest, and a donor without a rate cap
+// ignores them.
+func TestCkptYieldNests(t *testing.T) {
+	_, capped := ckptServe(t, nil, ServeConfig{Rate: 1 << 20})
+	capped.Yield(true)
+	capped.Yield(true)
+	capped.Yield(false)
+	if capped.yields != 1 {
+		t.Fatalf("%d yields after on, on, off; want 1", capped.yields)
+	}
+	capped.Yield(false)
+	capped.Yield(false) // one off too many stays at 0
+	if capped.yields != 0 {
+		t.Fatalf("%d yields, want 0", capped.yields)
+	}
+	_, free := ckptServe(t, nil, ServeConfig{Rate: -1})
+	free.Yield(true)
+	if free.yields != 0 {
+		t.Fatal("an unlimited donor counted a yield")
+	}
+}

@@ -110,6 +110,7 @@ type Server struct {
 	latest  *ckptServed
 	streams map[network.Stream]struct{}
 	closed  bool
+	yields  int // Yield(true) calls not yet undone
 	wg      sync.WaitGroup
 
 	transfers, refused, chunks, bytes atomic.Int64
@@ -144,6 +145,32 @@ func Serve(h host.Host, get func() *Snapshot, cfg ServeConfig) (*Server, error) 
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
 	h.SetStreamHandler(ProtocolID, cs.handle)
 	return cs, nil
+}
+
+// yieldDivisor is how much a donor slows its serving while the node is
+// reducing (Yield), so that a joiner's download does not starve the
+// all-reduce on the donor's uplink.
+const yieldDivisor = 16
+
+// Yield slows serving to 1/yieldDivisor of the configured rate while on
+// (an all-reduce in flight), and restores it when off. Calls nest: serving
+// speeds up again at the last off. Without a rate cap it does nothing.
+func (cs *Server) Yield(on bool) {
+	if cs.bucket == nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if on {
+		cs.yields++
+	} else if cs.yields > 0 {
+		cs.yields--
+	}
+	rate := float64(cs.cfg.Rate)
+	if cs.yields > 0 {
+		rate /= yieldDivisor
+	}
+	cs.bucket.SetRate(rate)
 }
 
 // Stats returns the counters of what this donor has served so far.
