@@ -35,20 +35,30 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers
 		return ring.Stats{}, err
 	}
 	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", spec.Self)
-	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
-	defer cancel()
-	actx = n.inflight.begin(actx, r)
-	defer n.inflight.end()
-	defer n.yieldDonor()()
+	actx, end := n.beginAttempt(ctx, r)
+	defer end()
 	_, stats, err := ring.AllReduce(actx, n.ar, spec, r.Weights, b, allReduceConfig(n.cfg))
-	if err != nil {
-		var dead *deadMemberError
-		if errors.As(context.Cause(actx), &dead) {
-			err = dead // aborted by the mesh: name the member it declared dead
-		}
-		return stats, err
+	return stats, attemptErr(actx, err)
+}
+
+// beginAttempt bounds an attempt over r by AllReduceTimeout, registers it
+// as in flight (the mesh aborts it when it declares a member dead) and slows
+// this node's donor meanwhile; end undoes all three.
+func (n *Node) beginAttempt(ctx context.Context, r *mesh.Ring) (actx context.Context, end func()) {
+	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
+	actx = n.inflight.begin(actx, r)
+	restore := n.yieldDonor()
+	return actx, func() { restore(); n.inflight.end(); cancel() }
+}
+
+// attemptErr is err, or the member the mesh declared dead when that is why
+// actx ended.
+func attemptErr(actx context.Context, err error) error {
+	var dead *deadMemberError
+	if err != nil && errors.As(context.Cause(actx), &dead) {
+		return dead
 	}
-	return stats, nil
+	return err
 }
 
 // ringSpec describes the attempt over ring r for p2p (Shards is filled in

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -25,19 +24,12 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 	}
 	spec := scatter.Spec{ID: rs.ID, Step: rs.Step, Members: rs.Members, Self: rs.Self, SendRate: rs.SendRate}
 	n.log.Info("all-reduce start", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "rank", spec.Self, "averaging", "robust")
-	actx, cancel := context.WithTimeout(ctx, n.cfg.AllReduceTimeout)
-	defer cancel()
-	actx = n.inflight.begin(actx, rg)
-	defer n.inflight.end()
-	defer n.yieldDonor()()
+	actx, end := n.beginAttempt(ctx, rg)
+	defer end()
 	res, st, err := scatter.AllReduce(actx, n.sc, spec, rg.Weights, b, scatterConfig(n.cfg))
 	stats := ring.Stats{BytesSent: st.Sent, BytesRecv: st.Received}
 	if err != nil {
-		var dead *deadMemberError
-		if errors.As(context.Cause(actx), &dead) {
-			err = dead
-		}
-		return stats, err
+		return stats, attemptErr(actx, err)
 	}
 	n.noteVerdicts(rg, res)
 	return stats, nil
