@@ -127,6 +127,10 @@ func (m *Mesh) progress() {
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
 		if m.decidable() {
+			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks()); ok {
+				m.leaveOut(m.ag.vote[i].ID)
+				continue
+			}
 			m.decide()
 			return
 		}
@@ -276,6 +280,14 @@ func (m *Mesh) refuted() bool {
 		}
 	}
 	return false
+}
+
+// leaveOut excludes id from this step because no ring of direct links holds
+// every member of the vote, tells the node (Ready.LeftOut), and votes again.
+func (m *Mesh) leaveOut(id PeerID) {
+	m.ag.excluded[id] = true
+	m.out.LeftOut = append(m.out.LeftOut, id)
+	m.vote(max(m.ag.round+1, m.ag.maxRound))
 }
 
 func (m *Mesh) decide() {

@@ -35,6 +35,10 @@ type Ready struct {
 	// Dead lists peers declared dead (missed heartbeats) or gone (Leave)
 	// since the last Ready, sorted.
 	Dead []PeerID
+	// LeftOut lists members this node's agreement left out of the current
+	// step because no ring of direct links (see LinkUnreachable) could hold
+	// them with the others, in the order it happened.
+	LeftOut []PeerID
 	// State is the node's state now; StateChanged says it changed since the
 	// last Ready.
 	State        State
@@ -393,7 +397,7 @@ func (m *Mesh) Leave() {
 func (m *Mesh) HasReady() bool {
 	o := &m.out
 	return len(o.Messages) > 0 || o.Ring != nil || o.Fetch != nil || o.Adopt != nil ||
-		len(o.Dead) > 0 || o.StateChanged || m.state != m.prevState
+		len(o.Dead) > 0 || len(o.LeftOut) > 0 || o.StateChanged || m.state != m.prevState
 }
 
 // Ready returns what node must do now. Call Advance with it once done.
@@ -410,6 +414,7 @@ func (m *Mesh) Ready() Ready {
 func (m *Mesh) Advance(rd Ready) {
 	m.out.Messages = meshDropFirst(m.out.Messages, len(rd.Messages))
 	m.out.Dead = meshDropFirst(m.out.Dead, len(rd.Dead))
+	m.out.LeftOut = meshDropFirst(m.out.LeftOut, len(rd.LeftOut))
 	if rd.Ring == m.out.Ring {
 		m.out.Ring = nil
 	}

@@ -1,6 +1,9 @@
 package mesh
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Bandwidth-aware ring order.
 //
@@ -15,6 +18,14 @@ import "slices"
 // cycle (the bottleneck), then the sum. On window-limited TCP a link's rate
 // goes as 1/RTT, and in the WAN profiles the slow, long links are the same
 // ones, so this keeps the ring from crossing an ocean more often than it must.
+
+// LinkUnreachable is the cost of a link this node has only through a relay
+// (a NAT in the way and no hole punched yet), or knows cannot be direct.
+// All-reduce bytes never cross a relay, so a ring never makes two members
+// with such a link neighbours: the order avoids these links, and when no
+// ring of direct links holds every member, the agreement leaves a member out
+// of the step (see meshUnreachableMember).
+const LinkUnreachable = math.MaxUint32
 
 // SetLinkCosts replaces this node's measured link costs (in LinkUnit; 0 or
 // absent: unknown). The next vote carries them for its members.
@@ -94,27 +105,64 @@ func meshSymmetricCosts(rows [][]uint32) ([][]uint64, bool) {
 		return 0
 	}
 	c := make([][]uint64, k)
-	var worst uint64
+	var worst uint64 // the largest known cost of a direct link
+	known := false
 	for i := range c {
 		c[i] = make([]uint64, k)
 		for j := range c[i] {
 			if i != j {
 				c[i][j] = uint64(max(at(i, j), at(j, i)))
-				worst = max(worst, c[i][j])
+				known = known || c[i][j] != 0
+				if c[i][j] != LinkUnreachable {
+					worst = max(worst, c[i][j])
+				}
 			}
 		}
 	}
-	if worst == 0 {
+	if !known {
 		return nil, false
 	}
 	for i := range c {
 		for j := range c[i] {
 			if i != j && c[i][j] == 0 {
-				c[i][j] = worst
+				c[i][j] = max(worst, 1)
 			}
 		}
 	}
 	return c, true
+}
+
+// meshUnreachableMember returns the index of the member to leave out of
+// this step when no ring of the k members avoids every LinkUnreachable link
+// (rows as for meshRingOrder): the one with the fewest direct links, the
+// last such by index on a tie. Like the order, it is a pure function of the
+// decided vote's rows, so every decider leaves out the same member. Above
+// meshExactOrderMax members the order is a heuristic, so a direct ring that
+// 2-opt misses costs a member its step.
+func meshUnreachableMember(k int, rows [][]uint32) (int, bool) {
+	if k < 2 || len(rows) != k {
+		return 0, false
+	}
+	c, ok := meshSymmetricCosts(rows)
+	if !ok {
+		return 0, false
+	}
+	if b, _ := meshCycleCost(c, meshRingOrder(k, rows)); b != LinkUnreachable {
+		return 0, false
+	}
+	out, fewest := 0, k
+	for i := range c {
+		direct := 0
+		for j := range c[i] {
+			if i != j && c[i][j] != LinkUnreachable {
+				direct++
+			}
+		}
+		if direct <= fewest {
+			out, fewest = i, direct
+		}
+	}
+	return out, true
 }
 
 // meshCycleCost is (bottleneck, sum) of the cycle through order.

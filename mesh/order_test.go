@@ -171,3 +171,105 @@ func TestSimRingOrder(t *testing.T) {
 		}
 	}
 }
+
+// natRows: 4 members at cost 10 from each other, except the listed pairs,
+// which only a relay connects (LinkUnreachable, said by one side only, the
+// other side not knowing: as a node reports a relayed connection).
+func natRows(relayed ...[2]int) [][]uint32 {
+	rows := make([][]uint32, 4)
+	for i := range rows {
+		rows[i] = make([]uint32, 4)
+		for j := range rows[i] {
+			if i != j {
+				rows[i][j] = 10
+			}
+		}
+	}
+	for _, p := range relayed {
+		rows[p[0]][p[1]], rows[p[1]][p[0]] = LinkUnreachable, 0
+	}
+	return rows
+}
+
+func TestRingOrderAvoidsRelayedLinks(t *testing.T) {
+	rows := natRows([2]int{0, 1}, [2]int{2, 3})
+	order := meshRingOrder(4, rows)
+	if b := bottleneck(rows, order); b != 10 {
+		t.Fatalf("order %v has bottleneck %d, want 10 (a ring of direct links exists)", order, b)
+	}
+	if i, ok := meshUnreachableMember(4, rows); ok {
+		t.Fatalf("member %d left out although a direct ring exists", i)
+	}
+}
+
+func TestUnreachableMemberLeftOut(t *testing.T) {
+	cases := []struct {
+		rows [][]uint32
+		want int
+	}{
+		{natRows([2]int{3, 1}, [2]int{2, 3}), 3},               // 3 reaches only 0
+		{natRows([2]int{0, 1}, [2]int{0, 2}), 0},               // 0 reaches only 3
+		{natRows([2]int{0, 1}, [2]int{2, 3}, [2]int{0, 2}), 2}, // 0 and 2 tie at one link: the last
+	}
+	for _, c := range cases {
+		got, ok := meshUnreachableMember(4, c.rows)
+		if !ok || got != c.want {
+			t.Fatalf("rows %v: left out %d (%v), want %d", c.rows, got, ok, c.want)
+		}
+	}
+	// Two members: their one link must be direct.
+	if _, ok := meshUnreachableMember(2, [][]uint32{{0, LinkUnreachable}, {0, 0}}); !ok {
+		t.Fatal("a relayed pair formed a ring")
+	}
+	if _, ok := meshUnreachableMember(2, [][]uint32{{0, 5}, {5, 0}}); ok {
+		t.Fatal("a direct pair was split")
+	}
+}
+
+// setSimLinks gives every sim node its row of rows as link costs.
+func setSimLinks(s *simNet, rows [][]uint32) {
+	for i, id := range s.ids {
+		costs := map[PeerID]uint32{}
+		for j, other := range s.ids {
+			costs[other] = rows[i][j]
+		}
+		s.nodes[id].m.SetLinkCosts(costs)
+	}
+}
+
+// TestSimNATRings: member 3 is reached directly only by member 0 (the others
+// have it only through a relay). No ring of 4 direct links exists, so every
+// step's ring is the other three, and no all-reduce fails on a relayed
+// link; with only the pair 1–3 relayed, rings of four avoid that link.
+func TestSimNATRings(t *testing.T) {
+	for _, c := range []struct {
+		relayed [][2]int
+		size    int
+	}{{[][2]int{{1, 3}, {3, 2}}, 3}, {[][2]int{{1, 3}}, 4}} {
+		rows := natRows(c.relayed...)
+		s := newSimNet(t, 12)
+		s.addN(4, nil)
+		setSimLinks(s, rows)
+		s.runUntil(4000, "4 steps done", func() bool { return len(s.done) >= 4 })
+		for _, d := range s.done {
+			if len(d.ring.Members) != c.size {
+				t.Fatalf("relayed %v: step %d ring %v, want %d members", c.relayed, d.step, d.ring.Members, c.size)
+			}
+			order := make([]int, len(d.ring.Members))
+			for pos, id := range d.ring.Members {
+				order[pos] = slices.Index(s.ids, id)
+			}
+			for pos, a := range order {
+				b := order[(pos+1)%len(order)]
+				if rows[a][b] == LinkUnreachable || rows[b][a] == LinkUnreachable {
+					t.Fatalf("relayed %v: step %d ring %v has the relayed link %d–%d", c.relayed, d.step, d.ring.Members, a, b)
+				}
+			}
+		}
+		for _, id := range s.ids {
+			if f := s.nodes[id].m.Status().Failures; f != 0 {
+				t.Fatalf("%s reported %d all-reduce failures", id, f)
+			}
+		}
+	}
+}
