@@ -20,7 +20,7 @@ import (
 func (r *labRun) watch(ctx context.Context) error {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	lastStep, progress := uint64(0), time.Now()
+	lastStep, progress := uint64(0), time.Now() // highest step of any member
 	var restartAt time.Time
 	for n := 0; ; n++ {
 		now := time.Now()
@@ -72,10 +72,10 @@ func (r *labRun) pollPeers(ctx context.Context, now time.Time) {
 	}
 }
 
-// pollSteps reads every live member's /v1/status and returns the lowest
-// outer step over the members still training.
+// pollSteps reads every live member's /v1/status and returns the highest
+// outer step over the members still training (progress of any member).
 func (r *labRun) pollSteps(ctx context.Context) uint64 {
-	low, any := uint64(0), false
+	high := uint64(0)
 	for _, m := range r.members {
 		if m.gone || isDone(m) {
 			continue
@@ -84,11 +84,9 @@ func (r *labRun) pollSteps(ctx context.Context) uint64 {
 		if err := getJSON(ctx, m.hc, "/v1/status", &s, &m.statusJSON); err == nil {
 			m.step = s.OuterStep
 		}
-		if !any || m.step < low {
-			low, any = m.step, true
-		}
+		high = max(high, m.step)
 	}
-	return low
+	return high
 }
 
 // pollRelay reads the public member's relayed bytes from its /metrics.
