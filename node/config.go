@@ -27,6 +27,14 @@ type Config struct {
 	Home string
 	// Listen are libp2p listen multiaddrs. Default DefaultListen.
 	Listen []string
+	// Announce, if set, replaces the addresses this node advertises (a known
+	// public address, e.g. a port forward); it makes the node public.
+	Announce []string
+	// NATPortMap asks the home router for a port mapping (UPnP / NAT-PMP).
+	NATPortMap bool
+	// Reachability is p2p.ReachAuto (default), ReachPublic or ReachPrivate
+	// (docs/nat.md).
+	Reachability string
 	// Bootstrap are multiaddrs (with /p2p/) of any running members. None
 	// starts a new network.
 	Bootstrap []string
@@ -166,9 +174,13 @@ const (
 	DefaultKeepCheckpoints  = 3
 )
 
-// DefaultListen is the listen address when Config.Listen is empty: every
-// IPv4 interface on DefaultPort.
-var DefaultListen = fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort)
+// DefaultListen and DefaultListenQUIC are the listen addresses when
+// Config.Listen is empty: every IPv4 interface on DefaultPort, TCP and UDP
+// (QUIC v1; not with a private network's PSK).
+var (
+	DefaultListen     = fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort)
+	DefaultListenQUIC = fmt.Sprintf("/ip4/0.0.0.0/udp/%d/quic-v1", DefaultPort)
+)
 
 // Progress is the state of a long piece of work.
 type Progress struct {
@@ -204,13 +216,14 @@ func (c *Config) fillDefaults() error {
 		c.Home = filepath.Join(h, DefaultHome)
 	}
 	if len(c.Listen) == 0 {
-		c.Listen = []string{DefaultListen}
+		c.Listen = []string{DefaultListen, DefaultListenQUIC}
 	}
 	defString(&c.Run, DefaultRun)
 	defString(&c.Preset, DefaultPreset)
 	defString(&c.Device, DefaultDevice)
 	defString(&c.StatusAddr, DefaultStatusAddr)
 	defString(&c.RingOrder, DefaultRingOrder)
+	defString(&c.Reachability, p2p.ReachAuto)
 	defInt(&c.InnerSteps, DefaultInnerSteps)
 	defInt(&c.MinMembers, DefaultMinMembers)
 	defInt(&c.Shards, DefaultShards)
@@ -270,6 +283,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --device sim needs --sim-step > 0", ErrBadConfig)
 	case c.RingOrder != "latency" && c.RingOrder != "sorted":
 		return fmt.Errorf("%w: --ring-order %q: want latency or sorted", ErrBadConfig, c.RingOrder)
+	case c.Reachability != p2p.ReachAuto && c.Reachability != p2p.ReachPublic && c.Reachability != p2p.ReachPrivate:
+		return fmt.Errorf("%w: --reachability %q: want auto, public or private", ErrBadConfig, c.Reachability)
 	case c.MaxSendRate < 0:
 		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
 	case c.KeepCheckpoints < 1:

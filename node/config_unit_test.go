@@ -28,7 +28,8 @@ func TestConfigDefaultsTable(t *testing.T) {
 		field     string
 		got, want any
 	}{
-		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001"}},
+		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}},
+		{"Reachability", c.Reachability, "auto"},
 		{"Run", c.Run, "default"},
 		{"Preset", c.Preset, "tiny"},
 		{"Device", c.Device, "cpu"},
@@ -60,7 +61,8 @@ func TestConfigKeepsSetValues(t *testing.T) {
 	c := Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Run: "r", Preset: "small",
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
-		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20}
+		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
+		Reachability: "private"}
 	want := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

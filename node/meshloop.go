@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -52,9 +53,11 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 		if time.Since(lastPeers) > time.Second {
 			lastPeers = time.Now()
 			costs := n.updatePeers(m.Status())
-			if n.cfg.RingOrder == "latency" {
-				m.SetLinkCosts(costs)
+			if n.cfg.RingOrder != "latency" {
+				// Sorted order, except that relayed links stay out of rings.
+				maps.DeleteFunc(costs, func(_ mesh.PeerID, c uint32) bool { return c != mesh.LinkUnreachable })
 			}
+			m.SetLinkCosts(costs)
 		}
 	}
 }
@@ -75,6 +78,9 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 			log.Warn("publish", "type", msg.Type, "err", err)
 		}
 		cancel()
+	}
+	if len(rd.LeftOut) > 0 {
+		log.Warn("left out of this step's ring: no ring of direct links holds them (NAT, not punched yet)", "peers", rd.LeftOut)
 	}
 	if len(rd.Dead) > 0 {
 		log.Info("peers gone", "peers", rd.Dead)
@@ -111,7 +117,10 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 	for _, p := range st.Peers {
 		s := n.peerStatus(p, st.Tick, now)
 		ps = append(ps, s)
-		if s.LatencyMs > 0 {
+		switch {
+		case s.Connected && s.Relayed:
+			costs[p.ID] = mesh.LinkUnreachable // no all-reduce through a relay
+		case s.LatencyMs > 0:
 			costs[p.ID] = uint32(max(1, s.LatencyMs*1000/mesh.LinkUnit))
 		}
 	}
@@ -127,6 +136,7 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 		if members != nil {
 			s.Members = members
 		}
+		s.Reachability = n.host.Reachability()
 		tr := n.host.TotalBandwidth()
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
 	})
@@ -144,7 +154,7 @@ func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerSta
 		info := n.host.PeerInfo(id)
 		ps.Connected = info.Connected
 		ps.LatencyMs = float64(info.Latency) / float64(time.Millisecond)
-		ps.Transport, ps.Relayed = info.Transport, info.Relayed
+		ps.Transport, ps.Relayed, ps.Punch = info.Transport, info.Relayed, info.Punch
 	}
 	return ps
 }

@@ -74,12 +74,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{
-		Home:      cfg.Home,
-		Listen:    cfg.Listen,
-		Bootstrap: cfg.Bootstrap,
-		Run:       cfg.Run,
-		Logger:    cfg.Logger,
-		Metrics:   reg,
+		Home:         cfg.Home,
+		Listen:       cfg.Listen,
+		Announce:     cfg.Announce,
+		NATPortMap:   cfg.NATPortMap,
+		Reachability: cfg.Reachability,
+		Bootstrap:    cfg.Bootstrap,
+		Run:          cfg.Run,
+		Logger:       cfg.Logger,
+		Metrics:      reg,
 	})
 	if err != nil {
 		return nil, err

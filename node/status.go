@@ -3,6 +3,8 @@ package node
 import (
 	"sync"
 	"time"
+
+	"github.com/intellect-node/intellect-node/p2p"
 )
 
 // Status is the node's state as served by GET /v1/status.
@@ -27,6 +29,9 @@ type Status struct {
 	BytesReceived      int64     `json:"bytes_received"`
 	LastAllReduceSec   float64   `json:"last_allreduce_sec"`
 	Download           *Download `json:"download,omitempty"`
+	// Reachability says how others reach this node: public or private
+	// (behind a NAT), its public and relay addresses, hole punches so far.
+	Reachability p2p.Reachability `json:"reachability"`
 	// TokensBySource counts the training tokens this node drew from each
 	// source of its data (mixture component) since it started.
 	TokensBySource map[string]int64 `json:"tokens_by_source,omitempty"`
@@ -57,6 +62,8 @@ type PeerStatus struct {
 	// it goes through a relay rather than directly.
 	Transport string `json:"transport,omitempty"`
 	Relayed   bool   `json:"relayed"`
+	// Punch is the last hole punch with this peer (either side started it).
+	Punch *p2p.Punch `json:"punch,omitempty"`
 }
 
 // OuterRecord is one completed outer step, as kept for GET /v1/history and

@@ -24,6 +24,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
+	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,8 @@ const DefaultPort = 4001
 var DefaultListen = []string{
 	fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort),
 	fmt.Sprintf("/ip6/::/tcp/%d", DefaultPort),
+	fmt.Sprintf("/ip4/0.0.0.0/udp/%d/quic-v1", DefaultPort),
+	fmt.Sprintf("/ip6/::/udp/%d/quic-v1", DefaultPort),
 }
 
 // DefaultRun is the run name used when Config.Run is empty.
@@ -72,7 +75,7 @@ type Config struct {
 	// Home is the directory holding the identity key (IdentityFile). Empty
 	// means a fresh in-memory identity on every start, for tests.
 	Home string
-	// Listen lists the multiaddrs to listen on (TCP only). Default DefaultListen.
+	// Listen lists the multiaddrs to listen on (TCP and QUIC v1). Default DefaultListen.
 	// Tests use "/ip4/127.0.0.1/tcp/0".
 	Listen []string
 	// Announce, if set, replaces the addresses this host advertises to others
@@ -121,6 +124,9 @@ type Config struct {
 	MessageBuffer int
 	// NATPortMap asks the gateway for a port mapping by UPnP / NAT-PMP.
 	NATPortMap bool
+	// Reachability is ReachAuto (the default), ReachPublic or ReachPrivate:
+	// see those and docs/nat.md.
+	Reachability string
 }
 
 // Validate fills defaults and rejects bad values. It does not touch the disk.
@@ -173,6 +179,12 @@ func (c *Config) check() error {
 			return bad("interval %v below 1ms", d)
 		}
 	}
+	if c.Reachability == "" {
+		c.Reachability = ReachAuto
+	}
+	if c.Reachability != ReachAuto && c.Reachability != ReachPublic && c.Reachability != ReachPrivate {
+		return bad("reachability %q: want auto, public or private", c.Reachability)
+	}
 	if c.MessageBuffer < 1 {
 		return bad("message buffer %d", c.MessageBuffer)
 	}
@@ -224,6 +236,11 @@ type Host struct {
 	knownMu sync.Mutex
 	known   map[peer.ID]peer.AddrInfo // run peers seen, for rejoin
 
+	reach    string    // Config.Reachability resolved before start (initialReachability)
+	punches  *punchLog // hole-punch outcomes per peer
+	reachMu  sync.Mutex
+	reachNow network.Reachability // AutoNAT's (or the forced) verdict
+
 	gossip gossipState
 	msgs   chan Message
 
@@ -257,6 +274,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		bw:        newBandwidthCounter(),
 		bootstrap: boot,
 		known:     make(map[peer.ID]peer.AddrInfo),
+		reach:     initialReachability(cfg),
+		punches:   &punchLog{},
 
 		kickAdvertise: make(chan struct{}, 1),
 		kickDiscover:  make(chan struct{}, 1),
@@ -266,6 +285,12 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h.log = cfg.Logger.With("system", "p2p", "self", h.h.ID().ShortString())
+	switch h.reach {
+	case ReachPublic:
+		h.reachNow = network.ReachabilityPublic
+	case ReachPrivate:
+		h.reachNow = network.ReachabilityPrivate
+	}
 	if err := h.buildDHT(); err != nil {
 		h.h.Close()
 		return nil, err
@@ -307,7 +332,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	}
 	opts := []libp2p.Option{
 		libp2p.Identity(key),
-		libp2p.ListenAddrStrings(h.cfg.Listen...),
+		libp2p.ListenAddrStrings(listenable(h.cfg.Listen, h.cfg.PSK == nil)...),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
 		libp2p.Security(noise.ID, noise.New),
@@ -325,6 +350,8 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	}
 	if h.cfg.PSK != nil {
 		opts = append(opts, libp2p.PrivateNetwork(pnet.PSK(h.cfg.PSK)))
+	} else {
+		opts = append(opts, libp2p.Transport(libp2pquic.NewTransport)) // QUIC has no private networks
 	}
 	if len(h.cfg.Announce) > 0 {
 		announce := make([]ma.Multiaddr, 0, len(h.cfg.Announce))
@@ -336,6 +363,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	if h.cfg.NATPortMap {
 		opts = append(opts, libp2p.NATPortMap())
 	}
+	opts = append(opts, h.natOptions()...)
 	lh, err := libp2p.New(opts...)
 	if err != nil {
 		rm.Close()
@@ -343,6 +371,24 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	}
 	h.h, h.cm = lh, cm
 	return nil
+}
+
+// listenable drops QUIC addresses from listen unless quic (a private
+// network has no QUIC), so that the defaults work with a PSK.
+func listenable(listen []string, quic bool) []string {
+	if quic {
+		return listen
+	}
+	var out []string
+	for _, s := range listen {
+		if m, err := ma.NewMultiaddr(s); err == nil {
+			if _, err := m.ValueForProtocol(ma.P_QUIC_V1); err == nil {
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // newResourceManager applies libp2p's default limits scaled to this
@@ -421,8 +467,14 @@ func (h *Host) Start(ctx context.Context) error {
 		return ErrAlreadyStarted
 	}
 	runCtx, cancel := context.WithCancel(ctx)
+	addrs, err := h.subscribeAddrs()
+	if err != nil {
+		cancel()
+		return err
+	}
 	peers, err := h.join(runCtx)
 	if err != nil {
+		addrs.Close()
 		cancel()
 		return err
 	}
@@ -432,6 +484,8 @@ func (h *Host) Start(ctx context.Context) error {
 	h.goLoop(runCtx, h.advertiseLoop)
 	h.goLoop(runCtx, h.discoverLoop)
 	h.goLoop(runCtx, h.pingLoop)
+	h.goLoop(runCtx, func(ctx context.Context) { h.watchAddrs(ctx, addrs) })
+	h.goLoop(runCtx, h.punchLoop)
 	return nil
 }
 
@@ -539,6 +593,8 @@ type PeerInfo struct {
 	// through a relay (a /p2p-circuit address) rather than directly.
 	Transport string `json:"transport,omitempty"`
 	Relayed   bool   `json:"relayed"`
+	// Punch is the last hole punch with this peer, nil if none.
+	Punch *Punch `json:"punch,omitempty"`
 }
 
 // PeerInfo returns what the host knows about id: addresses from the
@@ -559,6 +615,9 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 		info.Addrs = append(info.Addrs, a.String())
 	}
 	info.Transport, info.Relayed = connKind(h.h.Network().ConnsToPeer(id))
+	if p, ok := h.punches.get(id); ok {
+		info.Punch = &p
+	}
 	return info
 }
 

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/p2p"
 )
 
 func init() {
@@ -19,10 +20,10 @@ func init() {
 // startFlags are the flags of `start` that do not map onto a node.Config
 // field one to one.
 type startFlags struct {
-	boot, listen multiFlag
-	outerLR      *float64
-	tokenFile    *string
-	level        *string
+	boot, listen, announce multiFlag
+	outerLR                *float64
+	tokenFile              *string
+	level                  *string
 }
 
 // newStartFlags defines the flags of `start` over c; their defaults are the
@@ -31,7 +32,10 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs := newFlagSet("start", "[--bootstrap MULTIADDR]... [--listen MULTIADDR]... [flags]")
 	var f startFlags
 	fs.Var(&f.boot, "bootstrap", "`multiaddr` (with /p2p/) of a running member; repeatable; none starts a new network")
-	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+node.DefaultListen+")")
+	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+node.DefaultListen+" and "+node.DefaultListenQUIC+")")
+	fs.Var(&f.announce, "announce", "a public `multiaddr` others can dial this node at (a port forward); repeatable; replaces the advertised addresses and makes the node public")
+	fs.BoolVar(&c.NATPortMap, "nat-port-map", false, "ask the home router for a port mapping (UPnP / NAT-PMP)")
+	fs.StringVar(&c.Reachability, "reachability", p2p.ReachAuto, "auto (public if a listening interface has a public address or --announce is given, else behind a NAT), public or private (docs/nat.md)")
 	fs.StringVar(&c.Run, "run", node.DefaultRun, "training run `name`; nodes of other runs are ignored")
 	fs.StringVar(&c.Preset, "preset", node.DefaultPreset, "model `preset`: tiny, small, 150m, 1b")
 	fs.StringVar(&c.ConfigFile, "config", "", "model config JSON `file` (overrides --preset)")
@@ -65,7 +69,7 @@ func runStart(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c.Bootstrap, c.Listen = f.boot, f.listen
+	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
 	c.OuterLR = float32(*f.outerLR)
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = -1 // --checkpoint-every 0: only at exit

@@ -30,7 +30,7 @@ func TestStartFlagDefaults(t *testing.T) {
 	var help bytes.Buffer
 	fs.SetOutput(&help)
 	fs.PrintDefaults()
-	for _, want := range []string{"(default " + node.DefaultListen + ")", "(default ~/" + node.DefaultHome + ")",
+	for _, want := range []string{"(default " + node.DefaultListen + " and " + node.DefaultListenQUIC + ")", "(default ~/" + node.DefaultHome + ")",
 		`(default "` + node.DefaultStatusAddr + `")`, "(default 4)"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("-h lacks %q", want)
