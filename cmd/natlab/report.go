@@ -268,7 +268,7 @@ func (rp *report) writeMarkdown(path, command string) error {
 			res.Hist.MinStep, res.Hist.MaxStep, res.Hist.MaxRing, res.hashes(), res.directSummary(),
 			res.relayPerStep()/1024, res.Hist.Utilization, res.Hist.AllReduceSec, endOf(res))
 	}
-	b.WriteString("\nEvidence (each member's last `/v1/peers`, events):\n\n")
+	b.WriteString("\nEvidence (each member's `/v1/peers` when the first member reached the event step, else its last; events):\n\n")
 	for _, res := range rp.results {
 		fmt.Fprintf(&b, "- case %s run %d (%s):\n", res.Case.Name, res.Run, res.Case.About)
 		for _, n := range res.Notes {

@@ -44,6 +44,7 @@ type member struct {
 	gone    bool // left or was killed on purpose (not a failure)
 	// last successful reads, kept as evidence
 	peersJSON, statusJSON []byte
+	midPeers              []byte // peersJSON when the run reached the event step
 	step                  uint64
 }
 

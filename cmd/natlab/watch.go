@@ -29,6 +29,9 @@ func (r *labRun) watch(ctx context.Context) error {
 			r.pollRelay(ctx)
 		}
 		if s := r.pollSteps(ctx); s > lastStep {
+			if lastStep < r.c.EventStep && s >= r.c.EventStep {
+				r.snapshot()
+			}
 			lastStep, progress = s, now
 		}
 		if restartAt.IsZero() {
@@ -166,6 +169,15 @@ func (r *labRun) allDone() bool {
 	return !(r.cs.Event == restart && r.fired && r.members[r.cs.EventSite].gone)
 }
 
+// snapshot keeps every member's current /v1/peers as the run's mid-run
+// evidence (taken when the first member reaches the event step) and saves it.
+func (r *labRun) snapshot() {
+	for _, m := range r.members {
+		m.midPeers = m.peersJSON
+		r.savePeers(m, "mid")
+	}
+}
+
 // savePeers writes m's last /v1/peers and /v1/status bodies as evidence.
 func (r *labRun) savePeers(m *member, tag string) {
 	base := filepath.Join(r.dir, m.name+"."+tag)
@@ -177,11 +189,15 @@ func (r *labRun) savePeers(m *member, tag string) {
 	}
 }
 
-// peerLines describes m's last view of the others, e.g.
-// "dfw sees sfo: connected tcp direct; chi: not connected".
+// peerLines describes m's view of the others mid-run (else its last), e.g.
+// "dfw sees sfo (training, step 3): connected tcp direct; chi (...): not connected".
 func (r *labRun) peerLines(m *member) string {
 	var peers []node.PeerStatus
-	if m.peersJSON == nil || json.Unmarshal(m.peersJSON, &peers) != nil {
+	raw := m.midPeers
+	if raw == nil {
+		raw = m.peersJSON
+	}
+	if raw == nil || json.Unmarshal(raw, &peers) != nil {
 		return m.name + ": no /v1/peers read"
 	}
 	var parts []string
