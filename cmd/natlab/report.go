@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -59,6 +60,9 @@ func (r *labRun) collect(res *runResult) {
 		}
 		r.savePeers(m, "end")
 		r.note("%s", r.peerLines(m))
+	}
+	if r.metrics != nil {
+		os.WriteFile(filepath.Join(r.dir, r.members[0].name+".metrics.txt"), r.metrics, 0o644)
 	}
 	res.Hist = summarizeHistories(hists, final, r.c.Warmup, len(final))
 	res.RelayBytes = r.relay

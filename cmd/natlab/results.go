@@ -23,7 +23,7 @@ const RelayProtocolPrefix = "/libp2p/circuit/relay/"
 
 // relayBytes sums, from a Prometheus text exposition, the bytes received on
 // circuit relay streams (intellect_p2p_bytes_total{protocol=~"/libp2p/
-// circuit/relay/.*",direction="in"}): on a relay every relayed byte is
+// circuit/relay/.*",direction="received"}): on a relay every relayed byte is
 // received once on a hop or stop stream before it is sent on.
 func relayBytes(r io.Reader) (float64, error) {
 	var sum float64
@@ -36,7 +36,7 @@ func relayBytes(r io.Reader) (float64, error) {
 			continue
 		}
 		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok || !strings.Contains(labels, `direction="in"`) || !strings.Contains(labels, `protocol="`+RelayProtocolPrefix) {
+		if !ok || !strings.Contains(labels, `direction="received"`) || !strings.Contains(labels, `protocol="`+RelayProtocolPrefix) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)

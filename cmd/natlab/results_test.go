@@ -16,10 +16,10 @@ import (
 func TestRelayBytes(t *testing.T) {
 	text := `# HELP intellect_p2p_bytes_total Application bytes on libp2p streams by protocol and direction.
 # TYPE intellect_p2p_bytes_total counter
-intellect_p2p_bytes_total{direction="in",protocol="/libp2p/circuit/relay/0.2.0/hop"} 1000
-intellect_p2p_bytes_total{direction="out",protocol="/libp2p/circuit/relay/0.2.0/hop"} 999
-intellect_p2p_bytes_total{direction="in",protocol="/libp2p/circuit/relay/0.2.0/stop"} 2.5e3
-intellect_p2p_bytes_total{direction="in",protocol="/intellect/allreduce/1.0.0"} 7e6
+intellect_p2p_bytes_total{direction="received",protocol="/libp2p/circuit/relay/0.2.0/hop"} 1000
+intellect_p2p_bytes_total{direction="sent",protocol="/libp2p/circuit/relay/0.2.0/hop"} 999
+intellect_p2p_bytes_total{direction="received",protocol="/libp2p/circuit/relay/0.2.0/stop"} 2.5e3
+intellect_p2p_bytes_total{direction="received",protocol="/intellect/allreduce/1.0.0"} 7e6
 intellect_outer_steps_total 8
 `
 	got, err := relayBytes(strings.NewReader(text))
@@ -29,7 +29,7 @@ intellect_outer_steps_total 8
 	if got != 3500 {
 		t.Errorf("relayBytes = %v, want 3500", got)
 	}
-	if _, err := relayBytes(strings.NewReader(`intellect_p2p_bytes_total{direction="in",protocol="/libp2p/circuit/relay/0.2.0/hop"} x`)); err == nil {
+	if _, err := relayBytes(strings.NewReader(`intellect_p2p_bytes_total{direction="received",protocol="/libp2p/circuit/relay/0.2.0/hop"} x`)); err == nil {
 		t.Error("a malformed value must be an error")
 	}
 }

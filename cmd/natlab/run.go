@@ -58,6 +58,7 @@ type labRun struct {
 	logs    []*os.File
 	pairs   *pairTimer
 	relay   float64 // the public member's relayed bytes, last read
+	metrics []byte  // the public member's last /metrics, kept as evidence
 	fired   bool    // the case's event happened
 	notes   []string
 }

@@ -105,6 +105,7 @@ func (r *labRun) pollRelay(ctx context.Context) {
 	if v, err := relayBytes(bytes.NewReader(body)); err == nil {
 		r.relay = max(r.relay, v)
 	}
+	r.metrics = body
 }
 
 // maybeFire runs the case's event once every member has reached the event
@@ -206,11 +207,27 @@ func (r *labRun) peerLines(m *member) string {
 		if j := r.siteOf(p.ID); j >= 0 {
 			name = r.members[j].name
 		}
-		how := "not connected"
-		if p.Connected {
-			how = "connected " + p.Transport + map[bool]string{true: " RELAYED", false: " direct"}[p.Relayed]
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s, step %d): %s", name, p.State, p.OuterStep, how))
+		parts = append(parts, fmt.Sprintf("%s (%s, step %d): %s", name, p.State, p.OuterStep, linkOf(p)))
 	}
 	return m.name + " sees " + strings.Join(parts, "; ")
+}
+
+// linkOf describes a peer's link as /v1/peers reports it, e.g. "direct tcp",
+// "RELAYED tcp (connected=false)", with its last hole punch if any.
+func linkOf(p node.PeerStatus) string {
+	how := "not connected"
+	switch {
+	case p.Relayed:
+		how = fmt.Sprintf("RELAYED %s (connected=%v)", p.Transport, p.Connected)
+	case p.Connected:
+		how = "direct " + p.Transport
+	}
+	if p.Punch != nil {
+		e := strings.ReplaceAll(p.Punch.Error, "\n", " ")
+		if len(e) > 160 {
+			e = e[:160] + "…"
+		}
+		how += fmt.Sprintf(" [last punch ok=%v after %v %s]", p.Punch.Success, p.Punch.Took.Round(time.Millisecond), e)
+	}
+	return how
 }
