@@ -111,9 +111,10 @@ type histSummary struct {
 	Identical  bool
 	// MaxRing is the most members any step's ring had.
 	MaxRing int
-	// Utilization is Σ compute / Σ wall and AllReduceSec the mean all-reduce
-	// time over every member's steps after warmup with a full ring (members
-	// = full); NaN when there is none.
+	// Utilization is Σ compute / Σ wall and AllReduceSec the median
+	// all-reduce time over every member's steps after warmup with a full ring
+	// (members = full); NaN when there is none. The median, as in wanbench's
+	// table: on this shared machine a single step can take twice as long.
 	Utilization, AllReduceSec float64
 	// Samples is the number of (member, step) records averaged.
 	Samples int
@@ -126,7 +127,8 @@ type histSummary struct {
 func summarizeHistories(hists [][]node.OuterRecord, final []int, warmup uint64, full int) histSummary {
 	s := histSummary{MinStep: math.MaxUint64, Utilization: math.NaN(), AllReduceSec: math.NaN()}
 	hashes := map[uint64]map[string]bool{}
-	var compute, wall, ar float64
+	var compute, wall float64
+	var ar []float64
 	for _, recs := range hists {
 		last := uint64(0)
 		for _, r := range recs {
@@ -137,7 +139,7 @@ func summarizeHistories(hists [][]node.OuterRecord, final []int, warmup uint64, 
 			}
 			hashes[r.Step][r.ModelHash] = true
 			if r.Step > warmup && r.Members >= full {
-				compute, wall, ar = compute+r.ComputeSec, wall+r.WallSec, ar+r.AllReduceSec
+				compute, wall, ar = compute+r.ComputeSec, wall+r.WallSec, append(ar, r.AllReduceSec)
 				s.Samples++
 			}
 		}
@@ -154,7 +156,7 @@ func summarizeHistories(hists [][]node.OuterRecord, final []int, warmup uint64, 
 	sort.Slice(s.Splits, func(a, b int) bool { return s.Splits[a] < s.Splits[b] })
 	s.CommonStep, s.Identical = commonStep(hists, final)
 	if s.Samples > 0 && wall > 0 {
-		s.Utilization, s.AllReduceSec = compute/wall, ar/float64(s.Samples)
+		s.Utilization, s.AllReduceSec = compute/wall, median(ar)
 	}
 	return s
 }
@@ -187,4 +189,14 @@ func commonStep(hists [][]node.OuterRecord, final []int) (uint64, bool) {
 		}
 	}
 	return best, best > 0 && len(hash[best]) == 1
+}
+
+// median of xs (not empty); xs is sorted in place.
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
