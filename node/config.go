@@ -102,6 +102,12 @@ type Config struct {
 	// ErrorFeedback carries each node's int8 quantization residual into its
 	// next pseudo-gradient.
 	ErrorFeedback bool
+	// Averaging is how members average pseudo-gradients: AveragingRobust
+	// (direct scatter; each segment owner clips and combines every
+	// contribution robustly, docs/robust.md) or AveragingMean (the ring's
+	// weighted mean). Default DefaultAveraging. Every member of a run must
+	// use the same.
+	Averaging string
 	// Tick is the period of the mesh state machine's clock. Default
 	// DefaultTick.
 	Tick time.Duration
@@ -166,8 +172,12 @@ const (
 	DefaultStatusAddr = "127.0.0.1:8642"
 	DefaultMinMembers = mesh.DefaultMinMembers
 	// DefaultShards moves the int8 quantization blocks (collective.DefaultShards).
-	DefaultShards           = collective.DefaultShards
-	DefaultRingOrder        = "latency"
+	DefaultShards    = collective.DefaultShards
+	DefaultRingOrder = "latency"
+	// AveragingMean and AveragingRobust are the values of Config.Averaging.
+	AveragingMean           = "mean"
+	AveragingRobust         = "robust"
+	DefaultAveraging        = AveragingMean
 	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
 	DefaultAllReduceTimeout = 60 * time.Second
 	DefaultCheckpointEvery  = 10
@@ -224,6 +234,7 @@ func (c *Config) fillDefaults() error {
 	defString(&c.StatusAddr, DefaultStatusAddr)
 	defString(&c.RingOrder, DefaultRingOrder)
 	defString(&c.Reachability, p2p.ReachAuto)
+	defString(&c.Averaging, DefaultAveraging)
 	defInt(&c.InnerSteps, DefaultInnerSteps)
 	defInt(&c.MinMembers, DefaultMinMembers)
 	defInt(&c.Shards, DefaultShards)
@@ -283,6 +294,10 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --device sim needs --sim-step > 0", ErrBadConfig)
 	case c.RingOrder != "latency" && c.RingOrder != "sorted":
 		return fmt.Errorf("%w: --ring-order %q: want latency or sorted", ErrBadConfig, c.RingOrder)
+	case c.Averaging != AveragingMean && c.Averaging != AveragingRobust:
+		return fmt.Errorf("%w: --averaging %q: want mean or robust", ErrBadConfig, c.Averaging)
+	case c.Averaging == AveragingRobust && c.FP32:
+		return fmt.Errorf("%w: --averaging robust sends int8: it does not take --fp32", ErrBadConfig)
 	case c.Reachability != p2p.ReachAuto && c.Reachability != p2p.ReachPublic && c.Reachability != p2p.ReachPrivate:
 		return fmt.Errorf("%w: --reachability %q: want auto, public or private", ErrBadConfig, c.Reachability)
 	case c.MaxSendRate < 0:

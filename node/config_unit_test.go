@@ -30,6 +30,7 @@ func TestConfigDefaultsTable(t *testing.T) {
 	}{
 		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}},
 		{"Reachability", c.Reachability, "auto"},
+		{"Averaging", c.Averaging, "mean"},
 		{"Run", c.Run, "default"},
 		{"Preset", c.Preset, "tiny"},
 		{"Device", c.Device, "cpu"},
@@ -62,7 +63,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
-		Reachability: "private"}
+		Reachability: "private", Averaging: "robust"}
 	want := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,11 @@ func (n *Node) trainLoop(ctx context.Context) error {
 			cfg.lag = -1 // the first inner step at which the average is in
 		}
 	}
-	l := newOuterLoop(cfg, n.engine, &n.model, ringReducer{n}, nodePort{n}, nodeHooks{n}, n.cfg.ErrorFeedback, n.log)
+	var red reducer = ringReducer{n}
+	if n.cfg.Averaging == AveragingRobust {
+		red = scatterReducer{n}
+	}
+	l := newOuterLoop(cfg, n.engine, &n.model, red, nodePort{n}, nodeHooks{n}, n.cfg.ErrorFeedback, n.log)
 	return l.run(ctx)
 }
 

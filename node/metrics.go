@@ -32,6 +32,7 @@ type metrics struct {
 	fetchFailures *prometheus.CounterVec
 	ckptSeconds   prometheus.Histogram
 	ckptFailures  prometheus.Counter
+	robustFlags   *prometheus.CounterVec
 }
 
 // durationBuckets spans 1 ms to ≈ 35 min: a tiny model's all-reduce on
@@ -53,6 +54,10 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 		fetchFailures: f.counterVec("intellect_model_fetch_failures_total", "Failed model fetches by cause.", "cause"),
 		ckptSeconds:   f.histogram("intellect_checkpoint_duration_seconds", "Wall time of writing a checkpoint to disk."),
 		ckptFailures:  f.counter("intellect_checkpoint_failures_total", "Checkpoint writes that failed."),
+		robustFlags:   f.counterVec("intellect_robust_flags_total", "Chunks of other members' contributions this node's segments clipped hard or rejected (robust averaging).", "verdict"),
+	}
+	for _, v := range []string{"clipped", "rejected"} {
+		m.robustFlags.WithLabelValues(v)
 	}
 	for _, c := range []string{"peer", "timeout", "canceled", "other"} {
 		m.arFailures.WithLabelValues(c) // present at 0, so rates and alerts work from the start

@@ -16,6 +16,7 @@ import (
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/p2p/ring"
+	"github.com/intellect-node/intellect-node/p2p/scatter"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ type Node struct {
 
 	host   *p2p.Host
 	ar     *ring.Service
+	sc     *scatter.Service
 	ckpt   *ckpt.Server
 	engine train.Engine
 	data   train.Source
@@ -212,6 +214,7 @@ func (n *Node) Run(ctx context.Context) error {
 		cancel()
 	}
 	n.ar.Close()
+	n.sc.Close()
 	n.ckpt.Close()
 	n.wg.Wait()
 	if err == nil || errors.Is(err, errLeft) || errors.Is(err, context.Canceled) {
@@ -244,6 +247,10 @@ func (n *Node) evalInitial() error {
 func (n *Node) start(ctx context.Context) error {
 	var err error
 	if n.ar, err = ring.NewService(n.host.Libp2p(), ring.ServiceConfig{
+		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
+		return err
+	}
+	if n.sc, err = scatter.NewService(n.host.Libp2p(), scatter.Config{
 		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}

@@ -26,20 +26,25 @@ func twoNodeConfig(t *testing.T, steps uint64, overlap bool, bootstrap []string)
 func TestTwoNodesRunAndStop(t *testing.T) {
 	for _, overlap := range []bool{false, true} {
 		t.Run(map[bool]string{false: "blocking", true: "overlap"}[overlap], func(t *testing.T) {
-			twoNodesRunAndStop(t, overlap)
+			twoNodesRunAndStop(t, overlap, AveragingMean)
 		})
 	}
+	t.Run("robust", func(t *testing.T) { twoNodesRunAndStop(t, false, AveragingRobust) })
 }
 
-func twoNodesRunAndStop(t *testing.T, overlap bool) {
+func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const steps = 2
-	a, err := New(ctx, twoNodeConfig(t, steps, overlap, nil))
+	ca := twoNodeConfig(t, steps, overlap, nil)
+	ca.Averaging = averaging
+	a, err := New(ctx, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(ctx, twoNodeConfig(t, steps, overlap, a.host.Addrs()))
+	cb := twoNodeConfig(t, steps, overlap, a.host.Addrs())
+	cb.Averaging = averaging
+	b, err := New(ctx, cb)
 	if err != nil {
 		a.host.Close()
 		t.Fatal(err)

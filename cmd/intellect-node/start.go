@@ -56,6 +56,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "parallel rings (streams per neighbour) of the all-reduce; every member must use the same")
 	fs.BoolVar(&c.FP32, "fp32", false, "all-reduce in float32 instead of int8 (4× the traffic; for comparisons)")
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient")
+	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: mean (the ring's weighted mean) or robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md); every member must use the same")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps (0: only at exit)")

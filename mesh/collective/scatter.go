@@ -1,0 +1,282 @@
+package collective
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"sync"
+)
+
+// MeshTransport connects one member to every other member of an attempt,
+// for ScatterAllReduce. Each (peer, lane) pair is an independent, ordered,
+// reliable channel in each direction; lane l (0 ≤ l < 2·Shards) carries, for
+// shard s, the contributions sent to segment owners (l = s) or the owners'
+// results (l = Shards + s). A (peer, lane) channel is used by one sending
+// and one receiving goroutine at a time; different ones concurrently.
+type MeshTransport interface {
+	// Send delivers msg to member to on lane. It may block until to has
+	// room; it must not retain msg after it returns, and must return
+	// promptly (with ctx.Err() or a transport error) once ctx is done.
+	Send(ctx context.Context, to, lane int, msg []byte) error
+	// Recv returns the next message from member from on lane. The slice is
+	// valid until the next Recv from that member on that lane. It must
+	// return promptly once ctx is done.
+	Recv(ctx context.Context, from, lane int) ([]byte, error)
+}
+
+// Phases of the chunk header used by the direct scatter (the ring's are 0
+// and 1). The header's step field holds the segment index.
+const (
+	phaseDirectScatter = 2 // a member's contribution to a segment owner
+	phaseDirectGather  = 3 // an owner's robust result
+)
+
+// MaxScatterMembers bounds the members of a scatter all-reduce: an owner
+// holds one decoded chunk per member.
+const MaxScatterMembers = 256
+
+// ScatterConfig configures ScatterAllReduce. Every member of an attempt must
+// use the same values. The codec is always int8.
+type ScatterConfig struct {
+	// Shards: independent slices of the vector, each with its own pair of
+	// lanes. Default DefaultShards; 1..MaxShards.
+	Shards int
+	// ChunkElems: values per message, the unit the robust rule works on
+	// (norms, medians and clipping are per chunk). Default
+	// DefaultChunkElems; 1..MaxChunkElems.
+	ChunkElems int
+	// ErrorFeedback, with ResIn and ResOut, adds ResIn to this member's
+	// contribution and stores in ResOut what quantizing it lost.
+	ErrorFeedback bool
+	// Robust is the owners' rule.
+	Robust RobustConfig
+}
+
+// Validate fills defaults and rejects out-of-range values.
+func (c *ScatterConfig) Validate() error {
+	ar := AllReduceConfig{Shards: c.Shards, ChunkElems: c.ChunkElems, Codec: CodecInt8}
+	if err := ar.Validate(); err != nil {
+		return err
+	}
+	c.Shards, c.ChunkElems = ar.Shards, ar.ChunkElems
+	return c.Robust.Validate()
+}
+
+// Commitment is the SHA-256 of the chunk messages (headers included, in
+// chunk order) of one member's contribution to one segment.
+type Commitment [sha256.Size]byte
+
+// SegmentReport is what the owner of one segment of one shard publishes
+// about an attempt, so that each member can check what the owner did with
+// its contribution.
+type SegmentReport struct {
+	Shard, Segment int
+	// Received holds, per member, the commitment of what the owner
+	// received (its own contribution included).
+	Received []Commitment
+	// Verdicts holds, per chunk of the segment, one Verdict per member.
+	Verdicts [][]Verdict
+	// Result is the commitment of the result messages the owner sent to
+	// every member (compare with each member's ScatterResult.Got: an owner
+	// sending different bytes to different members is caught there).
+	Result Commitment
+}
+
+// ScatterResult is the accountability output of one ScatterAllReduce.
+type ScatterResult struct {
+	Stats Stats
+	// Sent holds this member's commitments, index shard·k + owner (its
+	// own segments included): compare them with the owners' Received.
+	Sent []Commitment
+	// Got holds the commitments of the results received, index
+	// shard·k + owner (own results included).
+	Got []Commitment
+	// Owned holds, per shard, the report of the segment this member owns
+	// (segment = rank); on error, the shards finished before it.
+	Owned []SegmentReport
+}
+
+// ScatterAllReduce replaces, on every member of an attempt of k =
+// len(weights) members, b.Dst with a robust weighted mean of the members'
+// vectors (b.Src, or b.Dst when Src is nil). Each shard's slice is cut into
+// k segments as the ring cuts it; member i int8-encodes its contribution to
+// every segment once and sends segment j straight to its owner, member j;
+// owner j decodes the k contributions chunk by chunk, combines them with
+// cfg.Robust (the pure robustChunk that RobustSegment also runs), encodes
+// the result once and sends the same bytes to everyone, who decode them:
+// every member ends with bit-identical values. rank is this member's index;
+// weights must be the same on every member, finite, ≥ 0, with a positive
+// sum (the rule caps them at cfg.Robust.MaxWeight).
+//
+// On error the result holds what was learnt so far, Dst and ResOut are
+// unspecified, Src and ResIn are untouched, and the error is a *PeerError
+// naming the member at fault when one is known (a malformed message, a
+// broken or timed out link), context.Canceled when ctx was cancelled, or
+// wraps ErrInvalidArgument.
+func ScatterAllReduce(ctx context.Context, tr MeshTransport, rank int, weights []float32, b Buffers, cfg ScatterConfig) (ScatterResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return ScatterResult{}, err
+	}
+	if err := checkScatterArgs(rank, weights, b, cfg); err != nil {
+		return ScatterResult{}, err
+	}
+	if !cfg.ErrorFeedback {
+		b.ResIn, b.ResOut = nil, nil
+	}
+	k := len(weights)
+	sc := &scatter{parent: ctx, tr: tr, rank: rank, k: k, weights: weights, cfg: cfg}
+	sc.ctx, sc.cancel = context.WithCancel(ctx)
+	defer sc.cancel()
+	runs := make([]*scatterShard, cfg.Shards)
+	var wg sync.WaitGroup
+	for s := range runs {
+		lo, hi := span(len(b.Dst), cfg.Shards, s)
+		runs[s] = newScatterShard(sc, s, Buffers{Src: sub(b.Src, lo, hi), Dst: b.Dst[lo:hi],
+			ResIn: sub(b.ResIn, lo, hi), ResOut: sub(b.ResOut, lo, hi)})
+		wg.Go(runs[s].run)
+	}
+	wg.Wait()
+	res := ScatterResult{Sent: make([]Commitment, 0, cfg.Shards*k), Got: make([]Commitment, 0, cfg.Shards*k)}
+	for _, r := range runs {
+		res.Stats.add(r.stats())
+		res.Sent = append(res.Sent, r.sentHash...)
+		res.Got = append(res.Got, r.gotHash...)
+		if r.owned != nil {
+			res.Owned = append(res.Owned, *r.owned)
+		}
+	}
+	if err := sc.err(); err != nil {
+		if a, ok := tr.(Aborter); ok {
+			a.Abort(err)
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// checkScatterArgs validates rank, weights and buffers.
+func checkScatterArgs(rank int, weights []float32, b Buffers, cfg ScatterConfig) error {
+	if len(weights) > MaxScatterMembers {
+		return fmt.Errorf("%w: %d members, more than %d", ErrInvalidArgument, len(weights), MaxScatterMembers)
+	}
+	if _, err := weightScale(weights, rank); err != nil {
+		return err
+	}
+	return b.check(AllReduceConfig{ErrorFeedback: cfg.ErrorFeedback})
+}
+
+// scatter is the state of one ScatterAllReduce shared by its shards.
+type scatter struct {
+	parent, ctx context.Context
+	cancel      context.CancelFunc
+	tr          MeshTransport
+	rank, k     int
+	weights     []float32
+	cfg         ScatterConfig
+
+	mu    sync.Mutex
+	first error
+}
+
+// fail records the first error of the attempt and stops everything; the
+// errors that follow are its consequences.
+func (sc *scatter) fail(err error) {
+	sc.mu.Lock()
+	if sc.first == nil {
+		sc.first = err
+	}
+	sc.mu.Unlock()
+	sc.cancel()
+}
+
+func (sc *scatter) err() error {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.first
+}
+
+// transportErr names peer for a failed Send or Recv, unless the transport
+// named the member at fault already or the caller cancelled.
+func (sc *scatter) transportErr(peer int, op string, lane int, err error) error {
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return err
+	}
+	if errors.Is(sc.parent.Err(), context.Canceled) {
+		return context.Canceled
+	}
+	return &PeerError{Rank: peer, Err: fmt.Errorf("%s lane %d: %w", op, lane, err)}
+}
+
+// newHashes returns k SHA-256 states.
+func newHashes(k int) []hash.Hash {
+	hs := make([]hash.Hash, k)
+	for i := range hs {
+		hs[i] = sha256.New()
+	}
+	return hs
+}
+
+func sums(hs []hash.Hash) []Commitment {
+	out := make([]Commitment, len(hs))
+	for i, h := range hs {
+		h.Sum(out[i][:0])
+	}
+	return out
+}
+
+// RobustSegment recomputes what the owner of segment seg (n values) must
+// have sent, from the k contributions it received: contribs[i] is member
+// i's chunk messages for that segment, concatenated in chunk order (what
+// the owner's SegmentReport.Received commits to). It returns the owner's
+// result messages, concatenated in chunk order, and the verdicts per chunk.
+// The owner runs the same code on the same bytes, so an auditor compares
+// bytes. A malformed contribution is a *PeerError naming its sender.
+func RobustSegment(cfg ScatterConfig, weights []float32, seg, n int, contribs [][]byte) ([]byte, [][]Verdict, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	k := len(weights)
+	if err := checkScatterArgs(seg, weights, Buffers{}, cfg); err != nil {
+		return nil, nil, err
+	}
+	if len(contribs) != k || n < 0 {
+		return nil, nil, fmt.Errorf("%w: %d contributions of %d values for %d members", ErrInvalidArgument, len(contribs), n, k)
+	}
+	ce := cfg.ChunkElems
+	size := n / ce * CodecInt8.msgSize(ce)
+	if n%ce != 0 {
+		size += CodecInt8.msgSize(n % ce)
+	}
+	for i, m := range contribs {
+		if len(m) != size {
+			return nil, nil, &PeerError{Rank: i, Err: fmt.Errorf("%w: %d bytes for %d values", ErrBadChunk, len(m), n)}
+		}
+	}
+	ow := newOwnerWork(k, min(ce, max(n, 1)))
+	defer putOwnerWork(ow)
+	out := make([]byte, 0, size)
+	var verdicts [][]Verdict
+	msgs := make([][]byte, k)
+	for c, off := 0, 0; off < size; c++ {
+		m := min(ce, n-c*ce)
+		end := off + CodecInt8.msgSize(m)
+		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(m)}
+		for i, b := range contribs {
+			if _, err := parseChunk(b[off:end], want); err != nil {
+				return nil, nil, &PeerError{Rank: i, Err: err}
+			}
+			msgs[i] = b[off:end]
+		}
+		res, v, err := ow.combine(&cfg.Robust, weights, msgs, seg, c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("mesh: segment %d chunk %d: %w", seg, c, err)
+		}
+		out = append(out, res...)
+		verdicts = append(verdicts, v)
+		off = end
+	}
+	return out, verdicts, nil
+}

@@ -1,0 +1,131 @@
+package collective
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"testing"
+)
+
+// poisonMesh is an attacker's transport that rewrites the tables of its
+// contributions on the wire (lanes < shards): what an attacker whose
+// encoder refuses NaN and ±Inf would do.
+type poisonMesh struct {
+	*MemMesh
+	shards int
+	value  float32
+}
+
+func (p *poisonMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
+	if lane < p.shards && len(msg) > chunkHeaderSize+int8TableSize {
+		msg = append([]byte(nil), msg...)
+		for b := range 256 {
+			binary.LittleEndian.PutUint32(msg[chunkHeaderSize+4*b:], math.Float32bits(p.value))
+		}
+	}
+	return p.MemMesh.Send(ctx, to, lane, msg)
+}
+
+// attackBound is the largest relative L2 error vs the honest members'
+// weighted mean allowed under attack, measured (docs/robust.md): the honest
+// pseudo-gradients differ from each other by as much as they agree, so a
+// quarter of the members can move any estimator by about this much.
+func attackBound(k, f int) float64 {
+	if 4*f <= k {
+		return 0.75
+	}
+	return 1.5
+}
+
+// TestScatterAttacks runs every attack of attacks() with f = 1 … ⌊(k−1)/2⌋
+// attackers (members 0..f−1) among k = 4, 8, 16 through ScatterAllReduce:
+// the members still agree bit for bit, the result stays within
+// attackBound of the honest mean, the plain mean does not (for the attacks
+// that move it), non-finite contributions are rejected, huge ones flagged,
+// and no honest member is ever flagged.
+func TestScatterAttacks(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 1 << 13
+	for _, k := range []int{4, 8, 16} {
+		for f := 1; f <= (k-1)/2; f++ {
+			for _, a := range attacks() {
+				t.Run(fmt.Sprintf("k=%d/f=%d/%s", k, f, a.name), func(t *testing.T) {
+					scatterAttack(t, ctx, a, k, f, n)
+				})
+			}
+		}
+	}
+}
+
+func scatterAttack(t *testing.T, ctx context.Context, a attack, k, f, n int) {
+	c := newAttackCase(a, k, f, n, 7)
+	cfg := ScatterConfig{Shards: 2, ChunkElems: 1 << 10, Robust: RobustConfig{MaxWeight: testH}}
+	var wrap func(int, *MemMesh) MeshTransport
+	if a.name == "nan" || a.name == "inf" {
+		wrap = wireAttacker(f, cfg.Shards, a.name)
+		c.xs = cloneVecs(c.xs)
+		for i := range f { // the encoder refuses non-finite values: poison the wire
+			copy(c.xs[i], c.xs[f])
+		}
+	}
+	sr := runScatter(t, ctx, c.xs, c.w, cfg, wrap)
+	for i, err := range sr.errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+		if !sameBits(sr.out[0], sr.out[i]) {
+			t.Fatalf("member %d differs from member 0", i)
+		}
+	}
+	e := relErrOK(sr.out[0], c.honest)
+	plain := relErrOK(plainMean(c.xs, c.w), c.honest)
+	if wrap != nil {
+		plain = math.Inf(1)
+	}
+	bound := attackBound(len(c.xs), f)
+	t.Logf("rel err vs honest mean %.3f (bound %.2f), plain mean %.3g", e, bound, plain)
+	if e > bound {
+		t.Errorf("robust rel err %.3f > %.2f", e, bound)
+	}
+	if a.plainFails && plain <= bound {
+		t.Errorf("the plain mean stays within the bound (%.3f): the attack proves nothing", plain)
+	}
+	checkVerdicts(t, sr.res, a.name, f)
+}
+
+func wireAttacker(f, shards int, name string) func(int, *MemMesh) MeshTransport {
+	v := float32(math.NaN())
+	if name == "inf" {
+		v = float32(math.Inf(1))
+	}
+	return func(i int, m *MemMesh) MeshTransport {
+		if i < f {
+			return &poisonMesh{MemMesh: m, shards: shards, value: v}
+		}
+		return m
+	}
+}
+
+// checkVerdicts: honest members (≥ f) are never flagged; honest owners
+// reject in every chunk the attackers sending non-finite values and flag
+// the huge ones hard (an attacker owner reports what it likes).
+func checkVerdicts(t *testing.T, res []ScatterResult, attack string, f int) {
+	t.Helper()
+	want := map[string]Flag{"nan": FlagRejected, "inf": FlagRejected, "flip×−1000": FlagHard,
+		"scale×1000": FlagHard, "noise×1000": FlagHard}
+	for owner, r := range res {
+		for _, seg := range r.Owned {
+			for c, vs := range seg.Verdicts {
+				for i, v := range vs {
+					if i >= f && v.Flag != FlagNone {
+						t.Errorf("owner %d shard %d chunk %d: honest member %d flagged %+v", owner, seg.Shard, c, i, v)
+					}
+					if w, ok := want[attack]; ok && i < f && owner >= f && v.Flag != w {
+						t.Errorf("owner %d chunk %d: attacker %d: %+v, want flag %d", owner, c, i, v, w)
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,407 @@
+package collective
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// scatterShard is one shard of a ScatterAllReduce. Its goroutines: encode
+// (this member's contributions, own segment first), one sender per other
+// owner, the owner (receives its segment's contributions, combines them,
+// sends the result to everyone) and gather (receives the other owners'
+// results in owner order).
+//
+// No deadlock: encode never waits on anyone; a sender waits only for its
+// owner, which reads every member's lane in turn. An owner blocked sending a
+// result to member m waits for m's gather, which reads owners in index order
+// and so waits for a smaller owner still sending; the smallest such owner
+// is not blocked by m, so the chain ends.
+type scatterShard struct {
+	sc       *scatter
+	s        int
+	b        Buffers // this shard's slices
+	segs     []int   // k+1 segment boundaries in b.Dst
+	enc      []byte  // every chunk message of every segment, segment order
+	segOff   []int   // k+1 offsets of the segments' messages in enc
+	ready    []chan struct{}
+	sentHash []Commitment // per owner: what this member sent
+	gotHash  []Commitment // per owner: the result this member received
+	owned    *SegmentReport
+
+	mu         sync.Mutex
+	sent, recv Stats
+}
+
+func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
+	k, ce := sc.k, sc.cfg.ChunkElems
+	r := &scatterShard{sc: sc, s: s, b: b, segs: make([]int, k+1), segOff: make([]int, k+1),
+		ready: make([]chan struct{}, k), sentHash: make([]Commitment, k), gotHash: make([]Commitment, k)}
+	for j := range r.segs {
+		r.segs[j], _ = span(len(b.Dst), k, j)
+	}
+	for j := range k {
+		n := r.segs[j+1] - r.segs[j]
+		full := n / ce
+		size := full * CodecInt8.msgSize(ce)
+		if n%ce != 0 {
+			size += CodecInt8.msgSize(n % ce)
+		}
+		r.segOff[j+1] = r.segOff[j] + size
+		r.ready[j] = make(chan struct{})
+	}
+	r.enc = make([]byte, r.segOff[k])
+	return r
+}
+
+// chunks is the number of chunks of segment j.
+func (r *scatterShard) chunks(j int) int {
+	ce := r.sc.cfg.ChunkElems
+	return (r.segs[j+1] - r.segs[j] + ce - 1) / ce
+}
+
+// chunk returns the value range of chunk c of segment j and the range of its
+// message in enc.
+func (r *scatterShard) chunk(j, c int) (lo, hi, mlo, mhi int) {
+	ce := r.sc.cfg.ChunkElems
+	lo = r.segs[j] + c*ce
+	hi = min(lo+ce, r.segs[j+1])
+	mlo = r.segOff[j] + c*CodecInt8.msgSize(ce)
+	return lo, hi, mlo, mlo + CodecInt8.msgSize(hi-lo)
+}
+
+func (r *scatterShard) count(sent bool, msg []byte) {
+	r.mu.Lock()
+	if sent {
+		r.sent.BytesSent += int64(len(msg))
+		r.sent.MsgsSent++
+	} else {
+		r.recv.BytesRecv += int64(len(msg))
+		r.recv.MsgsRecv++
+	}
+	r.mu.Unlock()
+}
+
+func (r *scatterShard) stats() Stats {
+	st := r.sent
+	st.add(r.recv)
+	return st
+}
+
+func (r *scatterShard) run() {
+	var wg sync.WaitGroup
+	wg.Go(r.guard(r.encode))
+	for j := range r.sc.k {
+		if j != r.sc.rank {
+			wg.Go(r.guard(func() error { return r.sendTo(j) }))
+		}
+	}
+	wg.Go(r.guard(r.own))
+	wg.Go(r.guard(r.gather))
+	wg.Wait()
+}
+
+// guard turns a step's error into the attempt's failure.
+func (r *scatterShard) guard(f func() error) func() {
+	return func() {
+		if err := f(); err != nil {
+			r.sc.fail(err)
+		}
+	}
+}
+
+// encode quantizes this member's contribution (Src + ResIn) to every
+// segment once, own segment first, and releases each segment's sender.
+func (r *scatterShard) encode() error {
+	k, rank := r.sc.k, r.sc.rank
+	x := make([]float32, min(r.sc.cfg.ChunkElems, len(r.b.Dst)))
+	var qz quantizer
+	var t [256]float32
+	for d := range k {
+		j := (rank + d) % k
+		if err := r.sc.ctx.Err(); err != nil {
+			return nil // the first error is recorded already
+		}
+		h := sha256.New()
+		for c := range r.chunks(j) {
+			lo, hi, mlo, mhi := r.chunk(j, c)
+			msg := r.enc[mlo:mhi]
+			if err := r.encodeChunk(&qz, &t, x[:hi-lo], lo, hi, msg); err != nil {
+				return fmt.Errorf("mesh: shard %d own values: %w", r.s, err)
+			}
+			putHeader(msg, chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)})
+			h.Write(msg)
+		}
+		h.Sum(r.sentHash[j][:0])
+		close(r.ready[j])
+	}
+	return nil
+}
+
+// encodeChunk writes the payload of values lo..hi of this member's
+// contribution into msg and their quantization error into ResOut.
+func (r *scatterShard) encodeChunk(qz *quantizer, t *[256]float32, x []float32, lo, hi int, msg []byte) error {
+	src := r.b.Src
+	if src == nil {
+		src = r.b.Dst
+	}
+	copy(x, src[lo:hi])
+	st := prepScan(x, sub(r.b.ResIn, lo, hi), 1)
+	payload := msg[chunkHeaderSize:]
+	if err := qz.encodeInt8Scanned(payload, t, x, st); err != nil {
+		return err
+	}
+	if r.b.ResOut != nil {
+		residualInt8(r.b.ResOut[lo:hi], x, t, payload[int8TableSize:])
+	}
+	return nil
+}
+
+// waitReady waits until segment j is encoded; false if the attempt ended.
+func (r *scatterShard) waitReady(j int) bool {
+	select {
+	case <-r.ready[j]:
+		return true
+	case <-r.sc.ctx.Done():
+		return false
+	}
+}
+
+// sendTo sends this member's contribution to segment j to its owner.
+func (r *scatterShard) sendTo(j int) error {
+	if !r.waitReady(j) {
+		return nil
+	}
+	for c := range r.chunks(j) {
+		_, _, mlo, mhi := r.chunk(j, c)
+		msg := r.enc[mlo:mhi]
+		if err := r.sc.tr.Send(r.sc.ctx, j, r.s, msg); err != nil {
+			return r.sc.transportErr(j, "send", r.s, err)
+		}
+		r.count(true, msg)
+	}
+	return nil
+}
+
+// recvChunk receives the next message from member from on lane and checks
+// it is the chunk expected.
+func (r *scatterShard) recvChunk(from, lane int, want chunkHeader) ([]byte, error) {
+	sc := r.sc
+	msg, err := sc.tr.Recv(sc.ctx, from, lane)
+	if err != nil {
+		return nil, sc.transportErr(from, "recv", lane, err)
+	}
+	r.count(false, msg)
+	if _, err := parseChunk(msg, want); err != nil {
+		return nil, &PeerError{Rank: from, Err: fmt.Errorf("lane %d: %w", lane, err)}
+	}
+	return msg, nil
+}
+
+// own receives every member's contribution to this member's segment chunk
+// by chunk, combines them and sends the result's bytes to every member.
+func (r *scatterShard) own() error {
+	sc, rank := r.sc, r.sc.rank
+	if !r.waitReady(rank) {
+		return nil
+	}
+	hs := newHashes(sc.k + 1) // the k contributions, then the result
+	ow := newOwnerWork(sc.k, sc.cfg.ChunkElems)
+	defer putOwnerWork(ow)
+	msgs := make([][]byte, sc.k)
+	rep := &SegmentReport{Shard: r.s, Segment: rank}
+	for c := range r.chunks(rank) {
+		lo, hi, mlo, mhi := r.chunk(rank, c)
+		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(rank), chunk: uint32(c), n: uint32(hi - lo)}
+		if err := r.collect(msgs, want, mlo, mhi); err != nil {
+			return err
+		}
+		for i, m := range msgs {
+			hs[i].Write(m)
+		}
+		out, v, err := ow.combine(&sc.cfg.Robust, sc.weights, msgs, rank, c)
+		if err != nil {
+			return fmt.Errorf("mesh: shard %d segment %d: %w", r.s, rank, err)
+		}
+		rep.Verdicts = append(rep.Verdicts, v)
+		hs[sc.k].Write(out)
+		decodeInt8Set(r.b.Dst[lo:hi], &ow.t, out[chunkHeaderSize+int8TableSize:])
+		r.feedBack(ow, lo, hi)
+		if err := r.broadcast(out); err != nil {
+			return err
+		}
+	}
+	all := sums(hs)
+	rep.Received, rep.Result = all[:sc.k], all[sc.k]
+	r.gotHash[rank] = rep.Result
+	r.owned = rep
+	return nil
+}
+
+// feedBack adds to ResOut what quantizing this owner's result lost, in
+// units of its own contribution (× Σw / own weight, the gain of the mean
+// when nothing is clipped), so that error feedback also covers the result.
+func (r *scatterShard) feedBack(ow *ownerWork, lo, hi int) {
+	if r.b.ResOut == nil || ow.gain == 0 {
+		return
+	}
+	g := float32(ow.gain)
+	res, dst, out := ow.res[:hi-lo], r.b.Dst[lo:hi], r.b.ResOut[lo:hi]
+	for t := range out {
+		out[t] += float32(float32(res[t]-dst[t]) * g)
+	}
+}
+
+// collect fills msgs with chunk want of every member's contribution: its
+// own from enc[mlo:mhi], the others' from their lanes.
+func (r *scatterShard) collect(msgs [][]byte, want chunkHeader, mlo, mhi int) error {
+	for i := range msgs {
+		if i == r.sc.rank {
+			msgs[i] = r.enc[mlo:mhi]
+			continue
+		}
+		m, err := r.recvChunk(i, r.s, want)
+		if err != nil {
+			return err
+		}
+		msgs[i] = m
+	}
+	return nil
+}
+
+// broadcast sends an owner's result message to every other member.
+func (r *scatterShard) broadcast(msg []byte) error {
+	lane := r.sc.cfg.Shards + r.s
+	for i := range r.sc.k {
+		if i == r.sc.rank {
+			continue
+		}
+		if err := r.sc.tr.Send(r.sc.ctx, i, lane, msg); err != nil {
+			return r.sc.transportErr(i, "send", lane, err)
+		}
+		r.count(true, msg)
+	}
+	return nil
+}
+
+// gather receives every other owner's result, in owner order, into Dst.
+func (r *scatterShard) gather() error {
+	lane := r.sc.cfg.Shards + r.s
+	var t [256]float32
+	for j := range r.sc.k {
+		if j == r.sc.rank {
+			continue
+		}
+		h := sha256.New()
+		for c := range r.chunks(j) {
+			lo, hi, _, _ := r.chunk(j, c)
+			want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
+			msg, err := r.sc.tr.Recv(r.sc.ctx, j, lane)
+			if err != nil {
+				return r.sc.transportErr(j, "recv", lane, err)
+			}
+			r.count(false, msg)
+			if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
+				return &PeerError{Rank: j, Err: fmt.Errorf("lane %d: %w", lane, err)}
+			}
+			h.Write(msg)
+		}
+		h.Sum(r.gotHash[j][:0])
+	}
+	return nil
+}
+
+// decodeResult checks an owner's result message against the chunk
+// expected and decodes it into dst (len(dst) = want.n), using t for its
+// table; ErrBadChunk or ErrNonFinite on malformed bytes.
+func decodeResult(dst []float32, t *[256]float32, msg []byte, want chunkHeader) error {
+	payload, err := parseChunk(msg, want)
+	if err != nil {
+		return err
+	}
+	if err := readTable(t, payload); err != nil {
+		return err
+	}
+	decodeInt8Set(dst, t, payload[int8TableSize:])
+	return nil
+}
+
+// ownerWork is an owner's scratch space for one chunk at a time.
+type ownerWork struct {
+	dec [][]float32 // (k, ChunkElems) decoded contributions
+	res []float32   // (ChunkElems) the combined values
+	out []byte      // the result message
+	ws  robustWork
+	qz  quantizer
+	t   [256]float32
+	// gain is Σ weights used / the owner's own weight, 0 if unused.
+	gain float64
+}
+
+// ownerWorks keeps owner scratch space between attempts: it is k chunks
+// of float32 and more, and an attempt runs Shards owners.
+var ownerWorks sync.Pool
+
+// newOwnerWork returns scratch space for k members and chunks of up to
+// chunkElems values; putOwnerWork gives it back.
+func newOwnerWork(k, chunkElems int) *ownerWork {
+	ow, _ := ownerWorks.Get().(*ownerWork)
+	if ow == nil {
+		ow = &ownerWork{}
+	}
+	if len(ow.res) < chunkElems {
+		ow.res, ow.out = make([]float32, chunkElems), make([]byte, CodecInt8.msgSize(chunkElems))
+		ow.dec = ow.dec[:0]
+	}
+	for len(ow.dec) < k {
+		ow.dec = append(ow.dec, make([]float32, len(ow.res)))
+	}
+	for i := range ow.dec {
+		ow.dec[i] = ow.dec[i][:cap(ow.dec[i])]
+	}
+	return ow
+}
+
+func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
+
+// combine is the robust rule over one chunk: msgs are the k members'
+// parsed chunk messages (same header), the result is the owner's message
+// (valid until the next call; ow.t holds its table) and one Verdict per
+// member. A contribution with a non-finite table entry in use is rejected,
+// not an error. It only fails if the result does not encode.
+func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, c int) ([]byte, []Verdict, error) {
+	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
+	xs := ow.dec[:len(msgs)]
+	for i, m := range msgs {
+		xs[i] = xs[i][:n]
+		decodeRaw(xs[i], m[chunkHeaderSize:])
+	}
+	v := make([]Verdict, len(msgs))
+	robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+	ow.gain = 0
+	if own := ow.ws.w[seg]; own > 0 {
+		var total float64
+		for _, i := range ow.ws.active {
+			total += ow.ws.w[i]
+		}
+		ow.gain = total / own
+	}
+	out := ow.out[:CodecInt8.msgSize(n)]
+	putHeader(out, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(seg), chunk: uint32(c), n: uint32(n)})
+	if err := ow.qz.encodeInt8(out[chunkHeaderSize:], &ow.t, ow.res[:n]); err != nil {
+		return nil, nil, err
+	}
+	return out, v, nil
+}
+
+// decodeRaw decodes an int8 payload into x whatever its table holds
+// (non-finite entries included: the rule rejects such contributions).
+func decodeRaw(x []float32, payload []byte) {
+	var t [256]float32
+	for b := range t {
+		t[b] = math.Float32frombits(binary.LittleEndian.Uint32(payload[4*b:]))
+	}
+	decodeInt8Set(x, &t, payload[int8TableSize:int8TableSize+len(x)])
+}

@@ -1,0 +1,248 @@
+package scatter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/goleak"
+
+	"github.com/intellect-node/intellect-node/mesh/collective"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/internal/p2ptest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// mesh starts k real hosts on 127.0.0.1, all connected, each with a service.
+func mesh(t *testing.T, k int, cfg Config) ([]host.Host, []*Service, []peer.ID) {
+	t.Helper()
+	hs := make([]host.Host, k)
+	for i := range hs {
+		hs[i] = p2ptest.Host(t)
+	}
+	ids := make([]peer.ID, k)
+	for i, h := range hs {
+		ids[i] = h.ID()
+		p2ptest.Connect(t, h, hs[i+1:]...)
+	}
+	svcs := make([]*Service, k)
+	for i, h := range hs {
+		s, err := NewService(h, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		svcs[i] = s
+	}
+	return hs, svcs, ids
+}
+
+func vecs(seed uint64, k, n int) [][]float32 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([][]float32, k)
+	for i := range out {
+		out[i] = make([]float32, n)
+		for j := range out[i] {
+			out[i][j] = float32(r.NormFloat64())
+		}
+	}
+	return out
+}
+
+type result struct {
+	out   [][]float32
+	errs  []error
+	stats []Stats
+}
+
+// run reduces in over svcs, member i starting after delay(i).
+func run(ctx context.Context, svcs []*Service, ids []peer.ID, id string, in [][]float32, w []float32,
+	cfg collective.ScatterConfig, delay func(int) time.Duration) result {
+	k := len(svcs)
+	r := result{out: make([][]float32, k), errs: make([]error, k), stats: make([]Stats, k)}
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() {
+			if delay != nil {
+				time.Sleep(delay(i))
+			}
+			r.out[i] = make([]float32, len(in[i]))
+			spec := Spec{ID: id, Step: 7, Members: ids, Self: i}
+			_, r.stats[i], r.errs[i] = AllReduce(ctx, svcs[i], spec, w, collective.Buffers{Src: in[i], Dst: r.out[i]}, cfg)
+		})
+	}
+	wg.Wait()
+	return r
+}
+
+func sameBits(a, b []float32) bool {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// TestScatterLibp2pMatchesMemory: k real hosts end with the same bits, and
+// with the bits of the same reduction over the in-memory mesh; one member
+// opening its side late finds the streams others opened before.
+func TestScatterLibp2pMatchesMemory(t *testing.T) {
+	for _, tc := range []struct{ k, n, shards int }{{4, 100_003, 3}, {3, 5000, 1}, {2, 999, 2}} {
+		t.Run(fmt.Sprintf("k=%d", tc.k), func(t *testing.T) {
+			_, svcs, ids := mesh(t, tc.k, Config{IOTimeout: 10 * time.Second})
+			in := vecs(1, tc.k, tc.n)
+			w := make([]float32, tc.k)
+			for i := range w {
+				w[i] = float32(10 + i)
+			}
+			cfg := collective.ScatterConfig{Shards: tc.shards, ChunkElems: 4096}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			late := func(i int) time.Duration { return time.Duration(i%2) * 200 * time.Millisecond }
+			r := run(ctx, svcs, ids, "attempt-a", in, w, cfg, late)
+			mem := memReduce(t, in, w, cfg)
+			for i := range tc.k {
+				if r.errs[i] != nil {
+					t.Fatalf("member %d: %v", i, r.errs[i])
+				}
+				if !sameBits(r.out[i], mem) {
+					t.Fatalf("member %d's result differs from the in-memory reduction", i)
+				}
+			}
+		})
+	}
+}
+
+// memReduce runs the same reduction over collective's in-memory mesh.
+func memReduce(t *testing.T, in [][]float32, w []float32, cfg collective.ScatterConfig) []float32 {
+	k := len(in)
+	trs := collective.NewMemMesh(k, 2*max(cfg.Shards, 1))
+	outs := make([][]float32, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() {
+			outs[i] = make([]float32, len(in[i]))
+			_, errs[i] = collective.ScatterAllReduce(context.Background(), trs[i], i, w, collective.Buffers{Src: in[i], Dst: outs[i]}, cfg)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("in-memory member %d: %v", i, err)
+		}
+	}
+	return outs[0]
+}
+
+// TestScatterMemberDies: a member whose host closes mid-attempt is named
+// by the others' errors, which come well before the I/O timeout.
+func TestScatterMemberDies(t *testing.T) {
+	const k = 4
+	hs, svcs, ids := mesh(t, k, Config{IOTimeout: 20 * time.Second})
+	in := vecs(2, k, 400_000)
+	w := []float32{1, 1, 1, 1}
+	cfg := collective.ScatterConfig{Shards: 2, ChunkElems: 1024}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Member 3 never opens the attempt, and its host goes away meanwhile.
+	go func() { time.Sleep(100 * time.Millisecond); hs[3].Close() }()
+	start := time.Now()
+	r := runWithAbsent(ctx, svcs, ids, "attempt-dies", in, w, cfg, 3)
+	for i := range 3 {
+		var pe *PeerError
+		if !errors.As(r.errs[i], &pe) || pe.Peer != ids[3] {
+			t.Fatalf("member %d: %v, want a PeerError naming member 3", i, r.errs[i])
+		}
+	}
+	if took := time.Since(start); took > 25*time.Second {
+		t.Fatalf("failure took %v", took)
+	}
+}
+
+// runWithAbsent runs the attempt on every member but absent.
+func runWithAbsent(ctx context.Context, svcs []*Service, ids []peer.ID, id string, in [][]float32, w []float32,
+	cfg collective.ScatterConfig, absent int) result {
+	k := len(svcs)
+	r := result{out: make([][]float32, k), errs: make([]error, k), stats: make([]Stats, k)}
+	var wg sync.WaitGroup
+	for i := range k {
+		if i == absent {
+			continue
+		}
+		wg.Go(func() {
+			r.out[i] = make([]float32, len(in[i]))
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			spec := Spec{ID: id, Step: 7, Members: ids, Self: i}
+			_, r.stats[i], r.errs[i] = AllReduce(actx, svcs[i], spec, w, collective.Buffers{Src: in[i], Dst: r.out[i]}, cfg)
+		})
+	}
+	wg.Wait()
+	return r
+}
+
+// TestScatterGarbage: malformed hellos and frames are refused; the service
+// then still serves a clean attempt.
+func TestScatterGarbage(t *testing.T) {
+	hs, svcs, ids := mesh(t, 2, Config{IOTimeout: 5 * time.Second, HandshakeTimeout: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	bad := [][]byte{
+		{msgChunk, 0, 0, 0, 1, 0},
+		append([]byte{msgHello, 0, 0, 0, 3}, 9, 9, 9),
+		append([]byte{msgHello, 0, 0, 0, byte(helloFixed + 1)}, hello{members: 2, lanes: 2, id: "x"}.encode()...),
+	}
+	bad[2][p2p.FrameHeaderSize] = 99 // wrong version
+	for _, b := range bad {
+		s, err := hs[1].NewStream(ctx, ids[0], ProtocolID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(b)
+		s.Close()
+	}
+	in := vecs(3, 2, 1000)
+	r := run(ctx, svcs, ids, "after-garbage", in, []float32{1, 1}, collective.ScatterConfig{Shards: 1, ChunkElems: 256}, nil)
+	for i, err := range r.errs {
+		if err != nil {
+			t.Fatalf("member %d after garbage: %v", i, err)
+		}
+	}
+}
+
+func FuzzDecodeHello(f *testing.F) {
+	f.Add(hello{step: 3, sender: 1, members: 4, lanes: 8, id: "abc"}.encode())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		h, err := decodeHello(p)
+		if err != nil {
+			return
+		}
+		if again, err := decodeHello(h.encode()); err != nil || again != h {
+			t.Fatalf("round trip %+v: %+v %v", h, again, err)
+		}
+	})
+}
+
+func FuzzDecodeFrames(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3}, 4, 3)
+	f.Fuzz(func(t *testing.T, p []byte, lanes, members int) {
+		lanes, members = max(1, lanes%maxLanes+1), max(2, members%MaxMembers+1)
+		if lane, msg, err := decodeChunk(p, lanes); err == nil && (lane >= lanes || len(msg) != len(p)-2) {
+			t.Fatalf("chunk lane %d of %d, %d bytes of %d", lane, lanes, len(msg), len(p))
+		}
+		if r, err := decodeAbort(p, members); err == nil && (r >= members || len(p) != 2) {
+			t.Fatalf("abort names %d of %d", r, members)
+		}
+	})
+}
