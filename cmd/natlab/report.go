@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -139,16 +140,20 @@ func newReport(c config, results []runResult) *report {
 	return rp
 }
 
-// coneDirect: cone–cone pairs direct within directWithin, over every run.
+// coneDirect: cone–cone pairs direct within directWithin, over every run,
+// with the median and slowest time to a direct connection.
 func (rp *report) coneDirect() figure {
+	var delays []float64
 	n, ok := 0, 0
 	for _, res := range rp.results {
 		for _, p := range res.Pairs {
-			if p.Kinds == [2]nat.Kind{nat.Cone, nat.Cone} {
-				n++
-				if p.Direct && p.Delay <= directWithin {
-					ok++
-				}
+			if p.Kinds != [2]nat.Kind{nat.Cone, nat.Cone} {
+				continue
+			}
+			n++
+			if p.Direct {
+				delays = append(delays, p.Delay.Seconds())
+				ok += btoi(p.Delay <= directWithin)
 			}
 		}
 	}
@@ -159,7 +164,17 @@ func (rp *report) coneDirect() figure {
 	}
 	frac := float64(ok) / float64(n)
 	f.Measured, f.OK = fmt.Sprintf("%.0f %% (%d/%d)", 100*frac, ok, n), frac >= directTarget
+	if len(delays) > 0 {
+		f.Measured += fmt.Sprintf("; direct after median %.1f s, slowest %.1f s", median(delays), slices.Max(delays))
+	}
 	return f
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // versusNoNAT: case a's utilization and all-reduce time against nonat's.
