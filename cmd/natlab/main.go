@@ -43,6 +43,7 @@ type config struct {
 	EventStep     uint64        // cases c and d act once every member reached it
 	Stall         time.Duration // a run ends when no member advances this long
 	Profile       string
+	NodeFlags     []string // added to every member's command line
 	Log           *slog.Logger
 
 	profile   wan.Profile
@@ -129,11 +130,13 @@ func parseFlags(args []string) (config, error) {
 	fs.Uint64Var(&c.EventStep, "event-step", 3, "cases c and d kill or stop their member once every member reached this outer step")
 	fs.DurationVar(&c.Stall, "stall", 25*time.Second, "end a run when no member advances for this long")
 	fs.StringVar(&c.Profile, "profile", "usa", "wan profile giving the sites and their delays (4 sites)")
+	nodeFlags := fs.String("node-flags", "", "space-separated flags added to every member's `start` command, e.g. \"--log-level debug\"")
 	verbose := fs.Bool("v", false, "log the harness to stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.Cases = strings.Split(*cases, ",")
+	c.NodeFlags = strings.Fields(*nodeFlags)
 	c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if *verbose {
 		c.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))

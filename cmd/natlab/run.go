@@ -57,9 +57,10 @@ type labRun struct {
 	members []*member
 	logs    []*os.File
 	pairs   *pairTimer
-	relay   float64 // the public member's relayed bytes, last read
-	metrics []byte  // the public member's last /metrics, kept as evidence
-	fired   bool    // the case's event happened
+	relay   float64           // the public member's relayed bytes, last read
+	metrics []byte            // the public member's last /metrics, kept as evidence
+	links   map[[2]int]string // last link state [observer][peer], for trackLink
+	fired   bool              // the case's event happened
 	notes   []string
 }
 
@@ -100,11 +101,12 @@ func runCase(ctx context.Context, c config, cs caseSpec, run int) (res runResult
 // nodeArgs is site i's command line, without --bootstrap.
 func (r *labRun) nodeArgs(i int) []string {
 	c := r.c
-	return []string{c.Bin, "start", "--device", "sim", "--sim-step", c.SimStep.String(), "--preset", c.Preset,
+	args := []string{c.Bin, "start", "--device", "sim", "--sim-step", c.SimStep.String(), "--preset", c.Preset,
 		"--inner-steps", fmt.Sprint(c.Inner), "--max-outer-steps", fmt.Sprint(c.Outer),
 		"--min-members", fmt.Sprint(len(r.cs.Kinds)), "--status", statusAddr,
 		"--home", filepath.Join(r.dir, r.lab.Net.Hosts[i].Name), "--run", "nat-" + r.cs.Name,
 		"--checkpoint-every", "1000000"}
+	return append(args, c.NodeFlags...)
 }
 
 // startAll starts the public member, reads its peer id, then starts the

@@ -70,6 +70,7 @@ func (r *labRun) pollPeers(ctx context.Context, now time.Time) {
 		for _, p := range peers {
 			if j := r.siteOf(p.ID); j >= 0 && j != m.site && !r.members[j].gone {
 				r.pairs.observe(m.site, j, p.Connected && !p.Relayed, now)
+				r.trackLink(m, j, p, now)
 			}
 		}
 	}
@@ -230,4 +231,26 @@ func linkOf(p node.PeerStatus) string {
 		how += fmt.Sprintf(" [last punch ok=%v after %v %s]", p.Punch.Success, p.Punch.Took.Round(time.Millisecond), e)
 	}
 	return how
+}
+
+// trackLink notes every change of the link member m reports to site j
+// (transport, relayed, connected), with the time since the run started:
+// the timeline of each pair's connection, as evidence.
+func (r *labRun) trackLink(m *member, j int, p node.PeerStatus, now time.Time) {
+	state := "not connected"
+	switch {
+	case p.Relayed:
+		state = "relayed " + p.Transport
+	case p.Connected:
+		state = "direct " + p.Transport
+	}
+	key := [2]int{m.site, j}
+	if r.links == nil {
+		r.links = map[[2]int]string{}
+	}
+	if old, ok := r.links[key]; ok && old == state || !ok && state == "not connected" {
+		return
+	}
+	r.links[key] = state
+	r.note("t+%.1fs %s→%s: %s", now.Sub(r.members[0].started).Seconds(), m.name, r.members[j].name, state)
 }
