@@ -133,6 +133,20 @@ type Config struct {
 	// Seed seeds the model initialisation; it must be the same on every
 	// member of a run. Default: derived from Run.
 	Seed uint64
+	// Tokenizer names the data's tokenizer in the run manifest. Default
+	// DefaultTokenizer.
+	Tokenizer string
+	// ManifestID, if set, pins the run manifest (its 64-hex-digit id): a
+	// joiner refuses a manifest from its bootstrap peers with another id,
+	// a restart one in Home. Empty: trust the first bootstrap peer.
+	ManifestID string
+	// Given lists the run settings the operator set explicitly, by manifest
+	// field path ("inner_steps", "preset", "train.model", "data",
+	// "compression.codec", …) → the setting as typed ("--inner-steps 10").
+	// Each must agree with the run manifest the node runs under, else New
+	// fails naming the fields; the other settings of this Config that the
+	// manifest holds are replaced by the manifest's (a joiner needs none).
+	Given map[string]string
 	// OnProgress, if set, is told the progress of long work (a model fetch,
 	// a checkpoint write) as it goes, for a progress bar; the node logs
 	// fetches anyway. Calls come from one goroutine at a time and must not
@@ -235,6 +249,7 @@ func (c *Config) fillDefaults() error {
 	defString(&c.RingOrder, DefaultRingOrder)
 	defString(&c.Reachability, p2p.ReachAuto)
 	defString(&c.Averaging, DefaultAveraging)
+	defString(&c.Tokenizer, DefaultTokenizer)
 	defInt(&c.InnerSteps, DefaultInnerSteps)
 	defInt(&c.MinMembers, DefaultMinMembers)
 	defInt(&c.Shards, DefaultShards)
@@ -302,6 +317,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --reachability %q: want auto, public or private", ErrBadConfig, c.Reachability)
 	case c.MaxSendRate < 0:
 		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
+	case c.ManifestID != "" && !isHex(c.ManifestID, 64):
+		return fmt.Errorf("%w: --manifest %q: want the 64 hex digits of a run manifest id", ErrBadConfig, c.ManifestID)
 	case c.KeepCheckpoints < 1:
 		return fmt.Errorf("%w: checkpoint every %d keep %d", ErrBadConfig, c.CheckpointEvery, c.KeepCheckpoints)
 	}

@@ -63,7 +63,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
-		Reachability: "private", Averaging: "robust"}
+		Reachability: "private", Averaging: "robust", Tokenizer: "bpe-x"}
 	want := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/p2p"
 )
 
 // meshLoop owns the mesh state machine: it ticks it, feeds it gossip and the
@@ -114,14 +116,12 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 	now := time.Now()
 	ps := make([]PeerStatus, 0, len(st.Peers))
 	costs := make(map[mesh.PeerID]uint32, len(st.Peers))
+	private := n.host.Reachability().State == p2p.ReachPrivate
 	for _, p := range st.Peers {
 		s := n.peerStatus(p, st.Tick, now)
 		ps = append(ps, s)
-		switch {
-		case s.Connected && s.Relayed:
-			costs[p.ID] = mesh.LinkUnreachable // no all-reduce through a relay
-		case s.LatencyMs > 0:
-			costs[p.ID] = uint32(max(1, s.LatencyMs*1000/mesh.LinkUnit))
+		if c := linkCost(s, private); c != 0 {
+			costs[p.ID] = c
 		}
 	}
 	n.board.setPeers(ps)
@@ -141,6 +141,23 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
 	})
 	return costs
+}
+
+// linkCost is the cost this node reports to the mesh for its link to a
+// peer (mesh.LinkUnit; 0: unknown). All-reduce bytes never cross a relay,
+// so a peer reached only through one is unreachable; so is one not
+// connected at all while a NAT is in the way (this node is private, or the
+// peer has no public address): it cannot simply be dialled.
+func linkCost(s PeerStatus, private bool) uint32 {
+	switch {
+	case s.Connected && s.Relayed:
+		return mesh.LinkUnreachable
+	case !s.Connected && (private || !slices.ContainsFunc(s.Addrs, p2p.IsPublicAddr)):
+		return mesh.LinkUnreachable
+	case s.Connected && s.LatencyMs > 0:
+		return uint32(max(1, s.LatencyMs*1000/mesh.LinkUnit))
+	}
+	return 0
 }
 
 func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerStatus {

@@ -212,7 +212,8 @@ func TestPeerStatusTable(t *testing.T) {
 }
 
 // TestUpdatePeers pins updatePeers: the board's peer table, state and the
-// last ring's members are refreshed; unmeasured peers cost nothing.
+// last ring's members are refreshed; peers this node is not connected to
+// are unreachable, as it is behind a NAT (a host on loopback counts so).
 func TestUpdatePeers(t *testing.T) {
 	n, _ := unitMeshNode(unitHost(t))
 	other := mesh.PeerID(unitPeerID(t).String())
@@ -223,8 +224,8 @@ func TestUpdatePeers(t *testing.T) {
 			{ID: "zz", State: mesh.StateTraining, Dead: true},
 		}}
 	costs := n.updatePeers(st)
-	if len(costs) != 0 {
-		t.Fatalf("costs %v for peers never measured", costs)
+	if len(costs) != 2 || costs[other] != mesh.LinkUnreachable || costs["zz"] != mesh.LinkUnreachable {
+		t.Fatalf("costs %v for peers not connected", costs)
 	}
 	ps := n.board.peerList()
 	if len(ps) != 2 || ps[0].ID != string(other) || ps[0].State != "reducing" || ps[1].State != "gone" {
@@ -299,5 +300,26 @@ func TestPeerStatusLink(t *testing.T) {
 	ps := n.peerStatus(mesh.PeerStatus{ID: mesh.PeerID(b.ID().String()), State: mesh.StateTraining}, 0, time.Now())
 	if !ps.Connected || ps.Transport != "tcp" || ps.Relayed {
 		t.Fatalf("peer row: connected %v transport %q relayed %v", ps.Connected, ps.Transport, ps.Relayed)
+	}
+}
+
+func TestLinkCost(t *testing.T) {
+	pub := []string{"/ip4/45.1.2.3/tcp/4001"}
+	home := []string{"/ip4/192.168.1.2/tcp/4001", "/ip4/45.1.2.3/tcp/4001/p2p/12D3KooWGTUCeWHixM69B57JjyYr2puR1FJ4RrnpyWPYv55TA7bt/p2p-circuit"}
+	for _, c := range []struct {
+		s       PeerStatus
+		private bool
+		want    uint32
+	}{
+		{PeerStatus{Connected: true, LatencyMs: 20, Addrs: home}, true, 200},
+		{PeerStatus{Connected: true, Relayed: true, LatencyMs: 20, Addrs: home}, false, mesh.LinkUnreachable},
+		{PeerStatus{Connected: false, Addrs: home}, false, mesh.LinkUnreachable},
+		{PeerStatus{Connected: false, Addrs: pub}, true, mesh.LinkUnreachable},
+		{PeerStatus{Connected: false, Addrs: pub}, false, 0},
+		{PeerStatus{Connected: true, Addrs: pub}, false, 0},
+	} {
+		if got := linkCost(c.s, c.private); got != c.want {
+			t.Errorf("%+v private=%v: cost %d, want %d", c.s, c.private, got, c.want)
+		}
 	}
 }

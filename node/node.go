@@ -33,6 +33,9 @@ type Node struct {
 	ckpt   *ckpt.Server
 	engine train.Engine
 	data   train.Source
+	run    *runManifest  // the run manifest, fixed by New
+	opts   train.Options // the manifest's training options (Worker: 0)
+	mserv  *p2p.ManifestServer
 	board  board
 	api    *api
 	met    *metrics
@@ -92,6 +95,15 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.host = h
 	n.self = mesh.PeerID(h.ID().String())
 	n.met = newMetrics(reg, &n.board, h.Bandwidth)
+	if err := n.initManifest(ctx); err != nil {
+		h.Close()
+		return nil, err
+	}
+	// Joiners may ask for the manifest as soon as this node listens.
+	if n.mserv, err = p2p.ServeManifest(h.Libp2p(), n.run.raw, cfg.Logger); err != nil {
+		h.Close()
+		return nil, err
+	}
 	if err := n.initModel(); err != nil {
 		h.Close()
 		return nil, err
@@ -147,20 +159,11 @@ func trainOptions(cfg Config, self peer.ID) (train.Options, error) {
 	return opts, opts.Validate()
 }
 
+// initModel builds the engine from the run manifest's options, or resumes
+// it from the newest checkpoint.
 func (n *Node) initModel() error {
-	opts, err := trainOptions(n.cfg, n.host.ID())
-	if err != nil {
-		return err
-	}
-	n.data = train.DefaultSource()
-	if n.cfg.Data != "" {
-		if n.data, err = train.OpenSource(n.cfg.Data); err != nil {
-			return err
-		}
-	}
-	if opts.Model, err = train.FitVocab(opts.Model, n.data, n.cfg.ConfigFile == ""); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadConfig, err)
-	}
+	opts := n.opts
+	opts.Worker = workerID(n.host.ID())
 	resumed, err := n.resume(opts)
 	if err != nil {
 		return err
@@ -216,6 +219,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.ar.Close()
 	n.sc.Close()
 	n.ckpt.Close()
+	n.mserv.Close()
 	n.wg.Wait()
 	if err == nil || errors.Is(err, errLeft) || errors.Is(err, context.Canceled) {
 		n.log.Info("node stopped", "outer_step", n.model.step, "hash", short(n.model.hash))
@@ -247,15 +251,15 @@ func (n *Node) evalInitial() error {
 func (n *Node) start(ctx context.Context) error {
 	var err error
 	if n.ar, err = ring.NewService(n.host.Libp2p(), ring.ServiceConfig{
-		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
+		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}
 	if n.sc, err = scatter.NewService(n.host.Libp2p(), scatter.Config{
-		IOTimeout: n.cfg.AllReduceTimeout, Logger: n.cfg.Logger}); err != nil {
+		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}
 	if n.ckpt, err = ckpt.Serve(n.host.Libp2p(), n.snapshot, ckpt.ServeConfig{
-		Rate: n.cfg.DonorRate, Logger: n.cfg.Logger}); err != nil {
+		Rate: n.cfg.DonorRate, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}
 	n.host.SetValidator(func(from peer.ID, data []byte) bool {
@@ -276,6 +280,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.board.update(func(s *Status) {
 		s.PeerID, s.Addrs, s.Run, s.Device = string(n.self), n.host.Addrs(), n.cfg.Run, n.cfg.Device
+		s.Manifest = n.run.id
 		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.model.step
 		s.ModelHash, s.StartedAt, s.State = n.model.hash, time.Now(), "starting"
 	})
@@ -296,7 +301,7 @@ func (n *Node) start(ctx context.Context) error {
 		}()
 		n.log.Info("status API", "url", "http://"+n.api.Addr()+"/")
 	}
-	n.log.Info("node started", "peer", n.self, "addrs", n.host.Addrs(), "run", n.cfg.Run)
+	n.log.Info("node started", "peer", n.self, "addrs", n.host.Addrs(), "run", n.cfg.Run, "manifest", short(n.run.id))
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -316,7 +321,7 @@ func (n *Node) snapshot() *ckpt.Snapshot {
 	n.model.mu.RLock()
 	defer n.model.mu.RUnlock()
 	if n.snap == nil || n.snap.Step != n.model.step || n.snap.Hash != n.model.hash {
-		state := fmt.Appendf(nil, `{"run":%q,"step":%d,"params":%d}`, n.cfg.Run, n.model.step, n.params)
+		state := fmt.Appendf(nil, `{"run":%q,"manifest":%q,"step":%d,"params":%d}`, n.cfg.Run, n.runID(), n.model.step, n.params)
 		n.snap = ckpt.EncodeSnapshot(n.model.step, n.model.theta0, n.model.outer.V, state)
 	}
 	return n.snap

@@ -33,6 +33,9 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 	}
 	d := train.DiLoCoConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, Reduce: MeshReducer(allReduceConfig(cfg))}
+	if cfg.Averaging == AveragingRobust {
+		d.Reduce = ScatterReducer(scatterConfig(cfg))
+	}
 	if cfg.Overlap {
 		if cfg.OverlapSteps == 0 {
 			return train.DiLoCoConfig{}, fmt.Errorf("%w: the reference of an overlapped run needs a fixed --overlap-steps", ErrBadConfig)
@@ -78,6 +81,47 @@ func MeshReducer(cfg collective.AllReduceConfig) train.Reducer {
 			}
 		}
 		copy(out, vecs[0])
+		return nil
+	}
+}
+
+// ScatterReducer is MeshReducer for --averaging robust: the direct scatter
+// with robust owners (collective.ScatterAllReduce) over an in-memory mesh,
+// member i at rank i, keeping residuals with cfg.ErrorFeedback.
+func ScatterReducer(cfg collective.ScatterConfig) train.Reducer {
+	var residuals [][]float32
+	return func(ctx context.Context, deltas [][]float32, weights []float32, out []float32) error {
+		k := len(deltas)
+		if cfg.ErrorFeedback && residuals == nil {
+			residuals = make([][]float32, k)
+			for i := range residuals {
+				residuals[i] = make([]float32, len(out))
+			}
+		}
+		mesh := collective.NewMemMesh(k, 2*max(cfg.Shards, 1))
+		errs := make([]error, k)
+		outs := make([][]float32, k)
+		var wg sync.WaitGroup
+		for i := range k {
+			outs[i] = make([]float32, len(out))
+			b := collective.Buffers{Src: deltas[i], Dst: outs[i]}
+			if residuals != nil {
+				b.ResIn, b.ResOut = residuals[i], make([]float32, len(out))
+			}
+			wg.Go(func() {
+				_, errs[i] = collective.ScatterAllReduce(ctx, mesh[i], i, weights, b, cfg)
+				if errs[i] == nil && residuals != nil {
+					residuals[i] = b.ResOut
+				}
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				return fmt.Errorf("node: in-memory scatter, member %d: %w", i, err)
+			}
+		}
+		copy(out, outs[0])
 		return nil
 	}
 }

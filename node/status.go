@@ -12,6 +12,7 @@ type Status struct {
 	PeerID             string    `json:"peer_id"`
 	Addrs              []string  `json:"addrs"`
 	Run                string    `json:"run"`
+	Manifest           string    `json:"manifest"` // the run manifest's id
 	State              string    `json:"state"`
 	Device             string    `json:"device"`
 	Preset             string    `json:"preset"`

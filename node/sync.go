@@ -35,7 +35,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	}
 	start := time.Now()
 	progress := n.fetchProgress()
-	data, bad, err := ckpt.Fetch(ctx, n.host.Libp2p(), donors, ckpt.FetchSpec{Step: f.Step, Hash: f.Hash},
+	data, bad, err := ckpt.Fetch(ctx, n.host.Libp2p(), donors, ckpt.FetchSpec{Step: f.Step, Hash: f.Hash, Run: n.runKey()},
 		ckpt.FetchConfig{MaxBytes: 16*n.params + 1<<20, Logger: n.cfg.Logger}, progress)
 	for _, b := range bad {
 		n.log.Warn("donor served bad checkpoint data", "peer", b)
@@ -163,8 +163,11 @@ const (
 type nodeState struct {
 	Format string `json:"format"`
 	Run    string `json:"run"`
-	Step   uint64 `json:"step"`
-	Hash   string `json:"hash"`
+	// Manifest is the run manifest's id; empty in checkpoints written
+	// before manifests existed.
+	Manifest string `json:"manifest,omitempty"`
+	Step     uint64 `json:"step"`
+	Hash     string `json:"hash"`
 }
 
 // saveCheckpoint writes a durable checkpoint of the current outer step.
@@ -195,7 +198,7 @@ func (n *Node) writeCheckpoint() error {
 		if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": n.model.hash}); err != nil {
 			return err
 		}
-		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Step: n.model.step, Hash: n.model.hash}, "", "  ")
+		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Manifest: n.runID(), Step: n.model.step, Hash: n.model.hash}, "", "  ")
 		return os.WriteFile(filepath.Join(tmp, nodeStateFile), b, 0o600)
 	}, n.cfg.KeepCheckpoints)
 }
@@ -217,8 +220,8 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 	if err := json.Unmarshal(b, &st); err != nil || st.Format != nodeStateMagic {
 		return bad(fmt.Errorf("%s: not a node state (%v)", nodeStateFile, err))
 	}
-	if st.Run != n.cfg.Run {
-		return bad(fmt.Errorf("it belongs to run %q, not %q", st.Run, n.cfg.Run))
+	if st.Run != n.cfg.Run || (st.Manifest != "" && st.Manifest != n.runID()) {
+		return bad(fmt.Errorf("it belongs to run %q manifest %s, not %q manifest %s", st.Run, short(st.Manifest), n.cfg.Run, short(n.runID())))
 	}
 	ts, _, err := train.ReadSafetensors(filepath.Join(dir, outerFile))
 	if err != nil {

@@ -41,9 +41,10 @@ const (
 )
 
 // Rendezvous returns the DHT namespace under which the nodes of a run
-// advertise themselves. Routing discovery turns it into the CID of its
-// SHA-256, so the DHT key is CID(sha256("intellect/<run>")).
-func Rendezvous(run string) string { return "intellect/" + run }
+// advertise themselves: "intellect/<run>/<id>" for the run manifest id,
+// "intellect/<run>" when id is empty. Routing discovery turns it into the
+// CID of its SHA-256.
+func Rendezvous(run, id string) string { return "intellect/" + runKey(run, id) }
 
 // buildDHT creates the Kademlia DHT in server mode, so that every node,
 // including one on a loopback or private address, answers queries and can
@@ -73,7 +74,7 @@ func (h *Host) RoutingTableSize() int { return h.dht.RoutingTable().Size() }
 // AdvertiseInterval so that the record reaches nodes that joined since.
 func (h *Host) advertiseLoop(ctx context.Context) {
 	rd := drouting.NewRoutingDiscovery(h.dht)
-	ns := Rendezvous(h.cfg.Run)
+	ns := Rendezvous(h.cfg.Run, h.cfg.RunID)
 	retry := advertiseFirstRetry
 	for {
 		if _, err := rd.Advertise(ctx, ns); err != nil {
@@ -187,7 +188,7 @@ func (h *Host) discoverOnce(ctx context.Context) (int, error) {
 		return h.rejoin(lctx), nil
 	}
 	rd := drouting.NewRoutingDiscovery(h.dht)
-	found, err := rd.FindPeers(lctx, Rendezvous(h.cfg.Run), discovery.Limit(discoverLimit))
+	found, err := rd.FindPeers(lctx, Rendezvous(h.cfg.Run, h.cfg.RunID), discovery.Limit(discoverLimit))
 	if err != nil {
 		return 0, err
 	}

@@ -26,8 +26,9 @@ const gossipSubBuffer = 256
 // Config.GossipMaxSize; receivers drop such messages as invalid.
 var ErrMessageTooLarge = errors.New("p2p: gossip message too large")
 
-// TopicName returns the gossipsub topic of a run: /intellect/<run>/mesh/1.
-func TopicName(run string) string { return "/intellect/" + run + "/mesh/1" }
+// TopicName returns the gossipsub topic of a run: /intellect/<run>/<id>/mesh/1
+// for the run manifest id, /intellect/<run>/mesh/1 when id is empty.
+func TopicName(run, id string) string { return "/intellect/" + runKey(run, id) + "/mesh/1" }
 
 // Message is one gossip message of the run's topic, delivered after
 // signature verification and the validator.
@@ -139,13 +140,13 @@ func (h *Host) joinTopic(ctx context.Context) error {
 		pubsub.WithPeerExchange(true),
 		pubsub.WithLogger(h.log.With("system", "gossip")),
 		pubsub.WithRawTracer(gossipTracer{h}),
-		pubsub.WithPeerScore(gossipScoreParams(TopicName(h.cfg.Run)), gossipScoreThresholds()),
+		pubsub.WithPeerScore(gossipScoreParams(TopicName(h.cfg.Run, h.cfg.RunID)), gossipScoreThresholds()),
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(h.storeScores), gossipScoreInspect),
 	)
 	if err != nil {
 		return fmt.Errorf("p2p: start gossipsub: %w", err)
 	}
-	name := TopicName(h.cfg.Run)
+	name := TopicName(h.cfg.Run, h.cfg.RunID)
 	if err := ps.RegisterTopicValidator(name, h.validate, pubsub.WithValidatorInline(true)); err != nil {
 		return fmt.Errorf("p2p: register validator on %s: %w", name, err)
 	}

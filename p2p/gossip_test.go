@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,11 +21,18 @@ import (
 )
 
 func TestTopicAndRendezvousNames(t *testing.T) {
-	if got := TopicName("llama-1b"); got != "/intellect/llama-1b/mesh/1" {
+	if got := TopicName("llama-1b", ""); got != "/intellect/llama-1b/mesh/1" {
 		t.Fatalf("TopicName = %q", got)
 	}
-	if got := Rendezvous("llama-1b"); got != "intellect/llama-1b" {
+	if got := Rendezvous("llama-1b", ""); got != "intellect/llama-1b" {
 		t.Fatalf("Rendezvous = %q", got)
+	}
+	id := strings.Repeat("ab", 32)
+	if got := TopicName("llama-1b", id); got != "/intellect/llama-1b/"+id+"/mesh/1" {
+		t.Fatalf("TopicName with id = %q", got)
+	}
+	if got := Rendezvous("llama-1b", id); got != "intellect/llama-1b/"+id {
+		t.Fatalf("Rendezvous with id = %q", got)
 	}
 }
 
@@ -55,7 +63,7 @@ func hostilePeer(t *testing.T, victim *Host, run string) (host.Host, crypto.Priv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	topic, sub := TopicName(run), true
+	topic, sub := TopicName(run, ""), true
 	writeRPC(t, s, &pb.RPC{Subscriptions: []*pb.RPC_SubOpts{{Subscribe: &sub, Topicid: &topic}}})
 	eventually(t, meshTimeout, "victim sees the hostile peer on the topic", func() bool {
 		return slices.Contains(victim.TopicPeers(), evil.ID())
@@ -72,7 +80,7 @@ func TestStrictSignatures(t *testing.T) {
 	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 	evil, key, s := hostilePeer(t, victim, "signatures")
 
-	topic := TopicName("signatures")
+	topic := TopicName("signatures", "")
 	unsigned := &pb.Message{Data: []byte("unsigned"), Topic: &topic}
 	forged := signedMessage(t, key, impersonated.ID(), topic, "forged", 1) // From is not the signer
 	valid := signedMessage(t, key, evil.ID(), topic, "valid", 2)
@@ -110,7 +118,7 @@ func TestInvalidMessagesGraylistSender(t *testing.T) {
 	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh(hosts) })
 	evil, key, s := hostilePeer(t, victim, "graylist")
 
-	topic := TopicName("graylist")
+	topic := TopicName("graylist", "")
 	var burst []*pb.Message
 	for i := range 8 {
 		burst = append(burst, &pb.Message{Data: []byte{byte(i)}, Topic: &topic}) // unsigned

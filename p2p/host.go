@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -88,6 +89,11 @@ type Config struct {
 	// rendezvous key. Letters, digits, '.', '_', '-'; at most 64 bytes.
 	// Default DefaultRun.
 	Run string
+	// RunID is the run manifest's id (64 lower-case hex digits); with Run it
+	// names the gossip topic and the DHT rendezvous key, so runs with the
+	// same name but other manifests never meet. Empty (tests): the name
+	// alone. SetRun sets it after New, before Start.
+	RunID string
 	// PSK, if non-nil, is a 32-byte pre-shared key: the host then only talks
 	// to hosts with the same key (libp2p private network).
 	PSK []byte
@@ -165,6 +171,9 @@ func (c *Config) check() error {
 	if len(c.Run) > maxRunName || !runNamePattern.MatchString(c.Run) {
 		return bad("run name %q: want 1-%d of [A-Za-z0-9._-], starting with a letter or digit", c.Run, maxRunName)
 	}
+	if err := checkRunID(c.RunID); err != nil {
+		return bad("%v", err)
+	}
 	if c.PSK != nil && len(c.PSK) != PSKSize {
 		return bad("PSK is %d bytes, want %d", len(c.PSK), PSKSize)
 	}
@@ -236,8 +245,9 @@ type Host struct {
 	knownMu sync.Mutex
 	known   map[peer.ID]peer.AddrInfo // run peers seen, for rejoin
 
-	reach    string    // Config.Reachability resolved before start (initialReachability)
-	punches  *punchLog // hole-punch outcomes per peer
+	reach    string       // Config.Reachability resolved before start (initialReachability)
+	punches  *punchLog    // hole-punch outcomes per peer
+	built    atomic.Value // the libp2p host once libp2p.New returned, for its own callbacks
 	reachMu  sync.Mutex
 	reachNow network.Reachability // AutoNAT's (or the forced) verdict
 
@@ -370,6 +380,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 		return fmt.Errorf("p2p: start libp2p host: %w", err)
 	}
 	h.h, h.cm = lh, cm
+	h.built.Store(lh)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
@@ -127,6 +128,19 @@ func listenIPs(s string) []net.IP {
 	return out
 }
 
+// IsPublicAddr reports whether the multiaddr s is a direct address on the
+// public internet (not private, loopback or relayed).
+func IsPublicAddr(s string) bool {
+	a, err := ma.NewMultiaddr(s)
+	if err != nil {
+		return false
+	}
+	if _, relayed := addrKind(a); relayed {
+		return false
+	}
+	return manet.IsPublicAddr(a)
+}
+
 func ipAddr(ip net.IP) ma.Multiaddr {
 	m, err := manet.FromIP(ip)
 	if err != nil {
@@ -141,11 +155,12 @@ func ipAddr(ip net.IP) ma.Multiaddr {
 func (h *Host) relayCandidates(ctx context.Context, num int) <-chan peer.AddrInfo {
 	out := make(chan peer.AddrInfo, num)
 	defer close(out)
-	if h.h == nil {
+	lh, _ := h.built.Load().(host.Host) // AutoRelay may ask before New has returned
+	if lh == nil {
 		return out
 	}
-	ps := h.h.Peerstore()
-	for _, id := range h.h.Network().Peers() {
+	ps := lh.Peerstore()
+	for _, id := range lh.Network().Peers() {
 		if len(out) == num {
 			break
 		}

@@ -460,3 +460,19 @@ func (s *ShardSource) window(row []int32, g *rng, held bool) error {
 	}
 	panic("train: window position out of range") // sizes sum to total
 }
+
+// MixtureEntry is one component of a data source as a run manifest records
+// it: its name (the mixture spec's name, else its path) and its weight.
+type MixtureEntry struct {
+	Name   string  `json:"name"`
+	Weight float64 `json:"weight"`
+}
+
+// Mixture returns the components of s in order.
+func (s *ShardSource) Mixture() []MixtureEntry {
+	m := make([]MixtureEntry, len(s.comps))
+	for i, c := range s.comps {
+		m[i] = MixtureEntry{Name: c.name, Weight: c.weight}
+	}
+	return m
+}

@@ -38,7 +38,9 @@ type sweepRun struct {
 	Mu      float32 `json:"outer_mu"`                // DiLoCo outer momentum
 	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
-	Codec   string  `json:"codec"`                   // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce)
+	Codec   string  `json:"codec"`                   // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
+	Attack  string  `json:"attack,omitempty"`        // DiLoCo: the last F workers attack (attack.go)
+	F       int     `json:"f,omitempty"`
 }
 
 // sweepResult is one run of one seed.
@@ -56,7 +58,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,codec=fp32|int8|int8-ef][,ov=OVERLAP_STEPS]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -145,6 +147,17 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards})
 	case "int8-ef":
 		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true})
+	case "robust":
+		cfg.Reduce = node.ScatterReducer(collective.ScatterConfig{Shards: node.DefaultShards,
+			Robust: collective.RobustConfig{MaxWeight: float32(r.H)}})
+	}
+	if r.Attack != "" {
+		if cfg.Reduce == nil {
+			cfg.Reduce = train.MeanReducer
+		}
+		if cfg.Reduce, err = attacked(cfg.Reduce, r.Attack, r.F, seed); err != nil {
+			return res, err
+		}
 	}
 	for i := range r.M {
 		cfg.Workers = append(cfg.Workers, workerOf(seed, i))
@@ -221,10 +234,17 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				return nil, fmt.Errorf("run %q: %q is not key=value", spec, kv)
 			}
 			if k == "codec" {
-				if v != "fp32" && v != "int8" && v != "int8-ef" {
-					return nil, fmt.Errorf("run %q: codec %q: want fp32, int8 or int8-ef", spec, v)
+				if v != "fp32" && v != "int8" && v != "int8-ef" && v != "robust" {
+					return nil, fmt.Errorf("run %q: codec %q: want fp32, int8, int8-ef or robust", spec, v)
 				}
 				r.Codec = v
+				continue
+			}
+			if k == "atk" {
+				if _, ok := attacks[v]; !ok {
+					return nil, fmt.Errorf("run %q: attack %q: want one of %v", spec, v, attackNames())
+				}
+				r.Attack, r.F = v, max(r.F, 1)
 				continue
 			}
 			f, err := strconv.ParseFloat(v, 64)
@@ -246,6 +266,8 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				r.InnerLR = f
 			case "ov":
 				r.Overlap = int(f)
+			case "f":
+				r.F = int(f)
 			default:
 				return nil, fmt.Errorf("run %q: unknown key %q", spec, k)
 			}

@@ -31,7 +31,9 @@ type startFlags struct {
 func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs := newFlagSet("start", "[--bootstrap MULTIADDR]... [--listen MULTIADDR]... [flags]")
 	var f startFlags
-	fs.Var(&f.boot, "bootstrap", "`multiaddr` (with /p2p/) of a running member; repeatable; none starts a new network")
+	fs.Var(&f.boot, "bootstrap", "`multiaddr` (with /p2p/) of a running member; repeatable; none starts a new network (and creates its run manifest)")
+	fs.StringVar(&c.ManifestID, "manifest", "", "pin the run manifest `id` (64 hex digits) a joiner accepts from its bootstrap peers")
+	fs.StringVar(&c.Tokenizer, "tokenizer", node.DefaultTokenizer, "`name` of the data's tokenizer, recorded in the run manifest")
 	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+node.DefaultListen+" and "+node.DefaultListenQUIC+")")
 	fs.Var(&f.announce, "announce", "a public `multiaddr` others can dial this node at (a port forward); repeatable; replaces the advertised addresses and makes the node public")
 	fs.BoolVar(&c.NATPortMap, "nat-port-map", false, "ask the home router for a port mapping (UPnP / NAT-PMP)")
@@ -72,6 +74,7 @@ func runStart(args []string) error {
 	}
 	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
 	c.OuterLR = float32(*f.outerLR)
+	c.Given = givenRunFlags(fs)
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = -1 // --checkpoint-every 0: only at exit
 	}
@@ -97,4 +100,25 @@ func runStart(args []string) error {
 		return err
 	}
 	return n.Run(ctx)
+}
+
+// runFlags maps the flags of `start` that the run manifest holds to the
+// manifest field they set.
+var runFlags = map[string]string{
+	"run": "run", "preset": "preset", "config": "train.model", "data": "data", "tokenizer": "tokenizer",
+	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum",
+	"shards": "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
+	"averaging": "averaging",
+}
+
+// givenRunFlags returns the run-manifest flags the user actually set
+// (flag.FlagSet.Visit), by manifest field, with the flag as typed.
+func givenRunFlags(fs *flag.FlagSet) map[string]string {
+	given := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if field, ok := runFlags[f.Name]; ok {
+			given[field] = "--" + f.Name + " " + f.Value.String()
+		}
+	})
+	return given
 }

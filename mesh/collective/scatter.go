@@ -104,7 +104,7 @@ type ScatterResult struct {
 // k segments as the ring cuts it; member i int8-encodes its contribution to
 // every segment once and sends segment j straight to its owner, member j;
 // owner j decodes the k contributions chunk by chunk, combines them with
-// cfg.Robust (the pure robustChunk that RobustSegment also runs), encodes
+// cfg.Robust (the code RobustSegment runs for an auditor), encodes
 // the result once and sends the same bytes to everyone, who decode them:
 // every member ends with bit-identical values. rank is this member's index;
 // weights must be the same on every member, finite, ≥ 0, with a positive
@@ -178,18 +178,52 @@ type scatter struct {
 
 	mu    sync.Mutex
 	first error
+	blame int // blameRank of first
 }
 
-// fail records the first error of the attempt and stops everything; the
-// errors that follow are its consequences.
+// fail records the error of the attempt and stops everything. When the
+// deadline stops every goroutine at once, the member named must be the one
+// the others were waiting for, not one that was waiting too; so errors rank
+// (blameRank): evidence (malformed bytes, a broken link, a relayed abort)
+// first, then a contribution that did not come (its sender waits for
+// nobody), then a result that did not come (its owner may be waiting for a
+// contribution), then a send that did not go through (the receiver may be
+// waiting for someone else). Among equals the first error wins; the others
+// are its consequences.
 func (sc *scatter) fail(err error) {
+	blame := blameRank(err)
 	sc.mu.Lock()
-	if sc.first == nil {
-		sc.first = err
+	if sc.first == nil || blame < sc.blame {
+		sc.first, sc.blame = err, blame
 	}
 	sc.mu.Unlock()
 	sc.cancel()
 }
+
+// Ranks of blameRank, most convincing first.
+const (
+	blameEvidence       = iota // malformed bytes, a broken link, a relayed abort
+	blameNoContribution        // an owner's receive of a contribution timed out
+	blameNoResult              // a receive of an owner's result timed out
+	blameStuck                 // a send timed out
+)
+
+func blameRank(err error) int {
+	var te *timeoutError
+	if !errors.As(err, &te) {
+		return blameEvidence
+	}
+	return te.blame
+}
+
+// timeoutError marks a *PeerError caused by the caller's deadline.
+type timeoutError struct {
+	blame int
+	err   error
+}
+
+func (e *timeoutError) Error() string { return e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }
 
 func (sc *scatter) err() error {
 	sc.mu.Lock()
@@ -204,8 +238,17 @@ func (sc *scatter) transportErr(peer int, op string, lane int, err error) error 
 	if errors.As(err, &pe) {
 		return err
 	}
-	if errors.Is(sc.parent.Err(), context.Canceled) {
+	switch {
+	case errors.Is(sc.parent.Err(), context.Canceled):
 		return context.Canceled
+	case errors.Is(sc.parent.Err(), context.DeadlineExceeded):
+		blame := blameStuck
+		if op == "recv" && lane < sc.cfg.Shards {
+			blame = blameNoContribution
+		} else if op == "recv" {
+			blame = blameNoResult
+		}
+		return &PeerError{Rank: peer, Err: &timeoutError{blame: blame, err: fmt.Errorf("%s lane %d: %w", op, lane, err)}}
 	}
 	return &PeerError{Rank: peer, Err: fmt.Errorf("%s lane %d: %w", op, lane, err)}
 }

@@ -31,8 +31,9 @@ func fuzzContribs(t testing.TB, n, ce int) [][]byte {
 }
 
 // FuzzScatterDecode feeds an owner (RobustSegment) and a member receiving a
-// result (decodeResult) bytes as a peer could send them: honest messages
-// XORed with the fuzzer's bytes at an offset, or cut. Errors are fine;
+// result (decodeResult) bytes as a peer could send them: honest
+// contributions and results XORed with the fuzzer's bytes at an offset,
+// or cut. Errors are fine;
 // panics, non-finite results, wrong blame or non-determinism are not.
 func FuzzScatterDecode(f *testing.F) {
 	f.Add(uint16(0), []byte{}, uint8(0), uint16(0))
@@ -40,6 +41,11 @@ func FuzzScatterDecode(f *testing.F) {
 	f.Add(uint16(1), []byte{1}, uint8(2), uint16(0))
 	f.Add(uint16(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, uint8(0), uint16(7))
 	contribs := fuzzContribs(f, 700, 256)
+	honest, _, err := RobustSegment(ScatterConfig{Shards: 1, ChunkElems: 256}, []float32{10, 20, 30}, 1, 700, contribs)
+	if err != nil {
+		f.Fatal(err)
+	}
+	result := honest[:CodecInt8.msgSize(256)] // the first chunk of the owner's result
 	f.Fuzz(func(t *testing.T, off uint16, mask []byte, member uint8, cut uint16) {
 		i := int(member) % len(contribs)
 		bad := mutate(contribs[i], int(off), mask, int(cut))
@@ -59,7 +65,7 @@ func FuzzScatterDecode(f *testing.F) {
 		var tb [256]float32
 		dst := make([]float32, 256)
 		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: 1, chunk: 0, n: 256}
-		if decodeResult(dst, &tb, bad, want) == nil {
+		if decodeResult(dst, &tb, mutate(result, int(off), mask, int(cut)), want) == nil {
 			for _, v := range dst {
 				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 					t.Fatalf("decoded %v", v)

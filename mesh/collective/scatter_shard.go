@@ -11,14 +11,14 @@ import (
 // scatterShard is one shard of a ScatterAllReduce. Its goroutines: encode
 // (this member's contributions, own segment first), one sender per other
 // owner, the owner (receives its segment's contributions, combines them,
-// sends the result to everyone) and gather (receives the other owners'
-// results in owner order).
+// sends the result to everyone) and one gatherer per other owner (receives
+// that owner's results).
 //
 // No deadlock: encode never waits on anyone; a sender waits only for its
-// owner, which reads every member's lane in turn. An owner blocked sending a
-// result to member m waits for m's gather, which reads owners in index order
-// and so waits for a smaller owner still sending; the smallest such owner
-// is not blocked by m, so the chain ends.
+// owner, which reads every member's lane in turn; an owner sending a result
+// waits only for that member's gatherer of this owner, which waits for
+// nothing else. So whoever a receive waits for is the one at fault when it
+// times out (see blame).
 type scatterShard struct {
 	sc       *scatter
 	s        int
@@ -99,7 +99,11 @@ func (r *scatterShard) run() {
 		}
 	}
 	wg.Go(r.guard(r.own))
-	wg.Go(r.guard(r.gather))
+	for j := range r.sc.k {
+		if j != r.sc.rank {
+			wg.Go(r.guard(func() error { return r.gatherFrom(j) }))
+		}
+	}
 	wg.Wait()
 }
 
@@ -286,30 +290,25 @@ func (r *scatterShard) broadcast(msg []byte) error {
 	return nil
 }
 
-// gather receives every other owner's result, in owner order, into Dst.
-func (r *scatterShard) gather() error {
+// gatherFrom receives owner j's results into Dst.
+func (r *scatterShard) gatherFrom(j int) error {
 	lane := r.sc.cfg.Shards + r.s
 	var t [256]float32
-	for j := range r.sc.k {
-		if j == r.sc.rank {
-			continue
+	h := sha256.New()
+	for c := range r.chunks(j) {
+		lo, hi, _, _ := r.chunk(j, c)
+		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
+		msg, err := r.sc.tr.Recv(r.sc.ctx, j, lane)
+		if err != nil {
+			return r.sc.transportErr(j, "recv", lane, err)
 		}
-		h := sha256.New()
-		for c := range r.chunks(j) {
-			lo, hi, _, _ := r.chunk(j, c)
-			want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
-			msg, err := r.sc.tr.Recv(r.sc.ctx, j, lane)
-			if err != nil {
-				return r.sc.transportErr(j, "recv", lane, err)
-			}
-			r.count(false, msg)
-			if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
-				return &PeerError{Rank: j, Err: fmt.Errorf("lane %d: %w", lane, err)}
-			}
-			h.Write(msg)
+		r.count(false, msg)
+		if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
+			return &PeerError{Rank: j, Err: fmt.Errorf("lane %d: %w", lane, err)}
 		}
-		h.Sum(r.gotHash[j][:0])
+		h.Write(msg)
 	}
+	h.Sum(r.gotHash[j][:0])
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -273,18 +274,26 @@ func TestScatterKilledMember(t *testing.T) {
 	}
 }
 
-// garbleMesh corrupts the msgNo-th message a member sends with edit.
+// garbleMesh corrupts with edit the msgNo-th message a member sends to
+// member to on a contribution lane (results: on a result lane).
 type garbleMesh struct {
 	*MemMesh
-	mu    sync.Mutex
-	msgNo int
-	edit  func([]byte) []byte
+	mu      sync.Mutex
+	to      int
+	results bool
+	msgNo   int
+	edit    func([]byte) []byte
 }
 
 func (g *garbleMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
 	g.mu.Lock()
-	g.msgNo--
+	if to == g.to && (lane >= 1) == g.results { // one shard: lane 0 contributions, 1 results
+		g.msgNo--
+	}
 	hit := g.msgNo == -1
+	if hit {
+		g.msgNo--
+	}
 	g.mu.Unlock()
 	if hit {
 		msg = g.edit(append([]byte(nil), msg...))
@@ -308,13 +317,17 @@ func TestScatterGarbage(t *testing.T) {
 		"nanTable": func(m []byte) []byte { binary.LittleEndian.PutUint32(m[chunkHeaderSize:], 0x7fc00000); return m },
 	}
 	for name, edit := range edits {
-		for _, msgNo := range []int{0, 7, 12} { // 12 messages of contributions, then results
-			if name == "nanTable" && msgNo < 12 {
+		for _, at := range []struct {
+			to, msgNo int
+			results   bool
+		}{{0, 0, false}, {3, 3, false}, {2, 0, true}, {0, 3, true}} { // 4 chunks per segment
+			if name == "nanTable" && !at.results {
 				continue // a NaN contribution is rejected, not an error
 			}
+			msgNo := at.msgNo
 			sr := runScatter(t, testCtx(t), xs, honestWeights(k), cfg, func(i int, m *MemMesh) MeshTransport {
 				if i == 1 {
-					return &garbleMesh{MemMesh: m, msgNo: msgNo, edit: edit}
+					return &garbleMesh{MemMesh: m, to: at.to, results: at.results, msgNo: msgNo, edit: edit}
 				}
 				return m
 			})
@@ -322,7 +335,7 @@ func TestScatterGarbage(t *testing.T) {
 			for i, err := range sr.errs {
 				var pe *PeerError
 				switch {
-				case i == 1 || err == nil && msgNo >= 12: // a member may finish before a result reaches another
+				case i == 1 || err == nil && at.results: // a member may finish before a result reaches another
 				case !errors.As(err, &pe) || pe.Rank != 1:
 					t.Errorf("%s #%d: member %d: %v, want a PeerError naming 1", name, msgNo, i, err)
 				default:
@@ -455,4 +468,73 @@ func TestScatterNoAttackerVsRing(t *testing.T) {
 		}
 		checkVerdicts(t, sr.res, "", 0)
 	}
+}
+
+// hungMesh is a member whose sends (all, or only its results) block until
+// the attempt's deadline: alive, connected, silent.
+type hungMesh struct {
+	*MemMesh
+	shards      int
+	resultsOnly bool
+}
+
+func (h *hungMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
+	if !h.resultsOnly || lane >= h.shards {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return h.MemMesh.Send(ctx, to, lane, msg)
+}
+
+// Abort does nothing: a hung member tells nobody anything.
+func (h *hungMesh) Abort(error) {}
+
+// TestScatterHungMember: a member that stays connected but sends nothing,
+// or sends its contributions but not its results, is named by every other
+// member when the deadline passes — not a member that was waiting too.
+func TestScatterHungMember(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const k, hung = 5, 2
+	xs, _ := pseudoGrads(rand.New(rand.NewPCG(6, 6)), k, 30000)
+	cfg := ScatterConfig{Shards: 2, ChunkElems: 1000}
+	for _, resultsOnly := range []bool{false, true} {
+		// Long enough for the honest members, on a loaded machine, to send
+		// everything they can before it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		sr := runScatter(t, ctx, xs, honestWeights(k), cfg, func(i int, m *MemMesh) MeshTransport {
+			if i == hung {
+				return &hungMesh{MemMesh: m, shards: cfg.Shards, resultsOnly: resultsOnly}
+			}
+			return m
+		})
+		cancel()
+		for i, err := range sr.errs {
+			var pe *PeerError
+			if i != hung && (!errors.As(err, &pe) || pe.Rank != hung) {
+				t.Errorf("results only %v: member %d: %v, want a PeerError naming %d", resultsOnly, i, err, hung)
+			}
+		}
+	}
+}
+
+// TestScatterZeroWeight: a member with weight 0 takes no part in the mean
+// but still gets the result; its contribution is neither used nor flagged.
+func TestScatterZeroWeight(t *testing.T) {
+	const k = 4
+	xs, _ := pseudoGrads(rand.New(rand.NewPCG(7, 7)), k, 20000)
+	for j := range xs[0] {
+		xs[0][j] *= -50 // would move the mean a lot if it counted
+	}
+	w := honestWeights(k)
+	w[0] = 0
+	sr := runScatter(t, testCtx(t), xs, w, ScatterConfig{Shards: 2, ChunkElems: 2000}, nil)
+	for i, err := range sr.errs {
+		if err != nil || !sameBits(sr.out[0], sr.out[i]) {
+			t.Fatalf("member %d: %v or different bits", i, err)
+		}
+	}
+	if e := relErr(sr.out[0], refMean(xs[1:], w[1:])); e > 0.02 {
+		t.Errorf("rel err %.4f vs the mean of the weighted members", e)
+	}
+	checkVerdicts(t, sr.res, "", 0)
 }

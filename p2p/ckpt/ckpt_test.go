@@ -8,6 +8,7 @@ import (
 	"github.com/intellect-node/intellect-node/p2p/internal/p2ptest"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,7 +344,7 @@ func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	ctx := context.Background()
-	data, _, err := Fetch(ctx, j, ids, FetchSpec{snap.Step, snap.Hash}, FetchConfig{Pipeline: 1},
+	data, _, err := Fetch(ctx, j, ids, FetchSpec{Step: snap.Step, Hash: snap.Hash}, FetchConfig{Pipeline: 1},
 		func(p Progress) {
 			if p.ChunksDone == 1 {
 				cur.Store(next) // the node finished an outer step mid-download
@@ -352,7 +353,7 @@ func TestCkptDonorMovesOnDuringTransfer(t *testing.T) {
 	if err != nil || !bytes.Equal(data, snap.Data) {
 		t.Fatalf("the stream should keep serving the snapshot it pinned: %v", err)
 	}
-	if data, _, err = Fetch(ctx, j, ids, FetchSpec{next.Step, next.Hash}, FetchConfig{}, nil); err != nil || !bytes.Equal(data, next.Data) {
+	if data, _, err = Fetch(ctx, j, ids, FetchSpec{Step: next.Step, Hash: next.Hash}, FetchConfig{}, nil); err != nil || !bytes.Equal(data, next.Data) {
 		t.Fatalf("new step: %v", err)
 	}
 }
@@ -368,7 +369,7 @@ func TestCkptBusyAndMaxTransfers(t *testing.T) {
 		t.Fatal(err)
 	}
 	hash, _ := ckptParseHash(snap.Hash)
-	p2p.WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
+	p2p.WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash, [32]byte{}))
 	if typ, _, err := p2p.ReadFrame(s, ckptMaxManifest, nil); err != nil || typ != ckptMsgManifest {
 		t.Fatalf("manifest: %d %v", typ, err)
 	}
@@ -400,7 +401,7 @@ func TestCkptServerRejectsMalformed(t *testing.T) {
 		{"chunk before manifest", func(w io.Writer) { p2p.WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(0)) }},
 		{"short manifest request", func(w io.Writer) { p2p.WriteFrame(w, ckptMsgManifestReq, []byte{1, 2}) }},
 		{"chunk out of range", func(w io.Writer) {
-			p2p.WriteFrame(w, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash))
+			p2p.WriteFrame(w, ckptMsgManifestReq, ckptEncodeManifestReq(snap.Step, hash, [32]byte{}))
 			p2p.WriteFrame(w, ckptMsgChunkReq, ckptEncodeChunkReq(1<<20))
 		}},
 	} {
@@ -455,7 +456,7 @@ func TestCkptCancel(t *testing.T) {
 	j := ckptHost(t)
 	ids := ckptConnect(t, j, h)
 	ctx, cancel := context.WithCancel(context.Background())
-	_, _, err := Fetch(ctx, j, ids, FetchSpec{snap.Step, snap.Hash}, FetchConfig{},
+	_, _, err := Fetch(ctx, j, ids, FetchSpec{Step: snap.Step, Hash: snap.Hash}, FetchConfig{},
 		func(p Progress) {
 			if p.ChunksDone == 1 {
 				cancel()
@@ -463,6 +464,30 @@ func TestCkptCancel(t *testing.T) {
 		})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
+	}
+}
+
+// TestCkptOtherRun: a donor serves only joiners that name its run
+// manifest; one of another run is never a donor.
+func TestCkptOtherRun(t *testing.T) {
+	snap := ckptTestSnapshot(5, 1<<20, 128<<10, 3)
+	h := ckptHost(t)
+	srv, err := Serve(h, func() *Snapshot { return snap }, ServeConfig{Rate: -1, Run: [32]byte{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	j := ckptHost(t)
+	ids := ckptConnect(t, j, h)
+	ctx := context.Background()
+	want := FetchSpec{Step: snap.Step, Hash: snap.Hash, Run: [32]byte{2}}
+	_, bad, err := Fetch(ctx, j, ids, want, FetchConfig{}, nil)
+	if !errors.Is(err, ErrNoDonors) || !strings.Contains(err.Error(), "another run") || len(bad) != 0 {
+		t.Fatalf("fetch from a donor of another run: %v (bad %v), want ErrNoDonors naming another run", err, bad)
+	}
+	want.Run = [32]byte{1}
+	if data, _, err := Fetch(ctx, j, ids, want, FetchConfig{}, nil); err != nil || !bytes.Equal(data, snap.Data) {
+		t.Fatalf("fetch within the run: %v", err)
 	}
 }
 

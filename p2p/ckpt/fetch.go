@@ -28,6 +28,8 @@ var ErrBadSpec = errors.New("p2p: bad checkpoint spec")
 type FetchSpec struct {
 	Step uint64
 	Hash string
+	// Run is the run manifest's id; donors of another run refuse to serve.
+	Run [32]byte
 }
 
 // FetchConfig configures Fetch. The zero value is usable:
@@ -284,6 +286,9 @@ func (f *ckptFetcher) askManifests(ctx context.Context, cands []peer.ID) (group 
 		case o.err != nil:
 			f.excluded[o.peer] = true
 			f.reasons = append(f.reasons, fmt.Sprintf("%s: %v", o.peer, o.err))
+		case o.man.status == ckptStatusOtherRun:
+			f.excluded[o.peer] = true
+			f.reasons = append(f.reasons, fmt.Sprintf("%s: belongs to another run", o.peer))
 		case o.man.status != ckptStatusOK:
 			f.excluded[o.peer] = true
 			f.reasons = append(f.reasons, fmt.Sprintf("%s: has step %d hash %x", o.peer, o.man.step, o.man.modelHash[:6]))
@@ -320,7 +325,7 @@ func (f *ckptFetcher) askManifest(ctx context.Context, p peer.ID) *ckptOffer {
 	stop := context.AfterFunc(mctx, func() { s.Reset() })
 	defer stop()
 	s.SetDeadline(time.Now().Add(f.cfg.ManifestTimeout))
-	if err := p2p.WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(f.want.Step, f.hash)); err != nil {
+	if err := p2p.WriteFrame(s, ckptMsgManifestReq, ckptEncodeManifestReq(f.want.Step, f.hash, f.want.Run)); err != nil {
 		return o.fail(s, fmt.Errorf("send manifest request: %w", err), false)
 	}
 	typ, payload, err := p2p.ReadFrame(s, f.maxManifest(), nil)

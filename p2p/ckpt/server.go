@@ -49,6 +49,9 @@ type ServeConfig struct {
 	// WriteTimeout is the deadline of each write of at most 64 KiB, not
 	// counting time waited for the rate limit. 0 means 30 s.
 	WriteTimeout time.Duration
+	// Run is the run manifest's id: requests naming another run get
+	// nothing. Zero in tests.
+	Run [32]byte
 	// Logger receives the donor's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -265,13 +268,17 @@ func (cs *Server) serve(s network.Stream) error {
 // answerManifest sends the manifest of the current snapshot and returns it
 // when it matches the wanted step and hash (the stream then pins it).
 func (cs *Server) answerManifest(s network.Stream, p []byte) (*ckptServed, error) {
-	step, hash, err := ckptDecodeManifestReq(p)
+	step, hash, run, err := ckptDecodeManifestReq(p)
 	if err != nil {
 		return nil, err
 	}
 	sv := cs.current()
 	var payload []byte
 	switch {
+	case run != cs.cfg.Run:
+		cs.log.Debug("manifest request of another run", "peer", s.Conn().RemotePeer(), "run", fmt.Sprintf("%x", run[:6]))
+		payload = (&ckptManifest{status: ckptStatusOtherRun}).encode()
+		sv = nil
 	case sv == nil || sv.err != nil:
 		payload = (&ckptManifest{status: ckptStatusNone}).encode()
 		sv = nil

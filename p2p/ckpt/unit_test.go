@@ -207,13 +207,13 @@ func FuzzCkptDecodeManifest(f *testing.F) {
 
 func FuzzCkptDecodeRequests(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1})
-	f.Add(ckptEncodeManifestReq(3, [32]byte{1}))
+	f.Add(ckptEncodeManifestReq(3, [32]byte{1}, [32]byte{2}))
 	f.Add(ckptEncodeError(ckptErrBusy, "busy\x00\xff"))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if i, err := ckptDecodeChunkReq(p); err == nil && !bytes.Equal(ckptEncodeChunkReq(i), p) {
 			t.Fatalf("chunk request re-encodes differently")
 		}
-		if st, h, err := ckptDecodeManifestReq(p); err == nil && !bytes.Equal(ckptEncodeManifestReq(st, h), p) {
+		if st, h, run, err := ckptDecodeManifestReq(p); err == nil && !bytes.Equal(ckptEncodeManifestReq(st, h, run), p) {
 			t.Fatalf("manifest request re-encodes differently")
 		}
 		if _, text, err := ckptDecodeError(p); err == nil {

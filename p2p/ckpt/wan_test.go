@@ -144,7 +144,7 @@ func ckptWANJoiner(t *testing.T, h host.Host, ids []peer.ID, snap *Snapshot) {
 	}
 	fetch := func(donors []peer.ID) func() error {
 		return func() error {
-			_, _, err := Fetch(context.Background(), h, donors, FetchSpec{snap.Step, snap.Hash}, FetchConfig{}, nil)
+			_, _, err := Fetch(context.Background(), h, donors, FetchSpec{Step: snap.Step, Hash: snap.Hash}, FetchConfig{}, nil)
 			return err
 		}
 	}

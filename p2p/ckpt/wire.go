@@ -16,7 +16,7 @@ import (
 //
 // Frames (p2p.WriteFrame/p2p.ReadFrame), all integers big-endian:
 //
-//	joiner → donor  ckptMsgManifestReq  step u64, model hash [32]
+//	joiner → donor  ckptMsgManifestReq  step u64, model hash [32], run [32]
 //	donor → joiner  ckptMsgManifest     status u8, step u64, model hash [32],
 //	                                    chunk size u32, total bytes u64,
 //	                                    root [32], n u32, n × chunk SHA-256 [32]
@@ -26,7 +26,9 @@ import (
 //
 // root is the SHA-256 of the n chunk hashes concatenated: a commitment to
 // every byte of the payload. A manifest for another step or model hash than
-// requested has status ckptStatusMismatch and no chunk hashes.
+// requested has status ckptStatusMismatch and no chunk hashes; a request
+// naming another run (the run manifest's id) gets ckptStatusOtherRun and
+// nothing else, so a node of another manifest is never a donor.
 const ProtocolID = "/intellect/ckpt/1.0.0"
 
 // Size limits of the checkpoint protocol, checked before allocating.
@@ -42,7 +44,7 @@ const (
 	// ckptMaxManifest is the largest manifest frame payload.
 	ckptMaxManifest = ckptManifestFixed + 32*ckptMaxChunks
 	// ckptMaxRequest is the largest frame a donor reads.
-	ckptMaxRequest = 64
+	ckptMaxRequest = 128
 	// ckptMaxErrorText bounds the text of an error frame.
 	ckptMaxErrorText = 200
 )
@@ -61,6 +63,7 @@ const (
 	ckptStatusOK       uint8 = 0 // the donor has the wanted step and hash
 	ckptStatusMismatch uint8 = 1 // the donor has another step or hash
 	ckptStatusNone     uint8 = 2 // the donor has no snapshot yet
+	ckptStatusOtherRun uint8 = 3 // the donor belongs to another run
 )
 
 // Error codes of ckptMsgError. Append only.
@@ -150,7 +153,7 @@ func ckptDecodeManifest(p []byte) (*ckptManifest, error) {
 		return nil, fmt.Errorf("%w: manifest announces %d chunk hashes in %d bytes", ErrProtocol, n, len(p))
 	}
 	if m.status != ckptStatusOK {
-		if m.status > ckptStatusNone || n != 0 || cs != 0 || total != 0 || m.root != [32]byte{} {
+		if m.status > ckptStatusOtherRun || n != 0 || cs != 0 || total != 0 || m.root != [32]byte{} {
 			return nil, fmt.Errorf("%w: manifest status %d with %d chunks", ErrProtocol, m.status, n)
 		}
 		return m, nil
@@ -206,21 +209,26 @@ func ckptParseHash(s string) ([32]byte, error) {
 	return h, nil
 }
 
+// ckptManifestReqSize is the size of a ckptMsgManifestReq payload.
+const ckptManifestReqSize = 8 + 32 + 32
+
 // ckptEncodeManifestReq builds a ckptMsgManifestReq payload.
-func ckptEncodeManifestReq(step uint64, hash [32]byte) []byte {
-	b := make([]byte, 8+32)
+func ckptEncodeManifestReq(step uint64, hash, run [32]byte) []byte {
+	b := make([]byte, ckptManifestReqSize)
 	binary.BigEndian.PutUint64(b, step)
 	copy(b[8:], hash[:])
+	copy(b[40:], run[:])
 	return b
 }
 
 // ckptDecodeManifestReq parses a ckptMsgManifestReq payload.
-func ckptDecodeManifestReq(p []byte) (step uint64, hash [32]byte, err error) {
-	if len(p) != 8+32 {
-		return 0, hash, fmt.Errorf("%w: manifest request of %d bytes", ErrProtocol, len(p))
+func ckptDecodeManifestReq(p []byte) (step uint64, hash, run [32]byte, err error) {
+	if len(p) != ckptManifestReqSize {
+		return 0, hash, run, fmt.Errorf("%w: manifest request of %d bytes", ErrProtocol, len(p))
 	}
 	copy(hash[:], p[8:])
-	return binary.BigEndian.Uint64(p), hash, nil
+	copy(run[:], p[40:])
+	return binary.BigEndian.Uint64(p), hash, run, nil
 }
 
 // ckptEncodeChunkReq builds a ckptMsgChunkReq payload.

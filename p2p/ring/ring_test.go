@@ -413,7 +413,8 @@ func TestRingRejects(t *testing.T) {
 	}
 	defer tr.Close()
 	good := arHello{step: 7, shard: 0, shards: 2, sender: 1, size: 2, ringID: "open"}
-	wrongStep, wrongShards, unknown := good, good, good
+	wrongStep, wrongShards, unknown, otherRun := good, good, good, good
+	otherRun.run[0] = 1
 	wrongStep.step = 8
 	wrongShards.shards = 3
 	unknown.ringID = "never opened"
@@ -426,6 +427,7 @@ func TestRingRejects(t *testing.T) {
 		"wrong step":     {fake, wrongStep.encode()},
 		"wrong shards":   {fake, wrongShards.encode()},
 		"not left":       {stranger, good.encode()},
+		"other run":      {fake, otherRun.encode()},
 		"never claimed":  {fake, unknown.encode()},
 		"empty ring id":  {fake, arHello{step: 7, shards: 2, sender: 1, size: 2}.encode()},
 		"sender too big": {fake, arHello{step: 7, shards: 2, sender: 2, size: 2, ringID: "open"}.encode()},
@@ -533,6 +535,7 @@ func TestRingSpecInvalid(t *testing.T) {
 
 func FuzzDecodeHello(f *testing.F) {
 	f.Add(arHello{step: 1, shard: 2, shards: 8, sender: 3, size: 4, ringID: "abc"}.encode())
+	f.Add(arHello{run: [32]byte{7, 8}, step: 1, shards: 1, sender: 1, size: 2, ringID: "r"}.encode())
 	f.Add([]byte{arVersion})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeHello(p)

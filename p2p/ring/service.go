@@ -22,7 +22,7 @@ import (
 // one per shard, and accepts Shards streams from its left neighbour. Frames
 // (p2p.WriteFrame/p2p.ReadFrame):
 //
-//	dialer → acceptor  arMsgHello  version u8, step u64, shard u16, shards u16,
+//	dialer → acceptor  arMsgHello  version u8, run [32], step u64, shard u16, shards u16,
 //	                               sender rank u16, ring size u16,
 //	                               ring id length u8, ring id
 //	dialer → acceptor  arMsgChunk  one mesh chunk message (collective.AllReduce)
@@ -43,7 +43,9 @@ const (
 	// MaxIDLen bounds the ring id of a hello.
 	MaxIDLen = 64
 	// arHelloFixed is the size of a hello without its ring id.
-	arHelloFixed = 1 + 8 + 2 + 2 + 2 + 2 + 1
+	arHelloFixed = 1 + arRunLen + 8 + 2 + 2 + 2 + 2 + 1
+	// arRunLen is the size of the run manifest id in a hello.
+	arRunLen = 32
 	// arMaxHello is the largest hello frame payload.
 	arMaxHello = arHelloFixed + MaxIDLen
 	// arMaxMembers bounds a ring (rank and size are u16, and so is the
@@ -51,8 +53,9 @@ const (
 	arMaxMembers = 1 << 15
 )
 
-// arVersion is the hello's protocol version.
-const arVersion = 1
+// arVersion is the hello's protocol version. 2 added the run manifest id:
+// an acceptor refuses hellos of another run before looking at the ring id.
+const arVersion = 2
 
 // Frame types of ProtocolID. Append only, never renumber.
 const (
@@ -78,12 +81,15 @@ var (
 	ErrProtocol = errors.New("p2p: all-reduce protocol violation")
 	// ErrRejected is wrapped when the right neighbour refused our stream.
 	ErrRejected = errors.New("p2p: all-reduce stream rejected by the neighbour")
+	// ErrOtherRun is wrapped when a hello names another run manifest.
+	ErrOtherRun = errors.New("p2p: all-reduce stream of another run")
 	// ErrServiceClosed is returned by Open after Close.
 	ErrServiceClosed = errors.New("p2p: all-reduce service closed")
 )
 
 // arHello opens every all-reduce stream.
 type arHello struct {
+	run    [arRunLen]byte // the run manifest's id (ServiceConfig.Run)
 	step   uint64
 	shard  uint16
 	shards uint16
@@ -95,6 +101,7 @@ type arHello struct {
 func (h arHello) encode() []byte {
 	b := make([]byte, 0, arHelloFixed+len(h.ringID))
 	b = append(b, arVersion)
+	b = append(b, h.run[:]...)
 	b = binary.BigEndian.AppendUint64(b, h.step)
 	b = binary.BigEndian.AppendUint16(b, h.shard)
 	b = binary.BigEndian.AppendUint16(b, h.shards)
@@ -112,14 +119,16 @@ func decodeHello(p []byte) (arHello, error) {
 	if p[0] != arVersion {
 		return arHello{}, fmt.Errorf("%w: hello version %d, want %d", ErrProtocol, p[0], arVersion)
 	}
+	q := p[1+arRunLen:]
 	h := arHello{
-		step:   binary.BigEndian.Uint64(p[1:]),
-		shard:  binary.BigEndian.Uint16(p[9:]),
-		shards: binary.BigEndian.Uint16(p[11:]),
-		sender: binary.BigEndian.Uint16(p[13:]),
-		size:   binary.BigEndian.Uint16(p[15:]),
+		step:   binary.BigEndian.Uint64(q),
+		shard:  binary.BigEndian.Uint16(q[8:]),
+		shards: binary.BigEndian.Uint16(q[10:]),
+		sender: binary.BigEndian.Uint16(q[12:]),
+		size:   binary.BigEndian.Uint16(q[14:]),
 	}
-	n := int(p[17])
+	copy(h.run[:], p[1:])
+	n := int(q[16])
 	switch {
 	case n == 0 || n > MaxIDLen || len(p) != arHelloFixed+n:
 		return arHello{}, fmt.Errorf("%w: ring id of %d bytes in a hello of %d", ErrProtocol, n, len(p))
@@ -145,6 +154,10 @@ type ServiceConfig struct {
 	PendingTimeout time.Duration
 	// MaxPending bounds the streams waiting for their attempt. Default 256.
 	MaxPending int
+	// Run is the run manifest's id (SHA-256). Hellos carry it, and streams
+	// of another run are refused: a node of another manifest is never in
+	// this node's ring. Zero in tests.
+	Run [32]byte
 	// Logger receives the service's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -317,6 +330,10 @@ func (svc *Service) handle(s network.Stream) {
 			return
 		}
 		svc.reject(s, "bad hello", err)
+		return
+	}
+	if h.run != svc.cfg.Run {
+		svc.reject(s, "other run manifest", fmt.Errorf("%w: run %x, ours %x", ErrOtherRun, h.run[:6], svc.cfg.Run[:6]))
 		return
 	}
 	_ = s.SetReadDeadline(time.Time{})

@@ -478,7 +478,7 @@ func (t *Transport) newStream(ctx context.Context) (network.Stream, error) {
 }
 
 func (t *Transport) hello(shard int) []byte {
-	return arHello{step: t.spec.Step, shard: uint16(shard), shards: uint16(t.spec.Shards),
+	return arHello{run: t.svc.cfg.Run, step: t.spec.Step, shard: uint16(shard), shards: uint16(t.spec.Shards),
 		sender: uint16(t.spec.Self), size: uint16(len(t.spec.Members)), ringID: t.spec.ID}.encode()
 }
 

@@ -203,6 +203,8 @@ func TestScatterGarbage(t *testing.T) {
 		append([]byte{msgHello, 0, 0, 0, byte(helloFixed + 1)}, hello{members: 2, lanes: 2, id: "x"}.encode()...),
 	}
 	bad[2][p2p.FrameHeaderSize] = 99 // wrong version
+	other := hello{run: [32]byte{1}, members: 2, lanes: 2, id: "after-garbage"}.encode()
+	bad = append(bad, append([]byte{msgHello, 0, 0, 0, byte(len(other))}, other...)) // another run
 	for _, b := range bad {
 		s, err := hs[1].NewStream(ctx, ids[0], ProtocolID)
 		if err != nil {
@@ -221,7 +223,7 @@ func TestScatterGarbage(t *testing.T) {
 }
 
 func FuzzDecodeHello(f *testing.F) {
-	f.Add(hello{step: 3, sender: 1, members: 4, lanes: 8, id: "abc"}.encode())
+	f.Add(hello{run: [32]byte{7}, step: 3, sender: 1, members: 4, lanes: 8, id: "abc"}.encode())
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeHello(p)

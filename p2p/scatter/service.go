@@ -28,6 +28,8 @@ type Config struct {
 	// and not yet taken by the collective (a member that sends more than
 	// its share is at fault). Default 1 GiB.
 	MaxBuffered int64
+	// Run is the run manifest's id: streams of another run are refused.
+	Run [32]byte
 	// Logger receives the service's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -127,6 +129,9 @@ func (svc *Service) handle(s network.Stream) {
 	var h hello
 	if err == nil {
 		h, err = decodeHello(p)
+	}
+	if err == nil && h.run != svc.cfg.Run {
+		err = fmt.Errorf("%w: a stream of another run manifest", ErrProtocol)
 	}
 	if err != nil {
 		svc.log.Debug("scatter stream refused", "from", s.Conn().RemotePeer(), "err", err)

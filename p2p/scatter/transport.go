@@ -288,7 +288,7 @@ func (t *Transport) dial(ctx context.Context, to int, o *outStream) error {
 	defer cancel()
 	s, err := t.svc.h.NewStream(dctx, t.spec.Members[to], ProtocolID)
 	if err == nil {
-		h := hello{step: t.spec.Step, sender: uint16(t.spec.Self), members: uint16(len(t.spec.Members)),
+		h := hello{run: t.svc.cfg.Run, step: t.spec.Step, sender: uint16(t.spec.Self), members: uint16(len(t.spec.Members)),
 			lanes: uint16(t.spec.Lanes), id: t.spec.ID}.encode()
 		_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
 		if err = p2p.WriteFrame(s, msgHello, h); err != nil {

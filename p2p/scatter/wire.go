@@ -17,8 +17,8 @@ import (
 // ProtocolID is the stream protocol of the direct scatter. Frames
 // (p2p.WriteFrame/p2p.ReadFrame), all from the dialer to the acceptor:
 //
-//	msgHello  version u8, step u64, sender rank u16, members u16, lanes u16,
-//	          attempt id length u8, attempt id
+//	msgHello  version u8, run manifest id [32]byte, step u64, sender rank u16,
+//	          members u16, lanes u16, attempt id length u8, attempt id
 //	msgChunk  lane u16, one chunk message of the collective
 //	msgAbort  rank u16 of the member the sender blames
 //
@@ -35,7 +35,7 @@ const (
 	maxLanes = 2 * collective.MaxShards
 	// maxChunk is the largest msgChunk payload.
 	maxChunk   = 2 + collective.MaxChunkMsgSize
-	helloFixed = 1 + 8 + 2 + 2 + 2 + 1
+	helloFixed = 1 + 32 + 8 + 2 + 2 + 2 + 1
 	maxHello   = helloFixed + MaxIDLen
 )
 
@@ -53,6 +53,7 @@ var ErrProtocol = errors.New("p2p: scatter protocol violation")
 
 // hello opens every stream of an attempt.
 type hello struct {
+	run     [32]byte // the run manifest's id
 	step    uint64
 	sender  uint16
 	members uint16
@@ -63,6 +64,7 @@ type hello struct {
 func (h hello) encode() []byte {
 	b := make([]byte, 0, helloFixed+len(h.id))
 	b = append(b, version)
+	b = append(b, h.run[:]...)
 	b = binary.BigEndian.AppendUint64(b, h.step)
 	b = binary.BigEndian.AppendUint16(b, h.sender)
 	b = binary.BigEndian.AppendUint16(b, h.members)
@@ -80,12 +82,13 @@ func decodeHello(p []byte) (hello, error) {
 		return hello{}, fmt.Errorf("%w: hello version %d, want %d", ErrProtocol, p[0], version)
 	}
 	h := hello{
-		step:    binary.BigEndian.Uint64(p[1:]),
-		sender:  binary.BigEndian.Uint16(p[9:]),
-		members: binary.BigEndian.Uint16(p[11:]),
-		lanes:   binary.BigEndian.Uint16(p[13:]),
+		step:    binary.BigEndian.Uint64(p[33:]),
+		sender:  binary.BigEndian.Uint16(p[41:]),
+		members: binary.BigEndian.Uint16(p[43:]),
+		lanes:   binary.BigEndian.Uint16(p[45:]),
 	}
-	n := int(p[15])
+	copy(h.run[:], p[1:33])
+	n := int(p[47])
 	switch {
 	case n == 0 || n > MaxIDLen || len(p) != helloFixed+n:
 		return hello{}, fmt.Errorf("%w: attempt id of %d bytes in a hello of %d", ErrProtocol, n, len(p))

@@ -1,0 +1,307 @@
+package node
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/intellect-node/intellect-node/mesh/collective"
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
+)
+
+// Manifest is what every member of a run must agree on, fixed by the node
+// that creates the run. Its canonical encoding (Encode: compact JSON, fields
+// in this order) is content-addressed: ID, the hex SHA-256 of those bytes, is
+// part of the run's identity (gossip topic, DHT key, every stream
+// handshake). docs/manifest.md describes the fields and the trust model.
+type Manifest struct {
+	// Version is the manifest format, ManifestVersion.
+	Version int `json:"version"`
+	// Run is the run's human name (p2p.CheckRunName).
+	Run string `json:"run"`
+	// Nonce is 32 random hex digits drawn by the creator: two runs created
+	// with the same flags are still two runs.
+	Nonce string `json:"genesis_nonce"`
+	// Preset is the model preset the creator named, or "" for a model
+	// config file; Train.Model is the resolved model either way.
+	Preset string `json:"preset"`
+	// Tokenizer names the tokenizer of the data ("byte" for byte-level).
+	Tokenizer string `json:"tokenizer"`
+	// Data is the training mixture: components by name and weight.
+	Data []train.MixtureEntry `json:"data"`
+	// InnerSteps is H, the inner steps per outer step.
+	InnerSteps int `json:"inner_steps"`
+	// Train holds the model, batch, sequence length, the inner optimizer
+	// and its schedule and the init seed; Worker is always 0.
+	Train train.Options `json:"train"`
+	// OuterLR and OuterMomentum are the outer optimizer's settings.
+	OuterLR       float32 `json:"outer_lr"`
+	OuterMomentum float32 `json:"outer_momentum"`
+	// Compression is how pseudo-gradients travel.
+	Compression Compression `json:"compression"`
+	// Averaging is how members combine them: "mean" (the ring) or
+	// "robust" (direct scatter, robust owners; docs/robust.md).
+	Averaging string `json:"averaging"`
+	// Admission says who may join.
+	Admission Admission `json:"admission"`
+	// MaxWeight is the largest averaging weight (inner steps) a member may
+	// claim: H.
+	MaxWeight int `json:"max_weight"`
+}
+
+// Compression is the all-reduce's encoding.
+type Compression struct {
+	Codec         string `json:"codec"` // "int8" or "fp32"
+	ErrorFeedback bool   `json:"error_feedback"`
+	Shards        int    `json:"shards"` // parallel rings; part of the int8 arithmetic
+}
+
+// Admission is a run's admission policy. Only AdmissionOpen exists today;
+// "psk" (a hash of the pre-shared key) and "allowlist" (peer ids signed by
+// the creator's key) will add their own fields here, so a manifest of a
+// newer version is refused by name rather than misread.
+type Admission struct {
+	Policy string `json:"policy"`
+}
+
+// Manifest format constants.
+const (
+	// ManifestVersion is the format written by this version.
+	ManifestVersion = 1
+	// MaxManifestSize bounds an encoded manifest, on disk and on the wire.
+	MaxManifestSize = p2p.MaxManifestSize
+	// ManifestFile is the manifest's file name under the node's home.
+	ManifestFile = "manifest.json"
+	// AdmissionOpen lets anyone join.
+	AdmissionOpen = "open"
+	// DefaultTokenizer is the tokenizer of the embedded corpus.
+	DefaultTokenizer = "byte"
+	// manifestMaxInnerSteps bounds H (the weight a member may claim).
+	manifestMaxInnerSteps = 1 << 16
+	// manifestMaxName bounds tokenizer and data names.
+	manifestMaxName = 256
+	// manifestMaxData bounds the mixture's components.
+	manifestMaxData = 256
+)
+
+// ErrManifest is wrapped by every error about a manifest's content.
+var ErrManifest = errors.New("node: bad run manifest")
+
+// Encode returns the canonical encoding of m.
+func (m *Manifest) Encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	return b, nil
+}
+
+// ManifestID returns the id of an encoded manifest: its hex SHA-256.
+func ManifestID(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// DecodeManifest parses a manifest from untrusted bytes: at most
+// MaxManifestSize, no unknown fields, valid values, and canonical (the bytes
+// are exactly Encode of what they decode to, so one run has one id).
+func DecodeManifest(b []byte) (*Manifest, error) {
+	if len(b) > MaxManifestSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrManifest, len(b), MaxManifestSize)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	var m Manifest
+	if err := d.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	canon, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(canon, b) {
+		return nil, fmt.Errorf("%w: not in canonical form", ErrManifest)
+	}
+	return &m, nil
+}
+
+// Validate rejects a manifest this version cannot run.
+func (m *Manifest) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrManifest, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case m.Version != ManifestVersion:
+		return bad("version %d, this node reads %d", m.Version, ManifestVersion)
+	case p2p.CheckRunName(m.Run) != nil:
+		return bad("%v", p2p.CheckRunName(m.Run))
+	case !isHex(m.Nonce, 32):
+		return bad("genesis nonce %q: want 32 hex digits", m.Nonce)
+	case len(m.Preset) > manifestMaxName || !printable(m.Tokenizer) || len(m.Tokenizer) > manifestMaxName:
+		return bad("preset %q or tokenizer %q", m.Preset, m.Tokenizer)
+	case m.InnerSteps < 1 || m.InnerSteps > manifestMaxInnerSteps || m.MaxWeight != m.InnerSteps:
+		return bad("inner steps %d, max weight %d: want 1..%d and equal", m.InnerSteps, m.MaxWeight, manifestMaxInnerSteps)
+	case m.Train.Worker != 0 || m.Train.Validate() != nil:
+		return bad("train options: worker %d, %v", m.Train.Worker, m.Train.Validate())
+	case !(m.OuterLR > 0 && m.OuterLR <= 10) || !(m.OuterMomentum >= 0 && m.OuterMomentum < 1):
+		return bad("outer lr %v, momentum %v", m.OuterLR, m.OuterMomentum)
+	case m.Averaging != AveragingMean && m.Averaging != AveragingRobust:
+		return bad("averaging %q: want mean or robust", m.Averaging)
+	case m.Averaging == AveragingRobust && m.Compression.Codec != "int8":
+		return bad("robust averaging sends int8, not %s", m.Compression.Codec)
+	case m.Compression.Codec != "int8" && m.Compression.Codec != "fp32":
+		return bad("codec %q: want int8 or fp32", m.Compression.Codec)
+	case m.Compression.Shards < 1 || m.Compression.Shards > collective.MaxShards:
+		return bad("shards %d: want 1..%d", m.Compression.Shards, collective.MaxShards)
+	case m.Admission.Policy != AdmissionOpen:
+		return bad("admission policy %q is not supported by this version (only %q)", m.Admission.Policy, AdmissionOpen)
+	}
+	return m.validateData()
+}
+
+// validateData checks the mixture.
+func (m *Manifest) validateData() error {
+	if len(m.Data) < 1 || len(m.Data) > manifestMaxData {
+		return fmt.Errorf("%w: %d data sources, want 1..%d", ErrManifest, len(m.Data), manifestMaxData)
+	}
+	for _, d := range m.Data {
+		if d.Name == "" || len(d.Name) > manifestMaxName || !printable(d.Name) ||
+			!(d.Weight > 0) || math.IsInf(d.Weight, 0) {
+			return fmt.Errorf("%w: data source %q weight %v", ErrManifest, d.Name, d.Weight)
+		}
+	}
+	return nil
+}
+
+func isHex(s string, n int) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil && len(s) == n && strings.ToLower(s) == s
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newNonce draws a genesis nonce.
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("node: genesis nonce: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// ManifestDiff lists the fields in which two manifests differ, as
+// "path = value" of b (e.g. "inner_steps = 20"), sorted; only paths with one
+// of the prefixes count when prefixes are given.
+func ManifestDiff(a, b *Manifest, prefixes ...string) []string {
+	fa, fb := flatten(a), flatten(b)
+	var out []string
+	for k, vb := range fb {
+		if fa[k] != vb && hasPrefix(k, prefixes) {
+			out = append(out, k+" = "+vb)
+		}
+	}
+	for k := range fa {
+		if _, ok := fb[k]; !ok && hasPrefix(k, prefixes) {
+			out = append(out, k+" = (absent)")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func hasPrefix(k string, prefixes []string) bool {
+	if len(prefixes) == 0 {
+		return true
+	}
+	for _, p := range prefixes {
+		if k == p || strings.HasPrefix(k, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// flatten maps each leaf of m's JSON to its dotted path ("train.lr").
+func flatten(m *Manifest) map[string]string {
+	b, _ := json.Marshal(m)
+	var v any
+	_ = json.Unmarshal(b, &v)
+	out := map[string]string{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				walk(strings.TrimPrefix(path+"."+k, "."), e)
+			}
+		default:
+			s, _ := json.Marshal(x)
+			out[path] = string(s)
+		}
+	}
+	walk("", v)
+	return out
+}
+
+// readManifestFile reads and decodes <home>/manifest.json, returning nil
+// and no error when there is none.
+func readManifestFile(home string) (*Manifest, string, error) {
+	path := filepath.Join(home, ManifestFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("node: read %s: %w", path, err)
+	}
+	m, err := DecodeManifest(b)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return m, ManifestID(b), nil
+}
+
+// writeManifestFile writes the canonical bytes to <home>/manifest.json
+// durably (temp file, fsync, rename).
+func writeManifestFile(home string, b []byte) error {
+	path := filepath.Join(home, ManifestFile)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("node: write manifest: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("node: write manifest: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/network"
+)
+
+// testManifest is the manifest a creator with the default tiny config
+// would write.
+func testManifest(t testing.TB) *Manifest {
+	t.Helper()
+	c := Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifestFromConfig(c, train.DefaultSource())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Nonce = strings.Repeat("0f", 16)
+	return m
+}
+
+// TestManifestCanonical: Encode then DecodeManifest gives the same
+// manifest and bytes; any other spelling of the same content, unknown
+// fields, trailing bytes and oversized input are refused.
+func TestManifestCanonical(t *testing.T) {
+	m := testManifest(t)
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeManifest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := got.Encode()
+	if !bytes.Equal(b, b2) || ManifestID(b) != ManifestID(b2) || len(ManifestID(b)) != 64 {
+		t.Fatalf("round trip changed the bytes:\n%s\n%s", b, b2)
+	}
+	bad := map[string][]byte{
+		"spaces":        bytes.Replace(b, []byte(`"version":1`), []byte(`"version": 1`), 1),
+		"trailing":      append(append([]byte{}, b...), '\n'),
+		"unknown field": bytes.Replace(b, []byte(`{"version":1`), []byte(`{"x":1,"version":1`), 1),
+		"reordered":     bytes.Replace(b, []byte(`"version":1,"run":"m1"`), []byte(`"run":"m1","version":1`), 1),
+		"oversized":     append(append([]byte{}, b...), make([]byte, MaxManifestSize)...),
+		"not json":      []byte("hello"),
+	}
+	for name, p := range bad {
+		if _, err := DecodeManifest(p); !errors.Is(err, ErrManifest) {
+			t.Errorf("%s: %v, want ErrManifest", name, err)
+		}
+	}
+}
+
+// TestManifestValidate: each value this version cannot run is refused by
+// name.
+func TestManifestValidate(t *testing.T) {
+	cases := map[string]func(m *Manifest){
+		"version":    func(m *Manifest) { m.Version = 2 },
+		"run name":   func(m *Manifest) { m.Run = "a/b" },
+		"nonce":      func(m *Manifest) { m.Nonce = "xyz" },
+		"max weight": func(m *Manifest) { m.MaxWeight = 1 << 24 },
+		"worker":     func(m *Manifest) { m.Train.Worker = 3 },
+		"outer lr":   func(m *Manifest) { m.OuterLR = 0 },
+		"codec":      func(m *Manifest) { m.Compression.Codec = "int4" },
+		"shards":     func(m *Manifest) { m.Compression.Shards = 0 },
+		"admission":  func(m *Manifest) { m.Admission.Policy = "psk" },
+		"no data":    func(m *Manifest) { m.Data = nil },
+		"data name":  func(m *Manifest) { m.Data[0].Name = "a\x00b" },
+		"batch":      func(m *Manifest) { m.Train.Batch = 0 },
+	}
+	if err := testManifest(t).Validate(); err != nil {
+		t.Fatalf("good manifest: %v", err)
+	}
+	for name, spoil := range cases {
+		m := testManifest(t)
+		spoil(m)
+		if err := m.Validate(); !errors.Is(err, ErrManifest) {
+			t.Errorf("%s: %v, want ErrManifest", name, err)
+		}
+	}
+}
+
+// TestManifestDiffAndCheck: differences are named by field path with the
+// manifest's value, and only given fields (plus the data) count.
+func TestManifestDiffAndCheck(t *testing.T) {
+	run := testManifest(t)
+	raw, _ := run.Encode()
+	rm := newRunManifest(run, raw)
+	mine := testManifest(t)
+	mine.InnerSteps, mine.MaxWeight, mine.Train.LR = 10, 10, 0.5
+	d := ManifestDiff(mine, run)
+	if !slices.Equal(d, []string{"inner_steps = 20", "max_weight = 20", "train.lr = 0.003"}) {
+		t.Fatalf("diff %q", d)
+	}
+	if err := checkAgainst(mine, rm, nil); err != nil {
+		t.Fatalf("nothing given: %v", err)
+	}
+	err := checkAgainst(mine, rm, map[string]string{"inner_steps": "--inner-steps 10", "outer_lr": "--outer-lr 1"})
+	want := "flag --inner-steps 10 contradicts the run manifest " + short(rm.id) + ": inner_steps = 20"
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "outer_lr") {
+		t.Fatalf("got %v\nwant it to contain %q and not outer_lr", err, want)
+	}
+	mine = testManifest(t)
+	mine.Data = []train.MixtureEntry{{Name: "web.tok", Weight: 1}}
+	if err := checkAgainst(mine, rm, nil); err == nil || !strings.Contains(err.Error(), "other data") {
+		t.Fatalf("other data: %v", err)
+	}
+}
+
+// TestManifestFile: written durably, read back, a corrupt file refused.
+func TestManifestFile(t *testing.T) {
+	home := t.TempDir()
+	if m, _, err := readManifestFile(home); m != nil || err != nil {
+		t.Fatalf("empty home: %v %v", m, err)
+	}
+	raw, _ := testManifest(t).Encode()
+	if err := writeManifestFile(home, raw); err != nil {
+		t.Fatal(err)
+	}
+	m, id, err := readManifestFile(home)
+	if err != nil || id != ManifestID(raw) || m.Run != "m1" {
+		t.Fatalf("read back: %v %s", err, id)
+	}
+	if err := os.WriteFile(filepath.Join(home, ManifestFile), raw[:len(raw)-1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readManifestFile(home); !errors.Is(err, ErrManifest) {
+		t.Fatalf("corrupt file: %v", err)
+	}
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	b, _ := testManifest(f).Encode()
+	f.Add(b)
+	f.Add([]byte(`{"version":1}`))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, err := DecodeManifest(p)
+		if err != nil {
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatalf("accepted an invalid manifest: %v", err)
+		}
+		if b, _ := m.Encode(); !bytes.Equal(b, p) {
+			t.Fatalf("accepted a non-canonical encoding")
+		}
+	})
+}
+
+// TestJoinerRefusesBadManifest: a joiner whose only bootstrap peer serves
+// a manifest that hashes right but does not decode, or bytes that do not
+// hash to the id they claim, refuses to start and says so.
+func TestJoinerRefusesBadManifest(t *testing.T) {
+	good, _ := testManifest(t).Encode()
+	cases := map[string]struct {
+		serve []byte
+		want  string
+	}{
+		"corrupt":  {good[:len(good)-1], "bad run manifest"},
+		"spoiled":  {bytes.Replace(good, []byte(`"policy":"open"`), []byte(`"policy":"psk"`), 1), `admission policy "psk"`},
+		"oversize": {nil, "frame too large"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			donor, err := p2p.New(context.Background(), p2p.Config{Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Logger: unitLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer donor.Close()
+			if tc.serve != nil {
+				srv, err := p2p.ServeManifest(donor.Libp2p(), tc.serve, unitLog)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+			} else {
+				donor.Libp2p().SetStreamHandler(p2p.ManifestProtocolID, func(s network.Stream) {
+					_ = p2p.WriteFrame(s, 1, make([]byte, 32+MaxManifestSize+1))
+					_ = s.Close()
+				})
+			}
+			cfg := Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: donor.Addrs(),
+				StatusAddr: "off", Device: "sim", SimStep: time.Millisecond, Logger: unitLog}
+			n, err := New(context.Background(), cfg)
+			if err == nil {
+				n.host.Close()
+				t.Fatal("joined with a bad manifest")
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "no bootstrap peer served a usable run manifest") {
+				t.Fatalf("err %v, want it to name %q", err, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.Home, ManifestFile)); !os.IsNotExist(err) {
+				t.Fatalf("a refused manifest was stored: %v", err)
+			}
+		})
+	}
+}
