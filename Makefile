@@ -158,6 +158,11 @@ fuzz:
 	$(GO) test ./train -run XXX -fuzz '^FuzzParseShard$$' -fuzztime 30s
 	$(GO) test ./train/tokenizer -run XXX -fuzz '^FuzzParseHF$$' -fuzztime 30s
 	$(GO) test ./node -run XXX -fuzz '^FuzzDecodeHistory$$' -fuzztime 30s
+	$(GO) test ./mesh/collective -run XXX -fuzz '^FuzzScatterDecode$$' -fuzztime 30s -fuzzminimizetime 3s
+	$(GO) test ./p2p/scatter -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
+	$(GO) test ./p2p/scatter -run XXX -fuzz '^FuzzDecodeFrames$$' -fuzztime 30s
+	$(GO) test ./node -run XXX -fuzz '^FuzzDecodeManifest$$' -fuzztime 30s
+	$(GO) test ./p2p -run XXX -fuzz '^FuzzDecodeManifestFrame$$' -fuzztime 30s
 
 # Root: the link emulator's checks, then INTELLECT-1's utilization table
 # (blocking / overlapped / nocomm per profile, sim nodes in network namespaces),
