@@ -43,7 +43,7 @@ func threeSites() Topology {
 func TestLabNAT(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
-	l, err := Start(ctx, threeSites(), wan.Options{Prefix: "inattest"})
+	l, err := Start(ctx, threeSites(), wan.Options{}) // default prefix: make wan-cleanup finds leftovers
 	if err != nil {
 		t.Fatal(err)
 	}
