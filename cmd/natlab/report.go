@@ -41,7 +41,8 @@ type runResult struct {
 	Err        error
 	Hist       histSummary
 	Pairs      []pairResult
-	RelayBytes float64
+	RelayBytes float64 // relayCount.Streams: the figure
+	RelaySvc   float64 // relayCount.Service: go-libp2p's count, a cross-check
 	Notes      []string
 }
 
@@ -66,7 +67,7 @@ func (r *labRun) collect(res *runResult) {
 		os.WriteFile(filepath.Join(r.dir, r.members[0].name+".metrics.txt"), r.metrics, 0o644)
 	}
 	res.Hist = summarizeHistories(hists, final, r.c.Warmup, len(final))
-	res.RelayBytes = r.relay
+	res.RelayBytes, res.RelaySvc = r.relay.Streams, r.relay.Service
 	for i := range r.members {
 		for j := i + 1; j < len(r.members); j++ {
 			d, ok := r.pairs.delay(i, j)
@@ -113,8 +114,8 @@ func (res runResult) directSummary() string {
 }
 
 func (res runResult) oneLine() string {
-	s := fmt.Sprintf("steps %d–%d, ring ≤ %d, hashes %s, direct pairs %s, relayed %.0f B, %.0fs",
-		res.Hist.MinStep, res.Hist.MaxStep, res.Hist.MaxRing, res.hashes(), res.directSummary(), res.RelayBytes, res.Wall.Seconds())
+	s := fmt.Sprintf("steps %d–%d, ring ≤ %d, hashes %s, direct pairs %s, relayed %.0f B (relay service: %.0f B), %.0fs",
+		res.Hist.MinStep, res.Hist.MaxStep, res.Hist.MaxRing, res.hashes(), res.directSummary(), res.RelayBytes, res.RelaySvc, res.Wall.Seconds())
 	if res.Err != nil {
 		s += fmt.Sprintf(" — %v (logs: %s)", res.Err, res.Dir)
 	}

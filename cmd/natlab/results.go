@@ -21,31 +21,49 @@ import (
 // (hop on the relay, stop towards the target).
 const RelayProtocolPrefix = "/libp2p/circuit/relay/"
 
-// relayBytes sums, from a Prometheus text exposition, the bytes received on
-// circuit relay streams (intellect_p2p_bytes_total{protocol=~"/libp2p/
-// circuit/relay/.*",direction="received"}): on a relay every relayed byte is
-// received once on a hop or stop stream before it is sent on.
-func relayBytes(r io.Reader) (float64, error) {
-	var sum float64
+// relayCount is what a relay's /metrics says it relayed, counted twice.
+type relayCount struct {
+	// Streams is the node's own count: bytes received on circuit relay
+	// streams (intellect_p2p_bytes_total{protocol=~"/libp2p/circuit/relay/.*",
+	// direction="received"}). On a relay every relayed byte is received once
+	// on a hop or stop stream before it is sent on; the circuits' handshakes
+	// and reservations count too.
+	Streams float64
+	// Service is go-libp2p's relay service's count of the data it relayed
+	// (libp2p_relaysvc_data_transferred_bytes_total), a cross-check.
+	Service float64
+}
+
+// relayServiceMetric is go-libp2p's relay service counter.
+const relayServiceMetric = "libp2p_relaysvc_data_transferred_bytes_total"
+
+// relayBytes reads both relay counts from a Prometheus text exposition.
+func relayBytes(r io.Reader) (relayCount, error) {
+	var c relayCount
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "intellect_p2p_bytes_total{")
-		if !ok {
+		var dst *float64
+		var value string
+		if v, ok := strings.CutPrefix(line, relayServiceMetric+" "); ok {
+			dst, value = &c.Service, v
+		} else if rest, ok := strings.CutPrefix(line, "intellect_p2p_bytes_total{"); ok {
+			labels, v, ok := strings.Cut(rest, "} ")
+			if !ok || !strings.Contains(labels, `direction="received"`) || !strings.Contains(labels, `protocol="`+RelayProtocolPrefix) {
+				continue
+			}
+			dst, value = &c.Streams, v
+		} else {
 			continue
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok || !strings.Contains(labels, `direction="received"`) || !strings.Contains(labels, `protocol="`+RelayProtocolPrefix) {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		f, err := strconv.ParseFloat(strings.Fields(value + " ")[0], 64)
 		if err != nil {
-			return 0, fmt.Errorf("natlab: metrics line %q: %w", line, err)
+			return c, fmt.Errorf("natlab: metrics line %q: %w", line, err)
 		}
-		sum += v
+		*dst += f
 	}
-	return sum, sc.Err()
+	return c, sc.Err()
 }
 
 // pairTimer tracks, for every pair of sites, when both last joined and when

@@ -12,7 +12,8 @@ import (
 )
 
 // TestRelayBytes: only bytes received on circuit relay streams count; other
-// protocols, the out direction, HELP/TYPE lines and other metrics do not.
+// protocols, the sent direction, HELP/TYPE lines and other metrics do not;
+// go-libp2p's relay service counter is read beside it.
 func TestRelayBytes(t *testing.T) {
 	text := `# HELP intellect_p2p_bytes_total Application bytes on libp2p streams by protocol and direction.
 # TYPE intellect_p2p_bytes_total counter
@@ -21,13 +22,16 @@ intellect_p2p_bytes_total{direction="sent",protocol="/libp2p/circuit/relay/0.2.0
 intellect_p2p_bytes_total{direction="received",protocol="/libp2p/circuit/relay/0.2.0/stop"} 2.5e3
 intellect_p2p_bytes_total{direction="received",protocol="/intellect/allreduce/1.0.0"} 7e6
 intellect_outer_steps_total 8
+# TYPE libp2p_relaysvc_data_transferred_bytes_total counter
+libp2p_relaysvc_data_transferred_bytes_total 3300
+libp2p_relaysvc_connections_total{type="opened"} 40
 `
 	got, err := relayBytes(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != 3500 {
-		t.Errorf("relayBytes = %v, want 3500", got)
+	if got != (relayCount{Streams: 3500, Service: 3300}) {
+		t.Errorf("relayBytes = %+v, want 3500 on streams, 3300 by the service", got)
 	}
 	if _, err := relayBytes(strings.NewReader(`intellect_p2p_bytes_total{direction="received",protocol="/libp2p/circuit/relay/0.2.0/hop"} x`)); err == nil {
 		t.Error("a malformed value must be an error")

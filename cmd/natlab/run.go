@@ -57,7 +57,7 @@ type labRun struct {
 	members []*member
 	logs    []*os.File
 	pairs   *pairTimer
-	relay   float64           // the public member's relayed bytes, last read
+	relay   relayCount        // the public member's relayed bytes, last read
 	metrics []byte            // the public member's last /metrics, kept as evidence
 	links   map[[2]int]string // last link state [observer][peer], for trackLink
 	fired   bool              // the case's event happened

@@ -104,7 +104,7 @@ func (r *labRun) pollRelay(ctx context.Context) {
 		return
 	}
 	if v, err := relayBytes(bytes.NewReader(body)); err == nil {
-		r.relay = max(r.relay, v)
+		r.relay = relayCount{Streams: max(r.relay.Streams, v.Streams), Service: max(r.relay.Service, v.Service)}
 	}
 	r.metrics = body
 }
