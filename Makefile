@@ -176,7 +176,7 @@ bench-wan: build
 
 # Root: the NAT lab of issue 14 against bin/intellect-node (docs/nat.md):
 # a public member and homes behind cone / symmetric NAT routers, real nodes,
-# ≈ 4 min; fails unless every figure meets its target. Cleans up namespaces,
+# ≈ 3 min; fails unless every figure meets its target. Cleans up namespaces,
 # veths, router rules and processes on exit, Ctrl-C, a panic or the timeout
 # (natlab closes its lab; wanbench cleanup then removes anything a killed run
 # left). NATLAB_FLAGS adds flags, e.g. NATLAB_FLAGS='-repeat 5 -out x.md'.
