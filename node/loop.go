@@ -21,6 +21,9 @@ func (n *Node) trainLoop(ctx context.Context) error {
 	if n.cfg.Averaging == AveragingRobust {
 		red = scatterReducer{n}
 	}
+	if n.tamper != nil {
+		red = n.tamper(red)
+	}
 	l := newOuterLoop(cfg, n.engine, &n.model, red, nodePort{n}, nodeHooks{n}, n.cfg.ErrorFeedback, n.log)
 	return l.run(ctx)
 }

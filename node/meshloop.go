@@ -137,6 +137,7 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 			s.Members = members
 		}
 		s.Reachability = n.host.Reachability()
+		s.Excluded = n.host.Excluded()
 		tr := n.host.TotalBandwidth()
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
 	})

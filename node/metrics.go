@@ -33,6 +33,7 @@ type metrics struct {
 	ckptSeconds   prometheus.Histogram
 	ckptFailures  prometheus.Counter
 	robustFlags   *prometheus.CounterVec
+	exclusions    prometheus.Counter
 }
 
 // durationBuckets spans 1 ms to ≈ 35 min: a tiny model's all-reduce on
@@ -54,6 +55,7 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 		fetchFailures: f.counterVec("intellect_model_fetch_failures_total", "Failed model fetches by cause.", "cause"),
 		ckptSeconds:   f.histogram("intellect_checkpoint_duration_seconds", "Wall time of writing a checkpoint to disk."),
 		ckptFailures:  f.counter("intellect_checkpoint_failures_total", "Checkpoint writes that failed."),
+		exclusions:    f.counter("intellect_peer_exclusions_total", "Peers this node excluded from the run on evidence of misbehaviour (robust averaging)."),
 		robustFlags:   f.counterVec("intellect_robust_flags_total", "Chunks of other members' contributions this node's segments clipped hard or rejected (robust averaging).", "verdict"),
 	}
 	for _, v := range []string{"clipped", "rejected"} {

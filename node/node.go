@@ -27,9 +27,13 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
-	host   *p2p.Host
-	ar     *ring.Service
-	sc     *scatter.Service
+	host *p2p.Host
+	ar   *ring.Service
+	sc   *scatter.Service
+	// offences: members whose contributions this node's segments flagged.
+	offences offenceLog
+	// tamper, set by tests only, wraps the reducer: an attacking member.
+	tamper func(reducer) reducer
 	ckpt   *ckpt.Server
 	engine train.Engine
 	data   train.Source

@@ -33,6 +33,9 @@ type Status struct {
 	// Reachability says how others reach this node: public or private
 	// (behind a NAT), its public and relay addresses, hole punches so far.
 	Reachability p2p.Reachability `json:"reachability"`
+	// Excluded lists the peers this node excluded from the run, with the
+	// evidence (robust averaging: flagged again and again, a weight over H).
+	Excluded []p2p.Excluded `json:"excluded,omitempty"`
 	// TokensBySource counts the training tokens this node drew from each
 	// source of its data (mixture component) since it started.
 	TokensBySource map[string]int64 `json:"tokens_by_source,omitempty"`

@@ -247,6 +247,7 @@ type Host struct {
 
 	reach    string       // Config.Reachability resolved before start (initialReachability)
 	punches  *punchLog    // hole-punch outcomes per peer
+	gate     *gater       // peers excluded from the run (Block)
 	built    atomic.Value // the libp2p host once libp2p.New returned, for its own callbacks
 	reachMu  sync.Mutex
 	reachNow network.Reachability // AutoNAT's (or the forced) verdict
@@ -286,6 +287,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		known:     make(map[peer.ID]peer.AddrInfo),
 		reach:     initialReachability(cfg),
 		punches:   &punchLog{},
+		gate:      &gater{blocked: make(map[peer.ID]string)},
 
 		kickAdvertise: make(chan struct{}, 1),
 		kickDiscover:  make(chan struct{}, 1),
@@ -352,6 +354,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 		libp2p.BandwidthReporter(h.bw),
 		libp2p.Ping(true),
 		libp2p.UserAgent("intellect-node"),
+		libp2p.ConnectionGater(h.gate),
 	}
 	if h.cfg.Metrics != nil {
 		opts = append(opts, libp2p.PrometheusRegisterer(h.cfg.Metrics))

@@ -60,7 +60,10 @@ type nodesConfig struct {
 	// binary has --ring-order; the other modes then pin --ring-order sorted.
 	OrderProfiles []string
 	hasOrder      bool // the binary has --ring-order
-	Log           *slog.Logger
+	// NodeFlags are appended to every member's command line (e.g.
+	// "--averaging robust"), not to the no-comm reference's.
+	NodeFlags []string
+	Log       *slog.Logger
 }
 
 // outerStep is the compute time of one outer step.
@@ -131,9 +134,11 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs.StringVar(&c.SVG, "svg", "", "write the utilization plot here")
 	orderProfiles := fs.String("order-profiles", "global", "profiles that also run mode overlapped+order (--ring-order latency; the other modes use --ring-order sorted) when the binary has --ring-order")
 	verbose := fs.Bool("v", false, "log progress to stderr")
+	nodeFlags := fs.String("node-flags", "", "extra flags for every member, separated by spaces (e.g. \"--averaging robust\")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	c.NodeFlags = strings.Fields(*nodeFlags)
 	c.Profiles = splitList(*profiles)
 	c.Modes = splitList(*modes)
 	c.OrderProfiles = splitList(*orderProfiles)
@@ -281,6 +286,7 @@ func (r *nodeRun) nodeArgs(i int) []string {
 		"--min-members", fmt.Sprint(len(r.n.Hosts)), "--shards", fmt.Sprint(c.Shards),
 		"--listen", fmt.Sprintf("/ip4/{addr}/tcp/%d", nodePort), "--status", fmt.Sprintf("127.0.0.1:%d", statusPort),
 		"--home", r.home(name), "--run", "wan-" + r.n.Profile.Name + "-" + strings.ReplaceAll(r.mode, "+", "-"), "--checkpoint-every", "1000000"}
+	args = append(args, c.NodeFlags...)
 	switch r.mode {
 	case modeOverlapped:
 		args = append(args, "--overlap")

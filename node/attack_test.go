@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
+	"github.com/intellect-node/intellect-node/p2p/ring"
+)
+
+// signFlipper is an attacking member: it follows every protocol but sends
+// −1000 × its pseudo-gradient.
+type signFlipper struct{ inner reducer }
+
+func (s signFlipper) attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
+	for i := range b.Src {
+		b.Src[i] *= -1000
+	}
+	return s.inner.attempt(ctx, r, b)
+}
+
+func (s signFlipper) failed(r *mesh.Ring, err error) mesh.PeerID { return s.inner.failed(r, err) }
+
+// TestRobustNetworkExcludesAttacker: 4 in-process nodes average robustly;
+// one sends −1000× its update. The honest three keep identical models that
+// stay near a clean run's, flag it, and exclude it after excludeAfter steps.
+func TestRobustNetworkExcludesAttacker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4 nodes, 6 outer steps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const k, steps = 4, 6
+	nodes := make([]*Node, k)
+	for i := range nodes {
+		var boot []string
+		if i > 0 {
+			boot = nodes[0].host.Addrs()
+		}
+		c := twoNodeConfig(t, steps, false, boot)
+		c.MinMembers, c.Averaging, c.Run = k, AveragingRobust, "attack-test"
+		n, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.host.Close() })
+		nodes[i] = n
+	}
+	bad := nodes[k-1]
+	bad.tamper = func(r reducer) reducer { return signFlipper{r} }
+	errs := make(chan error, k)
+	for _, n := range nodes {
+		go func() { errs <- n.Run(ctx) }()
+	}
+	for range k {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	honest := nodes[:k-1]
+	for _, n := range honest {
+		if n.model.hash != honest[0].model.hash || n.model.step != steps {
+			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
+		}
+		ex := n.host.Excluded()
+		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
+			t.Fatalf("%s excluded %+v, want the attacker %s", n.self, ex, bad.host.ID())
+		}
+		t.Logf("%s: %s", n.self, ex[0].Evidence)
+	}
+	hist := honest[0].board.historyList()
+	first, last := hist[0].EvalLoss, hist[len(hist)-1].EvalLoss
+	if !(last < first) {
+		t.Fatalf("honest held-out loss went from %.4f to %.4f under attack", first, last)
+	}
+}
