@@ -7,7 +7,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short ui-deps tok-deps hf-deps test-hf test-ui demo demo-text demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
+	fuzz bench-wan test-nat wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -173,6 +173,21 @@ bench-wan: build
 	$(GO) build -o $(BIN)/wanbench ./cmd/wanbench; \
 	$(GO) test -count=1 ./cmd/linkemu/... ./cmd/wanbench/...; \
 	timeout -s INT 14m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -svg docs/figures/wan-utilization.svg
+
+# Root: the NAT lab of issue 14 against bin/intellect-node (docs/nat.md):
+# a public member and homes behind cone / symmetric NAT routers, real nodes,
+# ≈ 3 min; fails unless every figure meets its target. Cleans up namespaces,
+# veths, router rules and processes on exit, Ctrl-C, a panic or the timeout
+# (natlab closes its lab; wanbench cleanup then removes anything a killed run
+# left). NATLAB_FLAGS adds flags, e.g. NATLAB_FLAGS='-repeat 5 -out x.md'.
+test-nat: build
+	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: test-nat needs root (network namespaces, TUN devices, iptables)"; exit 0; fi; \
+	command -v iptables-restore >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
+	$(GO) build -o $(BIN)/natlab ./cmd/natlab && $(GO) build -o $(BIN)/wanbench ./cmd/wanbench || exit 1; \
+	$(BIN)/wanbench cleanup; \
+	$(GO) test -count=1 ./cmd/wanbench/nat ./cmd/natlab || exit 1; \
+	timeout -s INT -k 30 6m $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
+	$(BIN)/wanbench cleanup; exit $$status
 
 # Removes network namespaces and processes left by an interrupted WAN run.
 wan-cleanup:

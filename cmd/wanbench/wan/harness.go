@@ -58,6 +58,10 @@ type Options struct {
 	Grace time.Duration
 	// Log receives the harness's and the forwarder's logs; nil discards them.
 	Log *slog.Logger
+	// Subnet holds the hosts' addresses: host i gets SubnetAddr(Subnet, i).
+	// The zero value means Prefix (10.77.0.0/24); it must be an IPv4 /24.
+	// A NAT lab uses addresses libp2p counts as public (e.g. 11.77.0.0/24).
+	Subnet netip.Prefix
 }
 
 func (o *Options) fill() {
@@ -82,6 +86,9 @@ func (o *Options) fill() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if !o.Subnet.IsValid() {
+		o.Subnet = Prefix
+	}
 }
 
 // Host is one host of a running Net.
@@ -92,7 +99,8 @@ type Host struct {
 	Name string
 	// Netns is the namespace's name (ip netns exec NAME ...).
 	Netns string
-	// Addr is the host's address, 10.77.0.(Index+1).
+	// Addr is the host's address, 10.77.0.(Index+1) unless Options.Subnet
+	// says otherwise.
 	Addr netip.Addr
 }
 
@@ -126,6 +134,9 @@ func Start(ctx context.Context, p Profile, opts Options) (*Net, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkSubnet(opts.Subnet); err != nil {
+		return nil, err
+	}
 	n := &Net{Name: runName(opts.Prefix), Profile: p, opts: opts}
 	n.opts.Log = opts.Log.With("system", "wan", "run", n.Name)
 	if err := n.build(ctx); err != nil {
@@ -144,7 +155,7 @@ func runName(prefix string) string {
 func (n *Net) build(ctx context.Context) error {
 	paths := make([]string, len(n.Profile.Hosts))
 	for i, ph := range n.Profile.Hosts {
-		h := Host{Index: i, Name: ph.Name, Netns: n.Name + "." + ph.Name, Addr: Addr(i)}
+		h := Host{Index: i, Name: ph.Name, Netns: n.Name + "." + ph.Name, Addr: SubnetAddr(n.opts.Subnet, i)}
 		if err := ip(ctx, "", "netns", "add", h.Netns); err != nil {
 			return err
 		}
@@ -174,12 +185,12 @@ func (n *Net) build(ctx context.Context) error {
 // and loopback up. The sysctls go first so that the device never sees IPv6
 // chatter, which it would drop while no forwarder reads it yet.
 func (n *Net) configure(ctx context.Context, h Host) error {
-	if err := writeSysctls(h.NetnsPath(), n.opts.Sysctls); err != nil {
+	if err := WriteSysctls(h.NetnsPath(), n.opts.Sysctls); err != nil {
 		return err
 	}
 	batch := fmt.Sprintf("link set lo up\ntuntap add dev %s mode tun\n"+
 		"link set %s mtu %d txqueuelen %d up\naddr add %s dev %s\n",
-		Device, Device, n.opts.MTU, n.opts.TxQueueLen, netip.PrefixFrom(h.Addr, Prefix.Bits()), Device)
+		Device, Device, n.opts.MTU, n.opts.TxQueueLen, netip.PrefixFrom(h.Addr, n.opts.Subnet.Bits()), Device)
 	return ip(ctx, batch, "-n", h.Netns, "-batch", "-")
 }
 
@@ -358,7 +369,7 @@ func (n *Net) Close() error {
 		errs = append(errs, <-n.fwdDone)
 	}
 	for _, h := range n.Hosts {
-		errs = append(errs, deleteNetns(h.Netns))
+		errs = append(errs, DeleteNetns(h.Netns))
 	}
 	n.opts.Log.Info("network removed", "hosts", len(n.Hosts))
 	return errors.Join(errs...)

@@ -55,8 +55,8 @@ func ReadSysctl(netns, key string) (string, error) {
 	return strings.TrimSpace(string(v)), err
 }
 
-// writeSysctls writes settings inside the namespace at netns.
-func writeSysctls(netns string, settings []Sysctl) error {
+// WriteSysctls writes settings inside the namespace at netns (a file path).
+func WriteSysctls(netns string, settings []Sysctl) error {
 	return emu.InNetns(netns, func() error {
 		for _, s := range settings {
 			if err := os.WriteFile(sysctlPath(s.Key), []byte(s.Value), 0); err != nil {
@@ -82,8 +82,9 @@ func ip(ctx context.Context, stdin string, args ...string) error {
 	return nil
 }
 
-// deleteNetns kills every process left in the named namespace, then deletes it.
-func deleteNetns(name string) error {
+// DeleteNetns kills every process left in the named namespace, then deletes
+// it (and with it its devices, veth peers and iptables rules).
+func DeleteNetns(name string) error {
 	out, err := exec.Command("ip", "netns", "pids", name).Output()
 	if err == nil {
 		for _, f := range strings.Fields(string(out)) {
@@ -151,7 +152,7 @@ func Cleanup(prefix string, all bool, log *slog.Logger) ([]string, error) {
 	var deleted []string
 	var errs []error
 	for _, n := range names {
-		if err := deleteNetns(n); err != nil {
+		if err := DeleteNetns(n); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -69,14 +69,30 @@ func RateScale(bytesPerStep float64, step time.Duration) float64 {
 }
 
 // Addr is the address of host i (0-based) of any profile: 10.77.0.(i+1).
-func Addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)}) }
+func Addr(i int) netip.Addr { return SubnetAddr(Prefix, i) }
 
-// Prefix is the subnet all hosts share.
+// Prefix is the subnet all hosts share by default (Options.Subnet).
 var Prefix = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, 0, 0}), 24)
+
+// SubnetAddr is the address of host i (0-based) in the /24 subnet s: its
+// (i+1)th address.
+func SubnetAddr(s netip.Prefix, i int) netip.Addr {
+	b := s.Masked().Addr().As4()
+	b[3] = byte(i + 1)
+	return netip.AddrFrom4(b)
+}
+
+// checkSubnet accepts IPv4 /24 subnets only (the profiles' 250 hosts fit).
+func checkSubnet(s netip.Prefix) error {
+	if !s.Addr().Is4() || s.Bits() != 24 {
+		return fmt.Errorf("%w: subnet %v is not an IPv4 /24", ErrProfile, s)
+	}
+	return nil
+}
 
 // Config turns the profile into a forwarder configuration for host i in
 // namespace file netns[i] with device Device, taking from o the rate scale,
-// MTU, seed and offload setting.
+// MTU, seed, offload setting and subnet.
 func (p Profile) Config(netns []string, o Options) (emu.Config, error) {
 	o.fill()
 	scale := o.RateScale
@@ -86,9 +102,12 @@ func (p Profile) Config(netns []string, o Options) (emu.Config, error) {
 	if !(scale > 0) || len(netns) != len(p.Hosts) {
 		return emu.Config{}, fmt.Errorf("%w: scale %v, %d namespaces for %d hosts", ErrProfile, scale, len(netns), len(p.Hosts))
 	}
+	if err := checkSubnet(o.Subnet); err != nil {
+		return emu.Config{}, err
+	}
 	c := emu.Config{MTU: o.MTU, Seed: o.Seed, Offload: !o.NoOffload}
 	for i, h := range p.Hosts {
-		c.Hosts = append(c.Hosts, emu.Host{Name: h.Name, Netns: netns[i], Dev: Device, Addr: Addr(i)})
+		c.Hosts = append(c.Hosts, emu.Host{Name: h.Name, Netns: netns[i], Dev: Device, Addr: SubnetAddr(o.Subnet, i)})
 	}
 	for i, a := range p.Hosts {
 		for j, b := range p.Hosts {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,25 @@ func TestTxDrops(t *testing.T) {
 	}
 	if _, err := txDrops(dev, "eth0"); err == nil {
 		t.Error("txDrops found a device that is not there")
+	}
+}
+
+// TestProfileConfigSubnet: Options.Subnet moves every host's address into
+// that /24; anything but an IPv4 /24 is refused.
+func TestProfileConfigSubnet(t *testing.T) {
+	p, _ := Lookup("usa")
+	ns := []string{"/n/0", "/n/1", "/n/2", "/n/3"}
+	sub := netip.MustParsePrefix("11.77.0.0/24")
+	c, err := p.Config(ns, Options{Subnet: sub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Hosts[2].Addr, netip.MustParseAddr("11.77.0.3"); got != want {
+		t.Errorf("host 2 address %v, want %v", got, want)
+	}
+	for _, bad := range []string{"11.77.0.0/16", "fd00::/120"} {
+		if _, err := p.Config(ns, Options{Subnet: netip.MustParsePrefix(bad)}); !errors.Is(err, ErrProfile) {
+			t.Errorf("subnet %s: err %v, want ErrProfile", bad, err)
+		}
 	}
 }
