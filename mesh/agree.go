@@ -158,7 +158,7 @@ func (m *Mesh) canVote() bool {
 		return true
 	}
 	for id, p := range m.peers {
-		if !p.dead && m.awaits(p) && !m.ag.excluded[id] {
+		if !p.dead && m.awaits(p) && !m.ag.excluded[id] && m.linkCost[id] != LinkUnreachable {
 			if _, ok := m.ag.known[id]; !ok {
 				return false
 			}
@@ -170,7 +170,10 @@ func (m *Mesh) canVote() bool {
 // awaits reports whether a Ready node should wait for p (up to
 // StragglerTicks): p trains the same model, or is finishing the previous
 // step of this line (its news of the new step may not have arrived yet), or
-// is fetching a model.
+// is fetching a model. canVote does not wait for a peer this node reaches
+// only through a relay, or not at all (LinkUnreachable): a member behind a
+// symmetric NAT, left out of every ring and fetching each step's model,
+// would otherwise hold every step for StragglerTicks.
 func (m *Mesh) awaits(p *meshPeer) bool {
 	switch {
 	case p.state == StateSyncing:

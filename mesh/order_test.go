@@ -248,9 +248,14 @@ func TestSimNATRings(t *testing.T) {
 	}{{[][2]int{{1, 3}, {3, 2}}, 3}, {[][2]int{{1, 3}}, 4}} {
 		rows := natRows(c.relayed...)
 		s := newSimNet(t, 12)
+		s.fetchTicks = 3 * DefaultStragglerTicks // the left-out member is still fetching when the next step is Ready
 		s.addN(4, nil)
 		setSimLinks(s, rows)
 		s.runUntil(4000, "4 steps done", func() bool { return len(s.done) >= 4 })
+		// Nobody waits StragglerTicks for a member it cannot reach directly.
+		if s.now >= DefaultStragglerTicks { // 4 steps in less than one straggler wait
+			t.Fatalf("relayed %v: 4 steps took %d ticks: someone waited for the unreachable member", c.relayed, s.now)
+		}
 		for _, d := range s.done {
 			if len(d.ring.Members) != c.size {
 				t.Fatalf("relayed %v: step %d ring %v, want %d members", c.relayed, d.step, d.ring.Members, c.size)
