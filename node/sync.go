@@ -27,12 +27,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		what = "adopting the larger side's model"
 	}
 	n.log.Info(what, "step", f.Step, "hash", short(f.Hash), "donors", len(f.From), "our_step", n.model.step, "our_hash", short(n.model.hash))
-	donors := make([]peer.ID, 0, len(f.From))
-	for _, id := range f.From {
-		if p, err := peerID(id); err == nil && id != n.self {
-			donors = append(donors, p)
-		}
-	}
+	donors := n.reachableDonors(f.From)
 	start := time.Now()
 	progress := n.fetchProgress()
 	data, bad, err := ckpt.Fetch(ctx, n.host.Libp2p(), donors, ckpt.FetchSpec{Step: f.Step, Hash: f.Hash, Run: n.runKey()},
@@ -61,6 +56,28 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
 	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
 	return nil
+}
+
+// reachableDonors returns the donors of from (this node excluded) that it
+// has a direct connection to, or all of them if none: a donor behind a NAT
+// that this node reaches only through a relay, or not at all, would hold
+// the download's manifest round for its whole timeout.
+func (n *Node) reachableDonors(from []mesh.PeerID) []peer.ID {
+	var all, direct []peer.ID
+	for _, id := range from {
+		p, err := peerID(id)
+		if err != nil || id == n.self {
+			continue
+		}
+		all = append(all, p)
+		if info := n.host.PeerInfo(p); info.Connected && !info.Relayed {
+			direct = append(direct, p)
+		}
+	}
+	if len(direct) > 0 {
+		return direct
+	}
+	return all
 }
 
 // fetchFailed counts and reports a failed fetch — a warning the first time

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -404,5 +406,24 @@ func TestFetchBackoff(t *testing.T) {
 	b.succeeded()
 	if got, repeat := b.failed("too big"); got != fetchRetryBase || repeat {
 		t.Fatalf("after a success: wait %v repeat %v", got, repeat)
+	}
+}
+
+// TestReachableDonors: donors this node is connected to directly come
+// first and alone; without any, all are tried.
+func TestReachableDonors(t *testing.T) {
+	h, other := unitHost(t), unitHost(t)
+	n, _ := unitMeshNode(h)
+	if err := h.Libp2p().Connect(context.Background(), peer.AddrInfo{ID: other.ID(), Addrs: other.Libp2p().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	stranger := mesh.PeerID(unitPeerID(t).String())
+	near := mesh.PeerID(other.ID().String())
+	got := n.reachableDonors([]mesh.PeerID{stranger, n.self, near})
+	if len(got) != 1 || got[0] != other.ID() {
+		t.Fatalf("donors %v, want only the connected %s", got, other.ID())
+	}
+	if got := n.reachableDonors([]mesh.PeerID{stranger, n.self}); len(got) != 1 || got[0].String() != string(stranger) {
+		t.Fatalf("donors %v, want the one unconnected donor", got)
 	}
 }
