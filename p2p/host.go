@@ -619,7 +619,7 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 	info := PeerInfo{
 		ID:            id,
 		Connectedness: c.String(),
-		Connected:     c == network.Connected,
+		Connected:     c == network.Connected || c == network.Limited, // Limited: through a relay only (Relayed)
 		Latency:       ps.LatencyEWMA(id),
 		Protected:     h.cm.IsProtected(id, protectRingTag),
 		Traffic:       h.bw.peer(id),
