@@ -282,7 +282,7 @@ const drainTimeout = 10 * time.Second
 
 // reachedMax reports whether maxOuter is reached. If so, it first drains:
 // it waits until every other member of the last ring is seen at this node's
-// step or gone (or drainTimeout passes). A member whose all-reduce returned
+// step or gone, and no peer is fetching a model (or drainTimeout passes). A member whose all-reduce returned
 // has written all its bytes, but they may still be on their way to a slower
 // neighbour; leaving at once would cut them off.
 func (l *outerLoop) reachedMax(ctx context.Context) bool {
@@ -297,7 +297,7 @@ func (l *outerLoop) reachedMax(ctx context.Context) bool {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			l.log.Warn("leaving before every member of the last ring was seen at this step")
+			l.log.Warn("leaving before every member of the last ring was seen at this step, or while a peer still fetches the model")
 			return true
 		case <-ctx.Done():
 		}

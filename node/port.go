@@ -86,8 +86,15 @@ func (c meshCmd) apply(m *mesh.Mesh) {
 }
 
 // ringCaughtUp reports whether every other member of the last decided ring
-// is known to be at st.Step or beyond, or gone.
+// is known to be at st.Step or beyond, or gone, and no live peer is still
+// fetching a model (this node may be its only donor: a member behind a
+// symmetric NAT, left out of the rings, syncs every step from the public one).
 func ringCaughtUp(st mesh.Status) bool {
+	for _, p := range st.Peers {
+		if !p.Dead && p.State == mesh.StateSyncing {
+			return false
+		}
+	}
 	if st.Ring == nil {
 		return true
 	}

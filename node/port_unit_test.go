@@ -38,6 +38,8 @@ func TestRingCaughtUpTable(t *testing.T) {
 		{"Ready at our step counts", ring, 5, []mesh.PeerStatus{{ID: "b", Step: 5, State: mesh.StateReady}, peer("c", 5)}, true},
 		{"Syncing behind holds", ring, 5, []mesh.PeerStatus{{ID: "b", Step: 2, State: mesh.StateSyncing}, peer("c", 5)}, false},
 		{"step 0, nobody can be behind", ring, 0, []mesh.PeerStatus{peer("b", 0), peer("c", 0)}, true},
+		{"a non-member fetching holds", ring, 5, []mesh.PeerStatus{peer("b", 5), peer("c", 5), {ID: "d", Step: 4, State: mesh.StateSyncing}}, false},
+		{"a dead one fetching does not", nil, 5, []mesh.PeerStatus{{ID: "d", Step: 4, State: mesh.StateSyncing, Dead: true}}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -87,6 +87,13 @@ func (n *Node) reachableDonors(from []mesh.PeerID) []peer.ID {
 // not become a storm of retries and log lines.
 func (n *Node) fetchFailed(ctx context.Context, f *mesh.Fetch, cause, msg string, err error) error {
 	n.met.fetchFailures.WithLabelValues(cause).Inc()
+	if errors.Is(err, ckpt.ErrMovedOn) {
+		// Not a failure to back off from: the network is a step ahead of
+		// what the mesh asked for; it asks for the newest at once.
+		n.log.Info("the donors moved on; fetching their newer step", "step", f.Step)
+		nodePort{n}.SyncFailed()
+		return nil
+	}
 	wait, repeat := n.retry.failed(cause + ": " + err.Error())
 	level := slog.LevelWarn
 	if repeat {

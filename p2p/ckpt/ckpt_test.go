@@ -277,8 +277,13 @@ func TestCkptOtherStepIgnored(t *testing.T) {
 	// Same step, different model (e.g. the other side of a partition).
 	other := ckptTestSnapshot(5, 2<<20, 128<<10, 6)
 	_, _, err = ckptFetch(t, j, []peer.ID{ahead.ID()}, other, FetchConfig{}, nil)
-	if !errors.Is(err, ErrNoDonors) {
-		t.Fatalf("want ErrNoDonors from a donor without the step, got %v", err)
+	if !errors.Is(err, ErrNoDonors) || !errors.Is(err, ErrMovedOn) {
+		t.Fatalf("want ErrNoDonors and ErrMovedOn from a donor a step ahead, got %v", err)
+	}
+	// A donor behind: not moved on.
+	_, _, err = ckptFetch(t, j, []peer.ID{good.ID()}, ckptTestSnapshot(7, 2<<20, 128<<10, 6), FetchConfig{}, nil)
+	if !errors.Is(err, ErrNoDonors) || errors.Is(err, ErrMovedOn) {
+		t.Fatalf("want ErrNoDonors without ErrMovedOn from a donor behind, got %v", err)
 	}
 }
 

@@ -20,6 +20,10 @@ import (
 // every one that had it failed or served bad data.
 var ErrNoDonors = errors.New("p2p: no donor could supply the checkpoint")
 
+// ErrMovedOn is wrapped (with ErrNoDonors) when every donor that answered
+// already holds a later step: ask again for the newest one, at once.
+var ErrMovedOn = errors.New("the donors moved on to a later step")
+
 // ErrBadSpec is returned when the wanted step and hash are unusable.
 var ErrBadSpec = errors.New("p2p: bad checkpoint spec")
 
@@ -156,6 +160,7 @@ type ckptFetcher struct {
 	excluded map[peer.ID]bool // bad, failed or stalled donors
 	bad      []peer.ID
 	reasons  []string
+	newer    int // donors that answered with a later step than wanted
 }
 
 // run tries manifest rounds and transfers until one verifies or no usable
@@ -207,6 +212,9 @@ func (f *ckptFetcher) run(ctx context.Context, donors []peer.ID) ([]byte, []peer
 
 // noDonors builds the final error with the reasons collected.
 func (f *ckptFetcher) noDonors() error {
+	if f.newer > 0 && f.newer == len(f.reasons) {
+		return fmt.Errorf("%w: %w: step %d hash %.12s: %s", ErrNoDonors, ErrMovedOn, f.want.Step, f.want.Hash, strings.Join(f.reasons, "; "))
+	}
 	if len(f.reasons) == 0 {
 		return fmt.Errorf("%w: step %d hash %.12s", ErrNoDonors, f.want.Step, f.want.Hash)
 	}
@@ -292,6 +300,9 @@ func (f *ckptFetcher) askManifests(ctx context.Context, cands []peer.ID) (group 
 		case o.man.status != ckptStatusOK:
 			f.excluded[o.peer] = true
 			f.reasons = append(f.reasons, fmt.Sprintf("%s: has step %d hash %x", o.peer, o.man.step, o.man.modelHash[:6]))
+			if o.man.step > f.want.Step {
+				f.newer++
+			}
 		default:
 			k := o.man.key()
 			groups[k] = append(groups[k], o)
