@@ -128,6 +128,9 @@ func (m *Mesh) progress() {
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
 		if m.decidable() {
 			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks()); ok {
+				if m.waitForLinks() {
+					return
+				}
 				m.leaveOut(m.ag.vote[i].ID)
 				continue
 			}
@@ -283,6 +286,26 @@ func (m *Mesh) refuted() bool {
 		}
 	}
 	return false
+}
+
+// linkRecheckTicks is how often a node waiting for links to be punched
+// votes again with its fresh link costs.
+const linkRecheckTicks = 10
+
+// waitForLinks: before the run's first ring, a vote whose members no ring
+// of direct links holds is not decided at once while the members' links
+// may still be punched (up to StragglerTicks after this node was Ready):
+// every linkRecheckTicks this node votes again in a new round carrying its
+// fresh link costs, and the others, refuted, follow. Later steps leave the
+// member out at once (it is already in the run and fetches the model).
+func (m *Mesh) waitForLinks() bool {
+	if m.established || m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
+		return false
+	}
+	if m.tick-m.ag.roundAt >= linkRecheckTicks {
+		m.vote(max(m.ag.round+1, m.ag.maxRound))
+	}
+	return true
 }
 
 // leaveOut excludes id from this step because no ring of direct links holds

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,7 +57,7 @@ func (r *labRun) collect(res *runResult) {
 		if err != nil {
 			r.note("%s: history: %v", m.name, err)
 		}
-		hists = append(hists, recs)
+		hists = append(hists, withEndModel(recs, m.statusJSON))
 		if !(r.cs.Event == leave && i == r.cs.EventSite) {
 			final = append(final, i)
 		}
@@ -75,6 +76,21 @@ func (r *labRun) collect(res *runResult) {
 		}
 	}
 	res.Notes = r.notes
+}
+
+// withEndModel adds to a member's history the model its last /v1/status
+// reported, when that is a later step: a member that only syncs (left out
+// of every ring behind a symmetric NAT) records no outer step of its own,
+// yet ends holding the network's model. Members 0: not a step it reduced.
+func withEndModel(recs []node.OuterRecord, statusJSON []byte) []node.OuterRecord {
+	var st node.Status
+	if json.Unmarshal(statusJSON, &st) != nil || st.ModelHash == "" {
+		return recs
+	}
+	if n := len(recs); n > 0 && recs[n-1].Step >= st.OuterStep {
+		return recs
+	}
+	return append(recs, node.OuterRecord{Step: st.OuterStep, ModelHash: st.ModelHash})
 }
 
 // relayPerStep is the relayed bytes divided by the outer steps reached.

@@ -150,3 +150,18 @@ func TestCases(t *testing.T) {
 		t.Error("case c must restart a NATed member, case d stop the public one")
 	}
 }
+
+func TestWithEndModel(t *testing.T) {
+	recs := []node.OuterRecord{rec(0, 0, "h0", 0, 0, 0)}
+	got := withEndModel(recs, []byte(`{"outer_step": 8, "model_hash": "h8"}`))
+	if len(got) != 2 || got[1].Step != 8 || got[1].ModelHash != "h8" || got[1].Members != 0 {
+		t.Fatalf("a syncing member's end model: %+v", got)
+	}
+	full := []node.OuterRecord{rec(8, 3, "h8", 1, 1, 0)}
+	if got := withEndModel(full, []byte(`{"outer_step": 8, "model_hash": "h8"}`)); len(got) != 1 {
+		t.Fatalf("a member that recorded its last step got %+v", got)
+	}
+	if got := withEndModel(recs, []byte(`not json`)); len(got) != 1 {
+		t.Fatalf("a bad status changed the history: %+v", got)
+	}
+}
