@@ -15,6 +15,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
 	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/train"
 )
 
 // Targets of issue 14.
@@ -57,7 +58,7 @@ func (r *labRun) collect(res *runResult) {
 		if err != nil {
 			r.note("%s: history: %v", m.name, err)
 		}
-		hists = append(hists, withEndModel(recs, m.statusJSON))
+		hists = append(hists, withEndModel(recs, endModel(m.home, m.statusJSON)))
 		if !(r.cs.Event == leave && i == r.cs.EventSite) {
 			final = append(final, i)
 		}
@@ -78,10 +79,34 @@ func (r *labRun) collect(res *runResult) {
 	res.Notes = r.notes
 }
 
-// withEndModel adds to a member's history the model its last /v1/status
-// reported, when that is a later step: a member that only syncs (left out
-// of every ring behind a symmetric NAT) records no outer step of its own,
-// yet ends holding the network's model. Members 0: not a step it reduced.
+// endModel returns, as a status JSON, the model a member ended with: the
+// step and hash of the checkpoint it wrote at exit (node.json), else its
+// last /v1/status (which may predate a sync finished just before exit).
+func endModel(home string, statusJSON []byte) []byte {
+	dir, err := train.ResolveCheckpoint(filepath.Join(home, "checkpoints"))
+	if err != nil {
+		return statusJSON
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	if err != nil {
+		return statusJSON
+	}
+	var nj struct {
+		Step uint64 `json:"step"`
+		Hash string `json:"hash"`
+	}
+	if json.Unmarshal(b, &nj) != nil || nj.Hash == "" {
+		return statusJSON
+	}
+	out, _ := json.Marshal(node.Status{OuterStep: nj.Step, ModelHash: nj.Hash})
+	return out
+}
+
+// withEndModel adds to a member's history the model it ended with (a
+// status JSON, endModel), when that is a later step: a member that only
+// syncs (left out of every ring behind a symmetric NAT) records no outer
+// step of its own, yet ends holding the network's model. Members 0: not a
+// step it reduced.
 func withEndModel(recs []node.OuterRecord, statusJSON []byte) []node.OuterRecord {
 	var st node.Status
 	if json.Unmarshal(statusJSON, &st) != nil || st.ModelHash == "" {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +165,22 @@ func TestWithEndModel(t *testing.T) {
 	}
 	if got := withEndModel(recs, []byte(`not json`)); len(got) != 1 {
 		t.Fatalf("a bad status changed the history: %+v", got)
+	}
+}
+
+func TestEndModelFromCheckpoint(t *testing.T) {
+	home := t.TempDir()
+	status := []byte(`{"outer_step": 5, "model_hash": "h5"}`)
+	if got := endModel(home, status); string(got) != string(status) {
+		t.Fatalf("no checkpoint: %s, want the status", got)
+	}
+	for _, step := range []string{"step-00000007", "step-00000008"} {
+		dir := filepath.Join(home, "checkpoints", step)
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "node.json"), []byte(`{"step": `+step[len(step)-1:]+`, "hash": "h`+step[len(step)-1:]+`"}`), 0o644)
+	}
+	got := withEndModel([]node.OuterRecord{rec(0, 0, "h0", 0, 0, 0)}, endModel(home, status))
+	if last := got[len(got)-1]; last.Step != 8 || last.ModelHash != "h8" {
+		t.Fatalf("end model %+v, want step 8 h8 from the newest checkpoint", last)
 	}
 }
