@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -89,8 +91,20 @@ func attacked(reduce train.Reducer, name string, f int, seed uint64) (train.Redu
 		for i := range deltas {
 			prev[i] = slices.Clone(deltas[i])
 		}
-		return reduce(ctx, sent, w, out)
+		return reduceOrRetry(ctx, reduce, sent, w, out)
 	}, nil
+}
+
+// reduceOrRetry reduces, and when the attempt fails naming a member (e.g.
+// one whose own encoder refused its NaN update), reduces again without it,
+// as the network's members agree a new ring without the culprit.
+func reduceOrRetry(ctx context.Context, reduce train.Reducer, vecs [][]float32, w []float32, out []float32) error {
+	err := reduce(ctx, vecs, w, out)
+	var pe *collective.PeerError
+	if err == nil || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank >= len(vecs) || len(vecs) < 2 {
+		return err
+	}
+	return reduce(ctx, slices.Delete(slices.Clone(vecs), pe.Rank, pe.Rank+1), slices.Delete(slices.Clone(w), pe.Rank, pe.Rank+1), out)
 }
 
 func attackNames() []string {
