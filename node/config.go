@@ -191,7 +191,7 @@ const (
 	// AveragingMean and AveragingRobust are the values of Config.Averaging.
 	AveragingMean           = "mean"
 	AveragingRobust         = "robust"
-	DefaultAveraging        = AveragingMean
+	DefaultAveraging        = AveragingRobust
 	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
 	DefaultAllReduceTimeout = 60 * time.Second
 	DefaultCheckpointEvery  = 10
@@ -248,6 +248,9 @@ func (c *Config) fillDefaults() error {
 	defString(&c.StatusAddr, DefaultStatusAddr)
 	defString(&c.RingOrder, DefaultRingOrder)
 	defString(&c.Reachability, p2p.ReachAuto)
+	if c.FP32 {
+		defString(&c.Averaging, AveragingMean) // robust averaging sends int8
+	}
 	defString(&c.Averaging, DefaultAveraging)
 	defString(&c.Tokenizer, DefaultTokenizer)
 	defInt(&c.InnerSteps, DefaultInnerSteps)

@@ -30,7 +30,7 @@ func TestConfigDefaultsTable(t *testing.T) {
 	}{
 		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}},
 		{"Reachability", c.Reachability, "auto"},
-		{"Averaging", c.Averaging, "mean"},
+		{"Averaging", c.Averaging, "robust"},
 		{"Run", c.Run, "default"},
 		{"Preset", c.Preset, "tiny"},
 		{"Device", c.Device, "cpu"},

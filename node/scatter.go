@@ -11,7 +11,8 @@ import (
 	"github.com/intellect-node/intellect-node/p2p/scatter"
 )
 
-// scatterReducer is the reducer of a node with --averaging robust: one
+// scatterReducer is the reducer of a node with --averaging robust (the
+// default): one
 // attempt of the direct scatter (p2p/scatter), each segment owner clipping
 // and combining every member's whole contribution (docs/robust.md).
 type scatterReducer struct{ n *Node }

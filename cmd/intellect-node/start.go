@@ -58,7 +58,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "parallel rings (streams per neighbour) of the all-reduce; every member must use the same")
 	fs.BoolVar(&c.FP32, "fp32", false, "all-reduce in float32 instead of int8 (4× the traffic; for comparisons)")
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient")
-	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: mean (the ring's weighted mean) or robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md); every member must use the same")
+	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md) or mean (the ring's weighted mean; the default with --fp32); recorded in the run manifest")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps (0: only at exit)")
@@ -75,6 +75,9 @@ func runStart(args []string) error {
 	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
 	c.OuterLR = float32(*f.outerLR)
 	c.Given = givenRunFlags(fs)
+	if _, ok := c.Given["averaging"]; c.FP32 && !ok {
+		c.Averaging = node.AveragingMean // --fp32 alone: the ring's mean (robust averaging sends int8)
+	}
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = -1 // --checkpoint-every 0: only at exit
 	}
