@@ -127,7 +127,7 @@ func (m *Mesh) progress() {
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
 		if m.decidable() {
-			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks()); ok {
+			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks(), m.cfg.AllDirect); ok {
 				if m.waitForLinks() {
 					return
 				}

@@ -134,12 +134,13 @@ func meshSymmetricCosts(rows [][]uint32) ([][]uint64, bool) {
 
 // meshUnreachableMember returns the index of the member to leave out of
 // this step when no ring of the k members avoids every LinkUnreachable link
-// (rows as for meshRingOrder): the one with the fewest direct links, the
+// (with allDirect: when any two members' link is unreachable; rows as for
+// meshRingOrder): the one with the fewest direct links, the
 // last such by index on a tie. Like the order, it is a pure function of the
 // decided vote's rows, so every decider leaves out the same member. Above
 // meshExactOrderMax members the order is a heuristic, so a direct ring that
 // 2-opt misses costs a member its step.
-func meshUnreachableMember(k int, rows [][]uint32) (int, bool) {
+func meshUnreachableMember(k int, rows [][]uint32, allDirect bool) (int, bool) {
 	if k < 2 || len(rows) != k {
 		return 0, false
 	}
@@ -147,7 +148,11 @@ func meshUnreachableMember(k int, rows [][]uint32) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	if b, _ := meshCycleCost(c, meshRingOrder(k, rows)); b != LinkUnreachable {
+	if allDirect {
+		if !meshAnyUnreachable(c) {
+			return 0, false
+		}
+	} else if b, _ := meshCycleCost(c, meshRingOrder(k, rows)); b != LinkUnreachable {
 		return 0, false
 	}
 	out, fewest := 0, k
@@ -276,4 +281,16 @@ func meshTwoOpt(c [][]uint64, order []int) []int {
 		}
 	}
 	return order
+}
+
+// meshAnyUnreachable reports whether some link of c is LinkUnreachable.
+func meshAnyUnreachable(c [][]uint64) bool {
+	for i := range c {
+		for j := range c[i] {
+			if i != j && c[i][j] == LinkUnreachable {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -197,8 +197,12 @@ func TestRingOrderAvoidsRelayedLinks(t *testing.T) {
 	if b := bottleneck(rows, order); b != 10 {
 		t.Fatalf("order %v has bottleneck %d, want 10 (a ring of direct links exists)", order, b)
 	}
-	if i, ok := meshUnreachableMember(4, rows); ok {
+	if i, ok := meshUnreachableMember(4, rows, false); ok {
 		t.Fatalf("member %d left out although a direct ring exists", i)
+	}
+	// The direct scatter needs every pair direct: 0–1 and 2–3 are not.
+	if _, ok := meshUnreachableMember(4, rows, true); !ok {
+		t.Fatal("all-direct: nobody left out although two pairs are relayed")
 	}
 }
 
@@ -212,16 +216,16 @@ func TestUnreachableMemberLeftOut(t *testing.T) {
 		{natRows([2]int{0, 1}, [2]int{2, 3}, [2]int{0, 2}), 2}, // 0 and 2 tie at one link: the last
 	}
 	for _, c := range cases {
-		got, ok := meshUnreachableMember(4, c.rows)
+		got, ok := meshUnreachableMember(4, c.rows, false)
 		if !ok || got != c.want {
 			t.Fatalf("rows %v: left out %d (%v), want %d", c.rows, got, ok, c.want)
 		}
 	}
 	// Two members: their one link must be direct.
-	if _, ok := meshUnreachableMember(2, [][]uint32{{0, LinkUnreachable}, {0, 0}}); !ok {
+	if _, ok := meshUnreachableMember(2, [][]uint32{{0, LinkUnreachable}, {0, 0}}, false); !ok {
 		t.Fatal("a relayed pair formed a ring")
 	}
-	if _, ok := meshUnreachableMember(2, [][]uint32{{0, 5}, {5, 0}}); ok {
+	if _, ok := meshUnreachableMember(2, [][]uint32{{0, 5}, {5, 0}}, true); ok {
 		t.Fatal("a direct pair was split")
 	}
 }
@@ -299,5 +303,20 @@ func TestSimFirstRingWaitsForPunching(t *testing.T) {
 	s.runUntil(2000, "1 step done", func() bool { return len(s.done) >= 1 })
 	if got := len(s.done[0].ring.Members); got != 4 {
 		t.Fatalf("first ring of %d members, want all 4", got)
+	}
+}
+
+// TestSimAllDirect: with AllDirect (the direct scatter), one relayed pair
+// keeps a member out of every ring, although a ring of direct links holds
+// all four.
+func TestSimAllDirect(t *testing.T) {
+	s := newSimNet(t, 14)
+	s.addN(4, func(c *Config) { c.AllDirect = true })
+	setSimLinks(s, natRows([2]int{1, 3}))
+	s.runUntil(4000, "4 steps done", func() bool { return len(s.done) >= 4 })
+	for _, d := range s.done {
+		if len(d.ring.Members) != 3 {
+			t.Fatalf("step %d ring %v, want 3 members", d.step, d.ring.Members)
+		}
 	}
 }
