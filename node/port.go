@@ -86,12 +86,13 @@ func (c meshCmd) apply(m *mesh.Mesh) {
 }
 
 // ringCaughtUp reports whether every other member of the last decided ring
-// is known to be at st.Step or beyond, or gone, and no live peer is still
-// fetching a model (this node may be its only donor: a member behind a
-// symmetric NAT, left out of the rings, syncs every step from the public one).
+// is known to be at st.Step or beyond, or gone, and no other live peer is
+// still fetching a model or behind (this node may be its only donor: a
+// member behind a symmetric NAT, left out of the rings, syncs every step
+// from the public one and would otherwise end a step short).
 func ringCaughtUp(st mesh.Status) bool {
 	for _, p := range st.Peers {
-		if !p.Dead && p.State == mesh.StateSyncing {
+		if !p.Dead && p.State != mesh.StateLeft && p.ID != st.ID && (p.State == mesh.StateSyncing || p.Step < st.Step) {
 			return false
 		}
 	}

@@ -23,7 +23,7 @@ func TestRingCaughtUpTable(t *testing.T) {
 		peers []mesh.PeerStatus
 		want  bool
 	}{
-		{"no ring yet", nil, 5, []mesh.PeerStatus{peer("b", 0)}, true},
+		{"no ring yet", nil, 5, []mesh.PeerStatus{peer("b", 5)}, true},
 		{"all at our step", ring, 5, []mesh.PeerStatus{peer("b", 5), peer("c", 5)}, true},
 		{"all beyond our step", ring, 5, []mesh.PeerStatus{peer("b", 6), peer("c", 9)}, true},
 		{"one behind", ring, 5, []mesh.PeerStatus{peer("b", 5), peer("c", 4)}, false},
@@ -33,7 +33,8 @@ func TestRingCaughtUpTable(t *testing.T) {
 		{"behind, left and dead", ring, 5, []mesh.PeerStatus{{ID: "b", Step: 0, State: mesh.StateLeft, Dead: true}, peer("c", 5)}, true},
 		{"forgotten members", ring, 5, nil, true},
 		{"one forgotten, one behind", ring, 5, []mesh.PeerStatus{peer("c", 3)}, false},
-		{"behind, not a ring member", ring, 5, []mesh.PeerStatus{peer("b", 5), peer("c", 5), peer("d", 1)}, true},
+		{"behind, not a ring member, still holds", ring, 5, []mesh.PeerStatus{peer("b", 5), peer("c", 5), peer("d", 1)}, false},
+		{"behind, not a ring member, left", ring, 5, []mesh.PeerStatus{peer("b", 5), peer("c", 5), {ID: "d", Step: 1, State: mesh.StateLeft}}, true},
 		{"self behind is not waited for", ring, 5, []mesh.PeerStatus{peer("a", 0), peer("b", 5), peer("c", 5)}, true},
 		{"Ready at our step counts", ring, 5, []mesh.PeerStatus{{ID: "b", Step: 5, State: mesh.StateReady}, peer("c", 5)}, true},
 		{"Syncing behind holds", ring, 5, []mesh.PeerStatus{{ID: "b", Step: 2, State: mesh.StateSyncing}, peer("c", 5)}, false},
