@@ -17,6 +17,7 @@ import (
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/internal/p2ptest"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -159,7 +160,7 @@ func TestScatterMemberDies(t *testing.T) {
 	start := time.Now()
 	r := runWithAbsent(ctx, svcs, ids, "attempt-dies", in, w, cfg, 3)
 	for i := range 3 {
-		var pe *PeerError
+		var pe *ring.PeerError
 		if !errors.As(r.errs[i], &pe) || pe.Peer != ids[3] {
 			t.Fatalf("member %d: %v, want a PeerError naming member 3", i, r.errs[i])
 		}

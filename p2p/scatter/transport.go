@@ -15,6 +15,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/p2p/ring"
 )
 
 // Spec describes one attempt as the mesh decided it; every member opens it
@@ -361,26 +362,10 @@ func (t *Transport) Close() error {
 	return nil
 }
 
-// PeerError is the *collective.PeerError of a failed attempt with the peer
-// it names.
-type PeerError struct {
-	Peer    peer.ID
-	Rank    int
-	Relayed bool
-	Err     error
-}
-
-// Error names the peer.
-func (e *PeerError) Error() string {
-	return fmt.Sprintf("p2p: scatter all-reduce failed at %s: %v", e.Peer, e.Err)
-}
-
-// Unwrap returns the *collective.PeerError.
-func (e *PeerError) Unwrap() error { return e.Err }
-
 // AllReduce runs one attempt of collective.ScatterAllReduce over libp2p:
 // it opens spec (Lanes from cfg), reduces b and closes the attempt. A
-// failure blamed on a member is a *PeerError naming its peer.
+// failure blamed on a member is a *ring.PeerError naming its peer, as the
+// ring's are (errors.As also finds the *collective.PeerError).
 func AllReduce(ctx context.Context, svc *Service, spec Spec, weights []float32, b collective.Buffers,
 	cfg collective.ScatterConfig) (collective.ScatterResult, Stats, error) {
 	if err := cfg.Validate(); err != nil {
@@ -395,7 +380,7 @@ func AllReduce(ctx context.Context, svc *Service, spec Spec, weights []float32, 
 	res, err := collective.ScatterAllReduce(ctx, t, spec.Self, weights, b, cfg)
 	var pe *collective.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(spec.Members) {
-		err = &PeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
+		err = &ring.PeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
 	}
 	return res, t.Stats(), err
 }
