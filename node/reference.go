@@ -53,35 +53,23 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (train.DiLoCoConfig, error) 
 // order computes. With cfg.ErrorFeedback it keeps each member's residual
 // from one call to the next, as a node does.
 func MeshReducer(cfg collective.AllReduceConfig) train.Reducer {
-	var residuals [][]float32
+	var res memResiduals
 	return func(ctx context.Context, deltas [][]float32, weights []float32, out []float32) error {
 		k := len(deltas)
-		if cfg.ErrorFeedback && residuals == nil {
-			residuals = make([][]float32, k)
-			for i := range residuals {
-				residuals[i] = make([]float32, len(out))
-			}
-		}
+		residuals := res.get(cfg.ErrorFeedback, k, len(out))
 		ring := collective.NewMemRing(k, max(cfg.Shards, 1))
-		errs := make([]error, k)
 		vecs := make([][]float32, k)
-		var wg sync.WaitGroup
 		for i := range k {
 			vecs[i] = append([]float32(nil), deltas[i]...)
-			var res []float32
-			if residuals != nil {
-				res = residuals[i]
-			}
-			wg.Go(func() { _, errs[i] = collective.AllReduce(ctx, ring[i], i, weights, vecs[i], res, cfg) })
 		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				return fmt.Errorf("node: in-memory all-reduce, member %d: %w", i, err)
-			}
+		err := runMembers(k, "all-reduce", func(i int) error {
+			_, err := collective.AllReduce(ctx, ring[i], i, weights, vecs[i], residuals[i], cfg)
+			return err
+		})
+		if err == nil {
+			copy(out, vecs[0])
 		}
-		copy(out, vecs[0])
-		return nil
+		return err
 	}
 }
 
@@ -89,41 +77,65 @@ func MeshReducer(cfg collective.AllReduceConfig) train.Reducer {
 // with robust owners (collective.ScatterAllReduce) over an in-memory mesh,
 // member i at rank i, keeping residuals with cfg.ErrorFeedback.
 func ScatterReducer(cfg collective.ScatterConfig) train.Reducer {
-	var residuals [][]float32
+	var res memResiduals
 	return func(ctx context.Context, deltas [][]float32, weights []float32, out []float32) error {
 		k := len(deltas)
-		if cfg.ErrorFeedback && residuals == nil {
-			residuals = make([][]float32, k)
-			for i := range residuals {
-				residuals[i] = make([]float32, len(out))
-			}
-		}
+		residuals := res.get(cfg.ErrorFeedback, k, len(out))
 		mesh := collective.NewMemMesh(k, 2*max(cfg.Shards, 1))
-		errs := make([]error, k)
 		outs := make([][]float32, k)
-		var wg sync.WaitGroup
-		for i := range k {
+		err := runMembers(k, "scatter", func(i int) error {
 			outs[i] = make([]float32, len(out))
 			b := collective.Buffers{Src: deltas[i], Dst: outs[i]}
-			if residuals != nil {
+			if residuals[i] != nil {
 				b.ResIn, b.ResOut = residuals[i], make([]float32, len(out))
 			}
-			wg.Go(func() {
-				_, errs[i] = collective.ScatterAllReduce(ctx, mesh[i], i, weights, b, cfg)
-				if errs[i] == nil && residuals != nil {
-					residuals[i] = b.ResOut
-				}
-			})
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				return fmt.Errorf("node: in-memory scatter, member %d: %w", i, err)
+			_, err := collective.ScatterAllReduce(ctx, mesh[i], i, weights, b, cfg)
+			if err == nil && residuals[i] != nil {
+				residuals[i] = b.ResOut
 			}
+			return err
+		})
+		if err == nil {
+			copy(out, outs[0])
 		}
-		copy(out, outs[0])
-		return nil
+		return err
 	}
+}
+
+// memResiduals holds the in-memory members' error-feedback residuals from
+// one reduction to the next.
+type memResiduals struct{ bufs [][]float32 }
+
+// get returns k residuals of n values, made (zero) on first use, when on;
+// k nil slices otherwise. Members write their new residual into their slot.
+func (r *memResiduals) get(on bool, k, n int) [][]float32 {
+	if !on {
+		return make([][]float32, k)
+	}
+	if r.bufs == nil {
+		r.bufs = make([][]float32, k)
+		for i := range r.bufs {
+			r.bufs[i] = make([]float32, n)
+		}
+	}
+	return r.bufs
+}
+
+// runMembers runs member(i) for the k members at once and returns the
+// first error, naming its member.
+func runMembers(k int, what string, member func(i int) error) error {
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		wg.Go(func() { errs[i] = member(i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("node: in-memory %s, member %d: %w", what, i, err)
+		}
+	}
+	return nil
 }
 
 // allReduceConfig is the all-reduce configuration of a node running cfg.
