@@ -88,11 +88,11 @@ func writeSafetensors(path string, ts []Tensor, meta map[string]string, dt DType
 	w.Write(hdr)
 	var done, total int64
 	for _, t := range ts {
-		total += int64(len(t.Data))*dt.size()
+		total += int64(len(t.Data)) * dt.size()
 	}
 	for _, t := range ts {
 		writeValues(w, t.Data, dt)
-		if done += int64(len(t.Data))*dt.size(); progress != nil {
+		if done += int64(len(t.Data)) * dt.size(); progress != nil {
 			progress(done, total)
 		}
 	}
