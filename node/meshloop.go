@@ -116,7 +116,8 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 	now := time.Now()
 	ps := make([]PeerStatus, 0, len(st.Peers))
 	costs := make(map[mesh.PeerID]uint32, len(st.Peers))
-	private := n.host.Reachability().State == p2p.ReachPrivate
+	reach := n.host.Reachability()
+	private := reach.State == p2p.ReachPrivate
 	for _, p := range st.Peers {
 		s := n.peerStatus(p, st.Tick, now)
 		ps = append(ps, s)
@@ -136,7 +137,7 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 		if members != nil {
 			s.Members = members
 		}
-		s.Reachability = n.host.Reachability()
+		s.Reachability = reach
 		s.Excluded = n.host.Excluded()
 		tr := n.host.TotalBandwidth()
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
