@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"sync"
 )
 
@@ -52,6 +53,14 @@ type ScatterConfig struct {
 	ErrorFeedback bool
 	// Robust is the owners' rule.
 	Robust RobustConfig
+	// Owners lists, in segment order, the ranks that own a segment: each
+	// shard's slice is cut into len(Owners) segments and segment j goes to
+	// member Owners[j]. The other members are clients: they send their
+	// contribution to every owner and receive every result, but own
+	// nothing, so they need direct links to the owners only (a member
+	// behind a NAT the others cannot reach). Nil means every member owns
+	// one segment, segment j member j.
+	Owners []int
 }
 
 // Validate fills defaults and rejects out-of-range values.
@@ -87,23 +96,25 @@ type SegmentReport struct {
 // ScatterResult is the accountability output of one ScatterAllReduce.
 type ScatterResult struct {
 	Stats Stats
-	// Sent holds this member's commitments, index shard·k + owner (its
-	// own segments included): compare them with the owners' Received.
+	// Sent holds this member's commitments, index shard·o + segment, o
+	// the number of owners (its own segments included): compare them with
+	// the owners' Received.
 	Sent []Commitment
 	// Got holds the commitments of the results received, index
-	// shard·k + owner (own results included).
+	// shard·o + segment (own results included).
 	Got []Commitment
 	// Owned holds, per shard, the report of the segment this member owns
-	// (segment = rank); on error, the shards finished before it.
+	// (none for a client); on error, the shards finished before it.
 	Owned []SegmentReport
 }
 
 // ScatterAllReduce replaces, on every member of an attempt of k =
 // len(weights) members, b.Dst with a robust weighted mean of the members'
 // vectors (b.Src, or b.Dst when Src is nil). Each shard's slice is cut into
-// k segments as the ring cuts it; member i int8-encodes its contribution to
-// every segment once and sends segment j straight to its owner, member j;
-// owner j decodes the k contributions chunk by chunk, combines them with
+// one segment per owner (cfg.Owners; by default k, as the ring cuts it);
+// member i int8-encodes its contribution to every segment once and sends
+// segment j straight to its owner (member j by default); the owner decodes
+// the k contributions chunk by chunk, combines them with
 // cfg.Robust (the code RobustSegment runs for an auditor), encodes
 // the result once and sends the same bytes to everyone, who decode them:
 // every member ends with bit-identical values. rank is this member's index;
@@ -126,7 +137,8 @@ func ScatterAllReduce(ctx context.Context, tr MeshTransport, rank int, weights [
 		b.ResIn, b.ResOut = nil, nil
 	}
 	k := len(weights)
-	sc := &scatter{parent: ctx, tr: tr, rank: rank, k: k, weights: weights, cfg: cfg}
+	sc := newScatter(rank, k, weights, cfg)
+	sc.parent, sc.tr = ctx, tr
 	sc.ctx, sc.cancel = context.WithCancel(ctx)
 	defer sc.cancel()
 	runs := make([]*scatterShard, cfg.Shards)
@@ -164,7 +176,33 @@ func checkScatterArgs(rank int, weights []float32, b Buffers, cfg ScatterConfig)
 	if _, err := weightScale(weights, rank); err != nil {
 		return err
 	}
+	if cfg.Owners != nil {
+		if len(cfg.Owners) == 0 || len(cfg.Owners) > len(weights) {
+			return fmt.Errorf("%w: %d owners for %d members", ErrInvalidArgument, len(cfg.Owners), len(weights))
+		}
+		seen := make([]bool, len(weights))
+		for _, o := range cfg.Owners {
+			if o < 0 || o >= len(weights) || seen[o] {
+				return fmt.Errorf("%w: owners %v for %d members", ErrInvalidArgument, cfg.Owners, len(weights))
+			}
+			seen[o] = true
+		}
+	}
 	return b.check(AllReduceConfig{ErrorFeedback: cfg.ErrorFeedback})
+}
+
+// newScatter is the state of member rank of k, without its context and
+// transport.
+func newScatter(rank, k int, weights []float32, cfg ScatterConfig) *scatter {
+	sc := &scatter{rank: rank, k: k, weights: weights, cfg: cfg, owners: cfg.Owners, seg: -1}
+	if sc.owners == nil {
+		sc.owners = make([]int, k)
+		for i := range k {
+			sc.owners[i] = i
+		}
+	}
+	sc.seg = slices.Index(sc.owners, rank)
+	return sc
 }
 
 // scatter is the state of one ScatterAllReduce shared by its shards.
@@ -175,6 +213,8 @@ type scatter struct {
 	rank, k     int
 	weights     []float32
 	cfg         ScatterConfig
+	owners      []int // segment j's owner (cfg.Owners, or every member)
+	seg         int   // the segment this member owns, -1 for a client
 
 	mu    sync.Mutex
 	first error
@@ -282,8 +322,15 @@ func RobustSegment(cfg ScatterConfig, weights []float32, seg, n int, contribs []
 		return nil, nil, err
 	}
 	k := len(weights)
-	if err := checkScatterArgs(seg, weights, Buffers{}, cfg); err != nil {
+	if err := checkScatterArgs(0, weights, Buffers{}, cfg); err != nil {
 		return nil, nil, err
+	}
+	segs := k
+	if cfg.Owners != nil {
+		segs = len(cfg.Owners)
+	}
+	if seg < 0 || seg >= segs {
+		return nil, nil, fmt.Errorf("%w: segment %d", ErrInvalidArgument, seg)
 	}
 	if len(contribs) != k || n < 0 {
 		return nil, nil, fmt.Errorf("%w: %d contributions of %d values for %d members", ErrInvalidArgument, len(contribs), n, k)
@@ -313,7 +360,7 @@ func RobustSegment(cfg ScatterConfig, weights []float32, seg, n int, contribs []
 			}
 			msgs[i] = b[off:end]
 		}
-		res, v, err := ow.combine(&cfg.Robust, weights, msgs, seg, c)
+		res, v, err := ow.combine(&cfg.Robust, weights, msgs, seg, -1, c)
 		if err != nil {
 			return nil, nil, fmt.Errorf("mesh: segment %d chunk %d: %w", seg, c, err)
 		}

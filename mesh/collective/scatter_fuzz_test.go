@@ -20,7 +20,8 @@ func fuzzContribs(t testing.TB, n, ce int) [][]byte {
 	xs, _ := pseudoGrads(rand.New(rand.NewPCG(1, uint64(n))), k, n*k)
 	out := make([][]byte, k)
 	for i := range k {
-		sc := &scatter{ctx: t.Context(), rank: i, k: k, cfg: cfg}
+		sc := newScatter(i, k, nil, cfg)
+		sc.ctx = t.Context()
 		r := newScatterShard(sc, 0, Buffers{Src: xs[i], Dst: make([]float32, len(xs[i]))})
 		if err := r.encode(); err != nil {
 			t.Fatal(err)

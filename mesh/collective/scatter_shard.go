@@ -10,9 +10,10 @@ import (
 
 // scatterShard is one shard of a ScatterAllReduce. Its goroutines: encode
 // (this member's contributions, own segment first), one sender per other
-// owner, the owner (receives its segment's contributions, combines them,
-// sends the result to everyone) and one gatherer per other owner (receives
-// that owner's results).
+// owner, the owner unless this member is a client (receives its segment's
+// contributions, combines them, sends the result to everyone) and one
+// gatherer per other owner (receives that owner's results). Segments are
+// indexed by j, 0 ≤ j < len(owners); segment j's owner is owners[j].
 //
 // No deadlock: encode never waits on anyone; a sender waits only for its
 // owner, which reads every member's lane in turn; an owner sending a result
@@ -23,12 +24,12 @@ type scatterShard struct {
 	sc       *scatter
 	s        int
 	b        Buffers // this shard's slices
-	segs     []int   // k+1 segment boundaries in b.Dst
+	segs     []int   // o+1 segment boundaries in b.Dst (o owners)
 	enc      []byte  // every chunk message of every segment, segment order
-	segOff   []int   // k+1 offsets of the segments' messages in enc
+	segOff   []int   // o+1 offsets of the segments' messages in enc
 	ready    []chan struct{}
-	sentHash []Commitment // per owner: what this member sent
-	gotHash  []Commitment // per owner: the result this member received
+	sentHash []Commitment // per segment: what this member sent
+	gotHash  []Commitment // per segment: the result this member received
 	owned    *SegmentReport
 
 	mu         sync.Mutex
@@ -36,13 +37,13 @@ type scatterShard struct {
 }
 
 func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
-	k, ce := sc.k, sc.cfg.ChunkElems
-	r := &scatterShard{sc: sc, s: s, b: b, segs: make([]int, k+1), segOff: make([]int, k+1),
-		ready: make([]chan struct{}, k), sentHash: make([]Commitment, k), gotHash: make([]Commitment, k)}
+	o, ce := len(sc.owners), sc.cfg.ChunkElems
+	r := &scatterShard{sc: sc, s: s, b: b, segs: make([]int, o+1), segOff: make([]int, o+1),
+		ready: make([]chan struct{}, o), sentHash: make([]Commitment, o), gotHash: make([]Commitment, o)}
 	for j := range r.segs {
-		r.segs[j], _ = span(len(b.Dst), k, j)
+		r.segs[j], _ = span(len(b.Dst), o, j)
 	}
-	for j := range k {
+	for j := range o {
 		n := r.segs[j+1] - r.segs[j]
 		full := n / ce
 		size := full * CodecInt8.msgSize(ce)
@@ -52,7 +53,7 @@ func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
 		r.segOff[j+1] = r.segOff[j] + size
 		r.ready[j] = make(chan struct{})
 	}
-	r.enc = make([]byte, r.segOff[k])
+	r.enc = make([]byte, r.segOff[o])
 	return r
 }
 
@@ -93,14 +94,16 @@ func (r *scatterShard) stats() Stats {
 func (r *scatterShard) run() {
 	var wg sync.WaitGroup
 	wg.Go(r.guard(r.encode))
-	for j := range r.sc.k {
-		if j != r.sc.rank {
+	for j := range r.sc.owners {
+		if j != r.sc.seg {
 			wg.Go(r.guard(func() error { return r.sendTo(j) }))
 		}
 	}
-	wg.Go(r.guard(r.own))
-	for j := range r.sc.k {
-		if j != r.sc.rank {
+	if r.sc.seg >= 0 {
+		wg.Go(r.guard(r.own))
+	}
+	for j := range r.sc.owners {
+		if j != r.sc.seg {
 			wg.Go(r.guard(func() error { return r.gatherFrom(j) }))
 		}
 	}
@@ -117,14 +120,19 @@ func (r *scatterShard) guard(f func() error) func() {
 }
 
 // encode quantizes this member's contribution (Src + ResIn) to every
-// segment once, own segment first, and releases each segment's sender.
+// segment once, own segment first (a client starts at segment rank mod o,
+// so that the clients' first sends go to different owners), and releases
+// each segment's sender.
 func (r *scatterShard) encode() error {
-	k, rank := r.sc.k, r.sc.rank
+	o, first := len(r.sc.owners), r.sc.seg
+	if first < 0 {
+		first = r.sc.rank % o
+	}
 	x := make([]float32, min(r.sc.cfg.ChunkElems, len(r.b.Dst)))
 	var qz quantizer
 	var t [256]float32
-	for d := range k {
-		j := (rank + d) % k
+	for d := range o {
+		j := (first + d) % o
 		if err := r.sc.ctx.Err(); err != nil {
 			return nil // the first error is recorded already
 		}
@@ -178,11 +186,12 @@ func (r *scatterShard) sendTo(j int) error {
 	if !r.waitReady(j) {
 		return nil
 	}
+	owner := r.sc.owners[j]
 	for c := range r.chunks(j) {
 		_, _, mlo, mhi := r.chunk(j, c)
 		msg := r.enc[mlo:mhi]
-		if err := r.sc.tr.Send(r.sc.ctx, j, r.s, msg); err != nil {
-			return r.sc.transportErr(j, "send", r.s, err)
+		if err := r.sc.tr.Send(r.sc.ctx, owner, r.s, msg); err != nil {
+			return r.sc.transportErr(owner, "send", r.s, err)
 		}
 		r.count(true, msg)
 	}
@@ -207,27 +216,27 @@ func (r *scatterShard) recvChunk(from, lane int, want chunkHeader) ([]byte, erro
 // own receives every member's contribution to this member's segment chunk
 // by chunk, combines them and sends the result's bytes to every member.
 func (r *scatterShard) own() error {
-	sc, rank := r.sc, r.sc.rank
-	if !r.waitReady(rank) {
+	sc, rank, seg := r.sc, r.sc.rank, r.sc.seg
+	if !r.waitReady(seg) {
 		return nil
 	}
 	hs := newHashes(sc.k + 1) // the k contributions, then the result
 	ow := newOwnerWork(sc.k, sc.cfg.ChunkElems)
 	defer putOwnerWork(ow)
 	msgs := make([][]byte, sc.k)
-	rep := &SegmentReport{Shard: r.s, Segment: rank}
-	for c := range r.chunks(rank) {
-		lo, hi, mlo, mhi := r.chunk(rank, c)
-		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(rank), chunk: uint32(c), n: uint32(hi - lo)}
+	rep := &SegmentReport{Shard: r.s, Segment: seg}
+	for c := range r.chunks(seg) {
+		lo, hi, mlo, mhi := r.chunk(seg, c)
+		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(hi - lo)}
 		if err := r.collect(msgs, want, mlo, mhi); err != nil {
 			return err
 		}
 		for i, m := range msgs {
 			hs[i].Write(m)
 		}
-		out, v, err := ow.combine(&sc.cfg.Robust, sc.weights, msgs, rank, c)
+		out, v, err := ow.combine(&sc.cfg.Robust, sc.weights, msgs, seg, rank, c)
 		if err != nil {
-			return fmt.Errorf("mesh: shard %d segment %d: %w", r.s, rank, err)
+			return fmt.Errorf("mesh: shard %d segment %d: %w", r.s, seg, err)
 		}
 		rep.Verdicts = append(rep.Verdicts, v)
 		hs[sc.k].Write(out)
@@ -239,7 +248,7 @@ func (r *scatterShard) own() error {
 	}
 	all := sums(hs)
 	rep.Received, rep.Result = all[:sc.k], all[sc.k]
-	r.gotHash[rank] = rep.Result
+	r.gotHash[seg] = rep.Result
 	r.owned = rep
 	return nil
 }
@@ -290,21 +299,21 @@ func (r *scatterShard) broadcast(msg []byte) error {
 	return nil
 }
 
-// gatherFrom receives owner j's results into Dst.
+// gatherFrom receives segment j's results from its owner into Dst.
 func (r *scatterShard) gatherFrom(j int) error {
-	lane := r.sc.cfg.Shards + r.s
+	lane, owner := r.sc.cfg.Shards+r.s, r.sc.owners[j]
 	var t [256]float32
 	h := sha256.New()
 	for c := range r.chunks(j) {
 		lo, hi, _, _ := r.chunk(j, c)
 		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
-		msg, err := r.sc.tr.Recv(r.sc.ctx, j, lane)
+		msg, err := r.sc.tr.Recv(r.sc.ctx, owner, lane)
 		if err != nil {
-			return r.sc.transportErr(j, "recv", lane, err)
+			return r.sc.transportErr(owner, "recv", lane, err)
 		}
 		r.count(false, msg)
 		if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
-			return &PeerError{Rank: j, Err: fmt.Errorf("lane %d: %w", lane, err)}
+			return &PeerError{Rank: owner, Err: fmt.Errorf("lane %d: %w", lane, err)}
 		}
 		h.Write(msg)
 	}
@@ -365,12 +374,13 @@ func newOwnerWork(k, chunkElems int) *ownerWork {
 
 func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
 
-// combine is the robust rule over one chunk: msgs are the k members'
-// parsed chunk messages (same header), the result is the owner's message
-// (valid until the next call; ow.t holds its table) and one Verdict per
-// member. A contribution with a non-finite table entry in use is rejected,
-// not an error. It only fails if the result does not encode.
-func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, c int) ([]byte, []Verdict, error) {
+// combine is the robust rule over chunk c of segment seg: msgs are the k
+// members' parsed chunk messages (same header), the result is the owner's
+// message (valid until the next call; ow.t holds its table) and one Verdict
+// per member. rank is the owner's (for ow.gain; -1 for an auditor). A
+// contribution with a non-finite table entry in use is rejected, not an
+// error. It only fails if the result does not encode.
+func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, rank, c int) ([]byte, []Verdict, error) {
 	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
 	xs := ow.dec[:len(msgs)]
 	for i, m := range msgs {
@@ -380,7 +390,8 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 	v := make([]Verdict, len(msgs))
 	robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
 	ow.gain = 0
-	if own := ow.ws.w[seg]; own > 0 {
+	if rank >= 0 && ow.ws.w[rank] > 0 { // an auditor (-1) feeds nothing back
+		own := ow.ws.w[rank]
 		var total float64
 		for _, i := range ow.ws.active {
 			total += ow.ws.w[i]

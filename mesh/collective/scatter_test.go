@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -105,7 +106,8 @@ func (r *recMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
 // owner for it).
 func ownContribution(t *testing.T, in []float32, i, j, s, k int, cfg ScatterConfig) []byte {
 	lo, hi := span(len(in), cfg.Shards, s)
-	sc := &scatter{ctx: context.Background(), rank: i, k: k, cfg: cfg}
+	sc := newScatter(i, k, nil, cfg)
+	sc.ctx = context.Background()
 	r := newScatterShard(sc, s, Buffers{Src: in[lo:hi], Dst: make([]float32, hi-lo)})
 	if err := r.encode(); err != nil {
 		t.Fatal(err)
@@ -422,6 +424,11 @@ func TestScatterInvalidArguments(t *testing.T) {
 		{0, make([]float32, MaxScatterMembers+1), Buffers{Dst: v}, ScatterConfig{}},
 		{0, []float32{1, 1}, Buffers{Src: v[:3], Dst: v}, ScatterConfig{}},
 		{0, []float32{1, 1}, Buffers{Dst: v, ResIn: v[:2], ResOut: v}, ScatterConfig{ErrorFeedback: true}},
+		{0, []float32{1, 1}, Buffers{Dst: v}, ScatterConfig{Owners: []int{}}},
+		{0, []float32{1, 1}, Buffers{Dst: v}, ScatterConfig{Owners: []int{2}}},
+		{0, []float32{1, 1}, Buffers{Dst: v}, ScatterConfig{Owners: []int{1, 1}}},
+		{0, []float32{1, 1}, Buffers{Dst: v}, ScatterConfig{Owners: []int{0, 1, 0}}},
+		{0, []float32{1, 1}, Buffers{Dst: v}, ScatterConfig{Owners: []int{-1}}},
 	}
 	for i, c := range cases {
 		if _, err := ScatterAllReduce(testCtx(t), ts[0], c.rank, c.w, c.b, c.cfg); !errors.Is(err, ErrInvalidArgument) {
@@ -537,4 +544,126 @@ func TestScatterZeroWeight(t *testing.T) {
 		t.Errorf("rel err %.4f vs the mean of the weighted members", e)
 	}
 	checkVerdicts(t, sr.res, "", 0)
+}
+
+// clientMesh fails the test on any message between two clients (members
+// that own no segment): they need not reach each other.
+type clientMesh struct {
+	*MemMesh
+	t      testing.TB
+	self   int
+	client []bool
+}
+
+func (c clientMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
+	if c.client[c.self] && c.client[to] {
+		c.t.Errorf("client %d sent to client %d (lane %d)", c.self, to, lane)
+	}
+	return c.MemMesh.Send(ctx, to, lane, msg)
+}
+
+// TestScatterClients: with cfg.Owners, members that own nothing send their
+// contributions and receive every result, never talk to each other, and
+// every member ends with the same bits, close to the mean; the owners'
+// reports and the commitments line up per segment, and an auditor
+// recomputes each owner's bytes. A poisoned client is clipped as an owner
+// would be.
+func TestScatterClients(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 4099
+	for _, c := range []struct {
+		k      int
+		owners []int
+		poison int // a member sending −1000×, or -1
+	}{
+		{2, []int{1}, -1},
+		{4, []int{0}, -1},
+		{4, []int{3, 1}, -1},
+		{5, []int{0, 2, 4}, -1},
+		{8, []int{7, 0, 3}, 5},
+		{8, []int{2, 6}, 2},
+	} {
+		rng := rand.New(rand.NewPCG(uint64(c.k), uint64(len(c.owners))))
+		xs, _ := pseudoGrads(rng, c.k, n)
+		hw, bound := honestWeights(c.k), 0.05
+		if c.poison >= 0 {
+			for t := range xs[c.poison] {
+				xs[c.poison][t] *= -1000
+			}
+			hw[c.poison], bound = 0, attackBound(c.k, 1)
+		}
+		clean := refMean(xs, hw)
+		w := honestWeights(c.k)
+		cfg := ScatterConfig{Shards: 2, ChunkElems: 256, Owners: c.owners, Robust: RobustConfig{MaxWeight: testH}}
+		client := make([]bool, c.k)
+		for i := range client {
+			client[i] = !slices.Contains(c.owners, i)
+		}
+		sr := runScatter(t, ctx, xs, w, cfg, func(i int, m *MemMesh) MeshTransport {
+			return clientMesh{MemMesh: m, t: t, self: i, client: client}
+		})
+		for i, err := range sr.errs {
+			if err != nil {
+				t.Fatalf("k=%d owners=%v member %d: %v", c.k, c.owners, i, err)
+			}
+		}
+		for i := 1; i < c.k; i++ {
+			if !sameBits(sr.out[0], sr.out[i]) {
+				t.Fatalf("k=%d owners=%v: member %d differs from member 0", c.k, c.owners, i)
+			}
+		}
+		if e := relErr(sr.out[0], clean); e > bound {
+			t.Errorf("k=%d owners=%v poison=%d: rel err %.4f vs the honest mean", c.k, c.owners, c.poison, e)
+		}
+		o := len(c.owners)
+		for i, res := range sr.res {
+			if len(res.Sent) != cfg.Shards*o || len(res.Got) != cfg.Shards*o {
+				t.Fatalf("member %d: %d sent, %d got commitments, want %d", i, len(res.Sent), len(res.Got), cfg.Shards*o)
+			}
+			if want := cfg.Shards * b2n(!client[i]); len(res.Owned) != want {
+				t.Fatalf("member %d: %d reports, want %d", i, len(res.Owned), want)
+			}
+			for _, rep := range res.Owned {
+				if c.owners[rep.Segment] != i {
+					t.Fatalf("member %d reports segment %d of owner %d", i, rep.Segment, c.owners[rep.Segment])
+				}
+				for m := range c.k {
+					if sr.res[m].Sent[rep.Shard*o+rep.Segment] != rep.Received[m] {
+						t.Errorf("segment %d: member %d's commitment differs from what owner %d received", rep.Segment, m, i)
+					}
+					if sr.res[m].Got[rep.Shard*o+rep.Segment] != rep.Result {
+						t.Errorf("segment %d: member %d got other bytes than owner %d sent", rep.Segment, m, i)
+					}
+				}
+				if c.poison >= 0 && rep.Verdicts[0][c.poison].Flag == FlagNone {
+					t.Errorf("segment %d: poisoned member %d not flagged: %+v", rep.Segment, c.poison, rep.Verdicts[0][c.poison])
+				}
+			}
+		}
+		// The auditor's recomputation of every segment.
+		for j, owner := range c.owners {
+			for s := range cfg.Shards {
+				lo, hi := span(n, cfg.Shards, s)
+				slo, shi := span(hi-lo, o, j)
+				contribs := make([][]byte, c.k)
+				for m := range c.k {
+					contribs[m] = ownContribution(t, xs[m], m, j, s, c.k, cfg)
+				}
+				got, _, err := RobustSegment(cfg, w, j, shi-slo, contribs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sha256.Sum256(got) != sr.res[owner].Owned[s].Result {
+					t.Errorf("k=%d segment %d shard %d: the auditor's bytes differ from owner %d's", c.k, j, s, owner)
+				}
+			}
+		}
+	}
+}
+
+func b2n(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
