@@ -317,7 +317,7 @@ func (m *Mesh) leaveOut(id PeerID) {
 }
 
 func (m *Mesh) decide() {
-	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote, m.voteLinks())
+	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote, m.voteLinks(), m.cfg.AllDirect)
 	m.ring, m.last = &r, &r
 	m.out.Ring = &r
 	m.setState(StateReducing)

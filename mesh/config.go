@@ -17,10 +17,10 @@ type Config struct {
 	// Addrs are this node's listen multiaddrs, gossiped in heartbeats and
 	// joins. At most MaxAddrs of at most MaxAddrLen bytes.
 	Addrs []string
-	// AllDirect asks for rings whose members all reach each other directly
-	// (every link, not only the ring's cycle, avoids LinkUnreachable): the
-	// direct scatter of robust averaging sends from every member to every
-	// other. False: a cycle of direct links suffices (the ring all-reduce).
+	// AllDirect asks for rings fit for the direct scatter of robust
+	// averaging: at least one member reaches every other directly; those
+	// that do own segments, the others are clients (Ring.Owners). False: a
+	// cycle of direct links suffices (the ring all-reduce).
 	AllDirect bool
 	// HeartbeatTicks is the interval between heartbeats (and between
 	// re-broadcasts of the current vote). Default 5.

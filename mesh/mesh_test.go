@@ -37,7 +37,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestRingRankAndID(t *testing.T) {
 	ms := []Member{{"a", 10}, {"c", 5}, {"d", 7}}
-	r := meshNewRing(3, 1, ms, nil)
+	r := meshNewRing(3, 1, ms, nil, false)
 	for i, id := range []PeerID{"a", "c", "d"} {
 		if r.Rank(id) != i {
 			t.Errorf("Rank(%s) = %d, want %d", id, r.Rank(id), i)
@@ -51,17 +51,17 @@ func TestRingRankAndID(t *testing.T) {
 	}
 	// The id binds step, round, members and weights.
 	variants := []Ring{
-		meshNewRing(4, 1, ms, nil),
-		meshNewRing(3, 2, ms, nil),
-		meshNewRing(3, 1, ms[:2], nil),
-		meshNewRing(3, 1, []Member{{"a", 10}, {"c", 5}, {"d", 8}}, nil),
+		meshNewRing(4, 1, ms, nil, false),
+		meshNewRing(3, 2, ms, nil, false),
+		meshNewRing(3, 1, ms[:2], nil, false),
+		meshNewRing(3, 1, []Member{{"a", 10}, {"c", 5}, {"d", 8}}, nil, false),
 	}
 	for i, v := range variants {
 		if v.ID == r.ID {
 			t.Errorf("variant %d has the same ring id", i)
 		}
 	}
-	if again := meshNewRing(3, 1, ms, nil); again.ID != r.ID || len(r.ID) != 32 {
+	if again := meshNewRing(3, 1, ms, nil, false); again.ID != r.ID || len(r.ID) != 32 {
 		t.Errorf("ring id not deterministic or not 32 hex digits: %q %q", r.ID, again.ID)
 	}
 }

@@ -134,9 +134,9 @@ func meshSymmetricCosts(rows [][]uint32) ([][]uint64, bool) {
 
 // meshUnreachableMember returns the index of the member to leave out of
 // this step when no ring of the k members avoids every LinkUnreachable link
-// (with allDirect: when any two members' link is unreachable; rows as for
-// meshRingOrder): the one with the fewest direct links, the
-// last such by index on a tie. Like the order, it is a pure function of the
+// (with allDirect: when no member reaches every other directly, so that the
+// direct scatter has no owner, see meshOwners; rows as for meshRingOrder):
+// the one with the fewest direct links, the last such by index on a tie. Like the order, it is a pure function of the
 // decided vote's rows, so every decider leaves out the same member. Above
 // meshExactOrderMax members the order is a heuristic, so a direct ring that
 // 2-opt misses costs a member its step.
@@ -149,7 +149,7 @@ func meshUnreachableMember(k int, rows [][]uint32, allDirect bool) (int, bool) {
 		return 0, false
 	}
 	if allDirect {
-		if !meshAnyUnreachable(c) {
+		if len(meshOwnerIndexes(c)) > 0 {
 			return 0, false
 		}
 	} else if b, _ := meshCycleCost(c, meshRingOrder(k, rows)); b != LinkUnreachable {
@@ -281,6 +281,24 @@ func meshTwoOpt(c [][]uint64, order []int) []int {
 		}
 	}
 	return order
+}
+
+// meshOwnerIndexes returns, in index order, the members of c whose every
+// link is direct: the direct scatter's segment owners (every member, owner
+// or client, reaches each of them directly; two clients need not reach
+// each other).
+func meshOwnerIndexes(c [][]uint64) []int {
+	var out []int
+	for i := range c {
+		direct := true
+		for j := range c[i] {
+			direct = direct && (i == j || c[i][j] != LinkUnreachable)
+		}
+		if direct {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // meshAnyUnreachable reports whether some link of c is LinkUnreachable.

@@ -200,9 +200,13 @@ func TestRingOrderAvoidsRelayedLinks(t *testing.T) {
 	if i, ok := meshUnreachableMember(4, rows, false); ok {
 		t.Fatalf("member %d left out although a direct ring exists", i)
 	}
-	// The direct scatter needs every pair direct: 0–1 and 2–3 are not.
+	// The direct scatter needs an owner every member reaches: with 0–1 and
+	// 2–3 relayed there is none; with 0–1 alone, 2 and 3 are.
 	if _, ok := meshUnreachableMember(4, rows, true); !ok {
-		t.Fatal("all-direct: nobody left out although two pairs are relayed")
+		t.Fatal("all-direct: nobody left out although no member reaches all")
+	}
+	if i, ok := meshUnreachableMember(4, natRows([2]int{0, 1}), true); ok {
+		t.Fatalf("all-direct: member %d left out although 2 and 3 reach everyone", i)
 	}
 }
 
@@ -306,17 +310,68 @@ func TestSimFirstRingWaitsForPunching(t *testing.T) {
 	}
 }
 
-// TestSimAllDirect: with AllDirect (the direct scatter), one relayed pair
-// keeps a member out of every ring, although a ring of direct links holds
-// all four.
+// TestSimAllDirect: with AllDirect (the direct scatter), a member that
+// some others reach only through a relay takes part as a client: with the
+// pair 1–3 relayed, every ring holds all four, members 0 and 2 own the
+// segments. With 0–1 and 2–3 relayed nobody reaches everyone, so one
+// member (3, the last of the fewest direct links) is left out and 2, who
+// then reaches the others, owns everything.
 func TestSimAllDirect(t *testing.T) {
-	s := newSimNet(t, 14)
-	s.addN(4, func(c *Config) { c.AllDirect = true })
-	setSimLinks(s, natRows([2]int{1, 3}))
-	s.runUntil(4000, "4 steps done", func() bool { return len(s.done) >= 4 })
-	for _, d := range s.done {
-		if len(d.ring.Members) != 3 {
-			t.Fatalf("step %d ring %v, want 3 members", d.step, d.ring.Members)
+	for _, c := range []struct {
+		relayed [][2]int
+		members []int
+		owners  []int
+	}{
+		{[][2]int{{1, 3}}, []int{0, 1, 2, 3}, []int{0, 2}},
+		{[][2]int{{0, 1}, {2, 3}}, []int{0, 1, 2}, []int{2}},
+		{nil, []int{0, 1, 2, 3}, nil},
+	} {
+		s := newSimNet(t, 14)
+		s.addN(4, func(c *Config) { c.AllDirect = true })
+		setSimLinks(s, natRows(c.relayed...))
+		s.runUntil(4000, "4 steps done", func() bool { return len(s.done) >= 4 })
+		for _, d := range s.done {
+			var members, owners []int
+			for _, id := range d.ring.Members {
+				members = append(members, slices.Index(s.ids, id))
+			}
+			for _, r := range d.ring.Owners {
+				owners = append(owners, members[r])
+			}
+			slices.Sort(members)
+			slices.Sort(owners)
+			if !slices.Equal(members, c.members) || !slices.Equal(owners, c.owners) {
+				t.Fatalf("relayed %v: step %d members %v owners %v, want %v and %v", c.relayed, d.step, members, owners, c.members, c.owners)
+			}
 		}
+		for _, id := range s.ids {
+			if f := s.nodes[id].m.Status().Failures; f != 0 {
+				t.Fatalf("relayed %v: %s reported %d all-reduce failures", c.relayed, id, f)
+			}
+		}
+	}
+}
+
+// TestNewRingOwners: with allDirect the ring names as owners the ranks of
+// the members whose every link is direct, and they change its id; without
+// allDirect, or when every member reaches all, Owners is nil.
+func TestNewRingOwners(t *testing.T) {
+	ms := []Member{{"a", 5}, {"b", 5}, {"c", 5}, {"d", 5}}
+	rows := natRows([2]int{1, 3})
+	r := meshNewRing(2, 1, ms, rows, true)
+	var owners []PeerID
+	for _, o := range r.Owners {
+		owners = append(owners, r.Members[o])
+	}
+	slices.Sort(owners)
+	if !slices.Equal(owners, []PeerID{"a", "c"}) || !slices.IsSorted(r.Owners) {
+		t.Fatalf("owners %v (ranks %v of %v), want a and c", owners, r.Owners, r.Members)
+	}
+	plain := meshNewRing(2, 1, ms, rows, false)
+	if plain.Owners != nil || plain.ID == r.ID || !slices.Equal(plain.Members, r.Members) {
+		t.Fatalf("without allDirect: owners %v, id %s vs %s", plain.Owners, plain.ID, r.ID)
+	}
+	if all := meshNewRing(2, 1, ms, natRows(), true); all.Owners != nil || all.ID != meshNewRing(2, 1, ms, natRows(), false).ID {
+		t.Fatalf("all direct: owners %v", all.Owners)
 	}
 }

@@ -22,6 +22,12 @@ type Ring struct {
 	Members []PeerID
 	// Weights[i] is the number of inner steps Members[i] contributes.
 	Weights []float32
+	// Owners, set only for a direct scatter (Config.AllDirect) in which
+	// some members do not reach every other directly, lists in increasing
+	// order the ranks that own a segment: those that do. The others take
+	// part as clients (collective.ScatterConfig.Owners). Nil: every member
+	// owns one.
+	Owners []int
 }
 
 // Rank returns id's position in Members (its ring rank), or -1 if it is
@@ -33,8 +39,10 @@ func (r Ring) Rank(id PeerID) int {
 // meshNewRing builds the ring of a decided vote. members are sorted; links[i]
 // is member i's row of link costs (nil if unknown). The ring's order is
 // meshRingOrder of those rows: the identity when nothing is known, and then
-// the id is hash(step, round, sorted members) as before.
-func meshNewRing(step uint64, round uint32, members []Member, links [][]uint32) Ring {
+// the id is hash(step, round, sorted members) as before. With allDirect,
+// Owners are the ranks of the members meshOwnerIndexes finds (nil when all
+// are); they are part of the id.
+func meshNewRing(step uint64, round uint32, members []Member, links [][]uint32, allDirect bool) Ring {
 	order := meshRingOrder(len(members), links)
 	ordered := make([]Member, len(members))
 	for pos, i := range order {
@@ -45,13 +53,23 @@ func meshNewRing(step uint64, round uint32, members []Member, links [][]uint32) 
 		r.Members[i] = mb.ID
 		r.Weights[i] = float32(mb.InnerSteps)
 	}
-	r.ID = meshRingID(step, round, ordered)
+	if c, ok := meshSymmetricCosts(links); allDirect && ok && len(links) == len(members) {
+		if owners := meshOwnerIndexes(c); len(owners) < len(members) {
+			for pos, i := range order {
+				if slices.Contains(owners, i) {
+					r.Owners = append(r.Owners, pos)
+				}
+			}
+		}
+	}
+	r.ID = meshRingID(step, round, ordered, r.Owners)
 	return r
 }
 
 // meshRingID is the hex of the first 16 bytes of SHA-256 over a domain tag,
-// step, round and the length-prefixed members (in ring order) with their weights.
-func meshRingID(step uint64, round uint32, members []Member) string {
+// step, round and the length-prefixed members (in ring order) with their
+// weights, then the owners' ranks if any.
+func meshRingID(step uint64, round uint32, members []Member, owners []int) string {
 	h := sha256.New()
 	b := []byte("intellect/mesh/ring/1\x00")
 	b = binary.BigEndian.AppendUint64(b, step)
@@ -61,6 +79,12 @@ func meshRingID(step uint64, round uint32, members []Member) string {
 		b = binary.AppendUvarint(b, uint64(len(mb.ID)))
 		b = append(b, mb.ID...)
 		b = binary.BigEndian.AppendUint32(b, mb.InnerSteps)
+	}
+	if owners != nil {
+		b = append(b, "owners\x00"...)
+		for _, o := range owners {
+			b = binary.BigEndian.AppendUint32(b, uint32(o))
+		}
 	}
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil)[:16])

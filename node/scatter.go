@@ -24,10 +24,17 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 		return ring.Stats{}, err
 	}
 	spec := scatter.Spec{ID: rs.ID, Step: rs.Step, Members: rs.Members, Self: rs.Self, SendRate: rs.SendRate}
-	n.log.Info("all-reduce start", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "rank", spec.Self, "averaging", "robust")
+	owners := len(rg.Owners)
+	if rg.Owners == nil {
+		owners = len(rg.Members)
+	}
+	n.log.Info("all-reduce start", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "owners", owners,
+		"rank", spec.Self, "averaging", "robust")
 	actx, end := n.beginAttempt(ctx, rg)
 	defer end()
-	res, st, err := scatter.AllReduce(actx, n.sc, spec, rg.Weights, b, scatterConfig(n.cfg))
+	cfg := scatterConfig(n.cfg)
+	cfg.Owners = rg.Owners
+	res, st, err := scatter.AllReduce(actx, n.sc, spec, rg.Weights, b, cfg)
 	stats := ring.Stats{BytesSent: st.Sent, BytesRecv: st.Received}
 	if err != nil {
 		return stats, attemptErr(actx, err)
@@ -54,6 +61,10 @@ func scatterConfig(cfg Config) collective.ScatterConfig {
 // Ready said so): provable misbehaviour, not an honest outlier.
 func (n *Node) noteVerdicts(rg *mesh.Ring, res collective.ScatterResult) {
 	hard, rejected := verdictCounts(len(rg.Members), res)
+	seg := -1 // the segment this node owns (-1: a client)
+	for _, rep := range res.Owned {
+		seg = rep.Segment
+	}
 	for i, id := range rg.Members {
 		if id == n.self {
 			continue
@@ -70,10 +81,10 @@ func (n *Node) noteVerdicts(rg *mesh.Ring, res collective.ScatterResult) {
 		n.met.robustFlags.WithLabelValues("clipped").Add(float64(hard[i]))
 		n.met.robustFlags.WithLabelValues("rejected").Add(float64(rejected[i]))
 		n.log.Warn("robust averaging flagged a contribution", "step", rg.Step+1, "member", id,
-			"chunks_clipped_hard", hard[i], "chunks_rejected", rejected[i], "segment", rg.Rank(n.self))
+			"chunks_clipped_hard", hard[i], "chunks_rejected", rejected[i], "segment", seg)
 		if len(steps) >= excludeAfter {
 			n.exclude(id, fmt.Sprintf("its contributions to segment %d were flagged at steps %v (norm above %gx the median, or not finite)",
-				rg.Rank(n.self), steps, flagNorm))
+				seg, steps, flagNorm))
 		}
 	}
 }

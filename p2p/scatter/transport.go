@@ -23,7 +23,7 @@ import (
 type Spec struct {
 	ID      string    // the mesh's ring id, 1..MaxIDLen bytes
 	Step    uint64    // the outer step being reduced
-	Members []peer.ID // member i owns segment i
+	Members []peer.ID // by rank (the collective's Owners say who owns a segment)
 	Self    int       // this host's index in Members
 	Lanes   int       // 2 × the collective's Shards
 	// SendRate, if set, caps this member's sends (local, like the ring's).
