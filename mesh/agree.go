@@ -161,7 +161,7 @@ func (m *Mesh) canVote() bool {
 		return true
 	}
 	for id, p := range m.peers {
-		if !p.dead && m.awaits(p) && !m.ag.excluded[id] && m.linkCost[id] != LinkUnreachable {
+		if !p.dead && m.awaits(p) && !m.ag.excluded[id] && (m.linkCost[id] != LinkUnreachable || m.cfg.AllDirect) {
 			if _, ok := m.ag.known[id]; !ok {
 				return false
 			}
@@ -176,7 +176,10 @@ func (m *Mesh) canVote() bool {
 // is fetching a model. canVote does not wait for a peer this node reaches
 // only through a relay, or not at all (LinkUnreachable): a member behind a
 // symmetric NAT, left out of every ring and fetching each step's model,
-// would otherwise hold every step for StragglerTicks.
+// would otherwise hold every step for StragglerTicks. With AllDirect it
+// does wait: such a member takes part as a client of the direct scatter,
+// and one not waited for arrives late every step, fetches the model and
+// never catches up.
 func (m *Mesh) awaits(p *meshPeer) bool {
 	switch {
 	case p.state == StateSyncing:
