@@ -32,6 +32,9 @@ func (m *Mesh) resetAgreement() {
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
 		p := m.peers[id]
+		if p.equivocated {
+			m.ag.excluded[id] = true
+		}
 		if p.dead {
 			continue
 		}
@@ -55,8 +58,17 @@ func (m *Mesh) noteReady(id PeerID, step uint64, hash string, inner uint32) {
 func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round,
 		members: slices.Clone(msg.Members), excluded: slices.Clone(msg.Excluded), links: slices.Clone(msg.Links)}
-	if old := p.votes[v.step]; old != nil && old.hash == v.hash && old.round > v.round {
-		return // a late copy of an older vote
+	if old := p.votes[v.step]; old != nil && old.hash == v.hash {
+		if old.round > v.round {
+			return // a late copy of an older vote
+		}
+		if old.round == v.round && !slices.Equal(old.members, v.members) {
+			m.equivocated(id, p, old, v)
+			return
+		}
+	}
+	if p.equivocated {
+		return // its votes count for nothing; it is out of every step
 	}
 	if msg.Step >= p.step { // else a late copy: the peer moved on
 		p.state, p.step, p.hash = StateAgreeing, msg.Step, msg.Hash
@@ -69,6 +81,22 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 		p.inner = msg.Members[i].InnerSteps
 	}
 	m.mergeVote(v)
+}
+
+// equivocated handles id's second, different vote v in old's round: the
+// first stands for nobody (id is excluded from the current step, which
+// every node that sees both votes does alike, and the others learn from
+// their votes' X) and the evidence goes to node, once per peer.
+func (m *Mesh) equivocated(id PeerID, p *meshPeer, old, v *meshVote) {
+	if v.step == m.ag.step && v.hash == m.ag.hash {
+		m.ag.excluded[id] = true
+	}
+	if p.equivocated {
+		return
+	}
+	p.equivocated = true
+	m.out.Equivocations = append(m.out.Equivocations, Equivocation{Peer: id, Step: v.step, Hash: v.hash, Round: v.round,
+		First: slices.Clone(old.members), Second: slices.Clone(v.members)})
 }
 
 // meshKeepVotes is how many steps of one peer's votes are kept: a peer that

@@ -39,10 +39,30 @@ type Ready struct {
 	// step because no ring of direct links (see LinkUnreachable) could hold
 	// them with the others, in the order it happened.
 	LeftOut []PeerID
+	// Equivocations lists peers caught voting twice, differently, in one
+	// round (see Equivocation), in the order it happened. Each is already
+	// out of the current step; node should exclude it from the run.
+	Equivocations []Equivocation
 	// State is the node's state now; StateChanged says it changed since the
 	// last Ready.
 	State        State
 	StateChanged bool
+}
+
+// Equivocation is evidence that Peer, in one incarnation, proposed two
+// different rings (Members) for the same Step, model Hash and agreement
+// Round. An honest node votes at most once per round (re-broadcasts repeat
+// the same members), and mesh messages are signed by their sender
+// (gossipsub StrictSign; node checks From against the signer), so the two
+// messages are the peer's own: it tried to make deciders decide different
+// rings.
+type Equivocation struct {
+	Peer  PeerID
+	Step  uint64
+	Hash  string
+	Round uint32
+	// First and Second are the two member lists.
+	First, Second []Member
 }
 
 // meshPeer is what this node knows of another peer.
@@ -56,6 +76,7 @@ type meshPeer struct {
 	addrs       []string
 	dead        bool
 	votes       map[uint64]*meshVote // its latest vote per step, a few steps kept
+	equivocated bool                 // caught voting twice in one round (reported once)
 	incarnation uint64
 	restarts    uint64
 }
@@ -397,7 +418,7 @@ func (m *Mesh) Leave() {
 func (m *Mesh) HasReady() bool {
 	o := &m.out
 	return len(o.Messages) > 0 || o.Ring != nil || o.Fetch != nil || o.Adopt != nil ||
-		len(o.Dead) > 0 || len(o.LeftOut) > 0 || o.StateChanged || m.state != m.prevState
+		len(o.Dead) > 0 || len(o.LeftOut) > 0 || len(o.Equivocations) > 0 || o.StateChanged || m.state != m.prevState
 }
 
 // Ready returns what node must do now. Call Advance with it once done.
@@ -415,6 +436,7 @@ func (m *Mesh) Advance(rd Ready) {
 	m.out.Messages = meshDropFirst(m.out.Messages, len(rd.Messages))
 	m.out.Dead = meshDropFirst(m.out.Dead, len(rd.Dead))
 	m.out.LeftOut = meshDropFirst(m.out.LeftOut, len(rd.LeftOut))
+	m.out.Equivocations = meshDropFirst(m.out.Equivocations, len(rd.Equivocations))
 	if rd.Ring == m.out.Ring {
 		m.out.Ring = nil
 	}

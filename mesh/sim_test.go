@@ -77,10 +77,16 @@ type simNet struct {
 	trainTicks, reduceTicks, fetchTicks, failTicks int
 	inner                                          int
 
-	done      []simDone
-	trace     func(string)
-	sentMsgs  [msgTypeEnd]int // messages published, by type
-	sentBytes [msgTypeEnd]int // their encoded bytes
+	done  []simDone
+	trace func(string)
+	// tamper, if set, replaces every message a node publishes by what it
+	// returns (an attacker's messages; every copy reaches every peer, as
+	// gossip forwards them).
+	tamper func(from PeerID, msg Message) []Message
+	// equivocations: what each node reported.
+	equivocations map[PeerID][]Equivocation
+	sentMsgs      [msgTypeEnd]int // messages published, by type
+	sentBytes     [msgTypeEnd]int // their encoded bytes
 }
 
 func newSimNet(t testing.TB, seed uint64) *simNet {
@@ -287,7 +293,19 @@ func (s *simNet) flush(n *simNode) {
 	for n.m.HasReady() {
 		rd := n.m.Ready()
 		for _, msg := range rd.Messages {
-			s.broadcast(n.id, msg)
+			if s.tamper == nil {
+				s.broadcast(n.id, msg)
+				continue
+			}
+			for _, m := range s.tamper(n.id, msg) {
+				s.broadcast(n.id, m)
+			}
+		}
+		for _, e := range rd.Equivocations {
+			if s.equivocations == nil {
+				s.equivocations = map[PeerID][]Equivocation{}
+			}
+			s.equivocations[n.id] = append(s.equivocations[n.id], e)
 		}
 		if rd.StateChanged {
 			s.logf("%s state %v", n.id, rd.State)
@@ -510,4 +528,50 @@ func (s *simNet) dump() string {
 		fmt.Fprintf(&b, "  %s up=%v state=%v step=%d hash=%.8s round=%d rings=%d\n", id, n.up, st.State, st.Step, st.Hash, st.Round, n.rings)
 	}
 	return b.String()
+}
+
+// TestSimEquivocation: member d sends, for every round it votes in, two
+// different proposals (one without a, one without b). Every honest node
+// sees both, reports d once with both member lists, and the others train on
+// in rings without d; an honest node's re-broadcast of its vote with a
+// grown X is not an equivocation.
+func TestSimEquivocation(t *testing.T) {
+	s := newSimNet(t, 21)
+	s.addN(4, nil)
+	d := s.ids[3]
+	s.tamper = func(from PeerID, msg Message) []Message {
+		if from != d || msg.Type != MsgPropose {
+			return []Message{msg}
+		}
+		out := []Message{msg}
+		for _, drop := range s.ids[:2] {
+			m := msg
+			m.Members = slices.DeleteFunc(slices.Clone(msg.Members), func(mb Member) bool { return mb.ID == drop })
+			out = append(out, m)
+		}
+		return out
+	}
+	s.runUntil(4000, "4 steps done", func() bool { return len(s.done) >= 4 })
+	for _, id := range s.ids[:3] {
+		es := s.equivocations[id]
+		if len(es) != 1 || es[0].Peer != d || slices.Equal(es[0].First, es[0].Second) {
+			t.Fatalf("%s reported %+v, want d once with two member lists", id, es)
+		}
+	}
+	if len(s.equivocations[d]) != 0 {
+		t.Fatalf("d reported %v", s.equivocations[d])
+	}
+	for _, done := range s.done[1:] {
+		if slices.Contains(done.ring.Members, d) {
+			t.Fatalf("step %d ring %v holds the equivocator", done.step, done.ring.Members)
+		}
+	}
+	// An honest run with drops and duplicates reports nothing.
+	h := newSimNet(t, 22)
+	h.drop, h.dup, h.maxDelay = 0.05, 0.1, 3
+	h.addN(4, nil)
+	h.runUntil(6000, "4 steps done", func() bool { return len(h.done) >= 4 })
+	if len(h.equivocations) != 0 {
+		t.Fatalf("honest nodes reported %v", h.equivocations)
+	}
 }

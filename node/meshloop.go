@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -80,6 +82,10 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 			log.Warn("publish", "type", msg.Type, "err", err)
 		}
 		cancel()
+	}
+	for _, e := range rd.Equivocations {
+		n.exclude(e.Peer, fmt.Sprintf("proposed two different rings for step %d round %d (signed mesh messages): %s and %s",
+			e.Step+1, e.Round, memberIDs(e.First), memberIDs(e.Second)))
 	}
 	if len(rd.LeftOut) > 0 {
 		log.Warn("left out of this step's ring: no ring of direct links holds them (NAT, not punched yet)", "peers", rd.LeftOut)
@@ -176,4 +182,13 @@ func (n *Node) peerStatus(p mesh.PeerStatus, tick uint64, now time.Time) PeerSta
 		ps.Transport, ps.Relayed, ps.Punch = info.Transport, info.Relayed, info.Punch
 	}
 	return ps
+}
+
+// memberIDs formats a vote's members for a log line.
+func memberIDs(ms []mesh.Member) string {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = string(m.ID)
+	}
+	return "[" + strings.Join(ids, " ") + "]"
 }
