@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
@@ -53,6 +54,10 @@ type ScatterConfig struct {
 	ErrorFeedback bool
 	// Robust is the owners' rule.
 	Robust RobustConfig
+	// Audit keeps what a spot check of an owner needs: each owner's
+	// SegmentReport.Inputs, and each member's per-chunk commitments
+	// (ScatterResult.SentChunks, GotChunks). See AuditChunk.
+	Audit bool
 	// Owners lists, in segment order, the ranks that own a segment: each
 	// shard's slice is cut into len(Owners) segments and segment j goes to
 	// member Owners[j]. The other members are clients: they send their
@@ -91,6 +96,46 @@ type SegmentReport struct {
 	// every member (compare with each member's ScatterResult.Got: an owner
 	// sending different bytes to different members is caught there).
 	Result Commitment
+	// Inputs (with ScatterConfig.Audit) holds, per member, the chunk
+	// messages the owner combined, concatenated in chunk order (what
+	// Received commits to); ChunkInputs cuts out one chunk.
+	Inputs [][]byte
+}
+
+// ChunkInputs returns the k members' messages of chunk c as the owner
+// combined them (sub-slices of Inputs), or nil if the report holds no
+// such chunk.
+func (rep *SegmentReport) ChunkInputs(c int) [][]byte {
+	if c < 0 || c >= len(rep.Verdicts) || len(rep.Inputs) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(rep.Inputs))
+	for i, in := range rep.Inputs {
+		off := 0
+		for range c {
+			m, ok := chunkMsgLen(in[off:])
+			if !ok {
+				return nil
+			}
+			off += m
+		}
+		m, ok := chunkMsgLen(in[off:])
+		if !ok {
+			return nil
+		}
+		out[i] = in[off : off+m]
+	}
+	return out
+}
+
+// chunkMsgLen is the length of the int8 chunk message at the start of b,
+// from its header.
+func chunkMsgLen(b []byte) (int, bool) {
+	if len(b) < chunkHeaderSize {
+		return 0, false
+	}
+	m := CodecInt8.msgSize(int(binary.BigEndian.Uint32(b[8:])))
+	return m, m <= len(b)
 }
 
 // ScatterResult is the accountability output of one ScatterAllReduce.
@@ -106,6 +151,11 @@ type ScatterResult struct {
 	// Owned holds, per shard, the report of the segment this member owns
 	// (none for a client); on error, the shards finished before it.
 	Owned []SegmentReport
+	// SentChunks and GotChunks (with ScatterConfig.Audit) hold, index
+	// shard·o + segment, the SHA-256 of each chunk message this member
+	// sent to the segment's owner and of each result message it received
+	// from it (its own segment's result included).
+	SentChunks, GotChunks [][]Commitment
 }
 
 // ScatterAllReduce replaces, on every member of an attempt of k =
@@ -155,6 +205,10 @@ func ScatterAllReduce(ctx context.Context, tr MeshTransport, rank int, weights [
 		res.Stats.add(r.stats())
 		res.Sent = append(res.Sent, r.sentHash...)
 		res.Got = append(res.Got, r.gotHash...)
+		if cfg.Audit {
+			res.SentChunks = append(res.SentChunks, r.sentChunks...)
+			res.GotChunks = append(res.GotChunks, r.gotChunks...)
+		}
 		if r.owned != nil {
 			res.Owned = append(res.Owned, *r.owned)
 		}
@@ -308,6 +362,42 @@ func sums(hs []hash.Hash) []Commitment {
 		h.Sum(out[i][:0])
 	}
 	return out
+}
+
+// AuditChunk recomputes what the owner of segment seg must have sent for
+// its chunk c, from the k members' messages of that chunk (msgs[i] from
+// member i, as SegmentReport.ChunkInputs returns them). It returns the
+// result message and the verdicts; an auditor compares the result's
+// SHA-256 with its ScatterResult.GotChunks, and its own input's with its
+// SentChunks. A malformed input is a *PeerError naming its sender.
+func AuditChunk(cfg ScatterConfig, weights []float32, seg, c int, msgs [][]byte) ([]byte, []Verdict, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := checkScatterArgs(0, weights, Buffers{}, cfg); err != nil {
+		return nil, nil, err
+	}
+	k := len(weights)
+	if len(msgs) != k || seg < 0 || seg > 0xffff || c < 0 || len(msgs[0]) < chunkHeaderSize {
+		return nil, nil, fmt.Errorf("%w: %d inputs for %d members, segment %d chunk %d", ErrInvalidArgument, len(msgs), k, seg, c)
+	}
+	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
+	if n < 1 || n > cfg.ChunkElems {
+		return nil, nil, &PeerError{Rank: 0, Err: fmt.Errorf("%w: chunk of %d values", ErrBadChunk, n)}
+	}
+	want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(n)}
+	for i, m := range msgs {
+		if _, err := parseChunk(m, want); err != nil {
+			return nil, nil, &PeerError{Rank: i, Err: err}
+		}
+	}
+	ow := newOwnerWork(k, n)
+	defer putOwnerWork(ow)
+	out, v, err := ow.combine(&cfg.Robust, weights, msgs, seg, -1, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slices.Clone(out), v, nil
 }
 
 // RobustSegment recomputes what the owner of segment seg (n values) must

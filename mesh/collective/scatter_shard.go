@@ -30,7 +30,9 @@ type scatterShard struct {
 	ready    []chan struct{}
 	sentHash []Commitment // per segment: what this member sent
 	gotHash  []Commitment // per segment: the result this member received
-	owned    *SegmentReport
+	// With Audit, per segment and chunk: the same, chunk by chunk.
+	sentChunks, gotChunks [][]Commitment
+	owned                 *SegmentReport
 
 	mu         sync.Mutex
 	sent, recv Stats
@@ -54,6 +56,9 @@ func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
 		r.ready[j] = make(chan struct{})
 	}
 	r.enc = make([]byte, r.segOff[o])
+	if sc.cfg.Audit {
+		r.sentChunks, r.gotChunks = make([][]Commitment, o), make([][]Commitment, o)
+	}
 	return r
 }
 
@@ -145,6 +150,9 @@ func (r *scatterShard) encode() error {
 			}
 			putHeader(msg, chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)})
 			h.Write(msg)
+			if r.sentChunks != nil {
+				r.sentChunks[j] = append(r.sentChunks[j], sha256.Sum256(msg))
+			}
 		}
 		h.Sum(r.sentHash[j][:0])
 		close(r.ready[j])
@@ -225,6 +233,12 @@ func (r *scatterShard) own() error {
 	defer putOwnerWork(ow)
 	msgs := make([][]byte, sc.k)
 	rep := &SegmentReport{Shard: r.s, Segment: seg}
+	if sc.cfg.Audit {
+		rep.Inputs = make([][]byte, sc.k)
+		for i := range rep.Inputs {
+			rep.Inputs[i] = make([]byte, 0, r.segOff[seg+1]-r.segOff[seg])
+		}
+	}
 	for c := range r.chunks(seg) {
 		lo, hi, mlo, mhi := r.chunk(seg, c)
 		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(hi - lo)}
@@ -233,6 +247,9 @@ func (r *scatterShard) own() error {
 		}
 		for i, m := range msgs {
 			hs[i].Write(m)
+			if rep.Inputs != nil {
+				rep.Inputs[i] = append(rep.Inputs[i], m...)
+			}
 		}
 		out, v, err := ow.combine(&sc.cfg.Robust, sc.weights, msgs, seg, rank, c)
 		if err != nil {
@@ -240,6 +257,9 @@ func (r *scatterShard) own() error {
 		}
 		rep.Verdicts = append(rep.Verdicts, v)
 		hs[sc.k].Write(out)
+		if r.gotChunks != nil {
+			r.gotChunks[seg] = append(r.gotChunks[seg], sha256.Sum256(out))
+		}
 		decodeInt8Set(r.b.Dst[lo:hi], &ow.t, out[chunkHeaderSize+int8TableSize:])
 		r.feedBack(ow, lo, hi)
 		if err := r.broadcast(out); err != nil {
@@ -316,6 +336,9 @@ func (r *scatterShard) gatherFrom(j int) error {
 			return &PeerError{Rank: owner, Err: fmt.Errorf("lane %d: %w", lane, err)}
 		}
 		h.Write(msg)
+		if r.gotChunks != nil {
+			r.gotChunks[j] = append(r.gotChunks[j], sha256.Sum256(msg))
+		}
 	}
 	h.Sum(r.gotHash[j][:0])
 	return nil

@@ -667,3 +667,101 @@ func b2n(b bool) int {
 	}
 	return 0
 }
+
+// forgerMesh is an owner that sends every member the same forged result
+// (its first table entry moved): the members agree with each other, so
+// only an audit of its computation shows it.
+type forgerMesh struct {
+	*MemMesh
+	shards int
+}
+
+func (f *forgerMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
+	if lane >= f.shards {
+		msg = append([]byte(nil), msg...)
+		v := math.Float32frombits(binary.LittleEndian.Uint32(msg[chunkHeaderSize:]))
+		binary.LittleEndian.PutUint32(msg[chunkHeaderSize:], math.Float32bits(v-1))
+	}
+	return f.MemMesh.Send(ctx, to, lane, msg)
+}
+
+// TestScatterAudit: with Audit, every chunk of every owner's segment
+// recomputed by AuditChunk from the owner's Inputs hashes to what every
+// member received, and each member's input to what it sent (owners and
+// clients alike). An owner that forges its result, or that reports an
+// input other than the one a member sent, fails the check.
+func TestScatterAudit(t *testing.T) {
+	ctx := testCtx(t)
+	for _, owners := range [][]int{nil, {4, 1}} {
+		const k, n = 5, 7000
+		xs, _ := pseudoGrads(rand.New(rand.NewPCG(6, 6)), k, n)
+		w := honestWeights(k)
+		cfg := ScatterConfig{Shards: 2, ChunkElems: 500, Audit: true, Owners: owners, Robust: RobustConfig{MaxWeight: testH}}
+		forger := 1
+		for _, forge := range []bool{false, true} {
+			sr := runScatter(t, ctx, xs, w, cfg, func(i int, m *MemMesh) MeshTransport {
+				if forge && i == forger {
+					return &forgerMesh{MemMesh: m, shards: cfg.Shards}
+				}
+				return m
+			})
+			for i, err := range sr.errs {
+				if err != nil {
+					t.Fatalf("member %d: %v", i, err)
+				}
+			}
+			o := k
+			if owners != nil {
+				o = len(owners)
+			}
+			caught := 0
+			for i, res := range sr.res {
+				if len(res.SentChunks) != cfg.Shards*o || len(res.GotChunks) != cfg.Shards*o {
+					t.Fatalf("member %d: %d/%d chunk commitment lists", i, len(res.SentChunks), len(res.GotChunks))
+				}
+				for _, rep := range res.Owned {
+					idx := rep.Shard*o + rep.Segment
+					for c := range rep.Verdicts {
+						in := rep.ChunkInputs(c)
+						out, _, err := AuditChunk(cfg, w, rep.Segment, c, in)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for m := range k {
+							if sha256.Sum256(in[m]) != sr.res[m].SentChunks[idx][c] {
+								t.Fatalf("owner %d segment %d chunk %d: member %d's input differs from what it sent", i, rep.Segment, c, m)
+							}
+							if other := sha256.Sum256(out) != sr.res[m].GotChunks[idx][c]; other != (forge && i == forger && m != forger) {
+								t.Fatalf("forge=%v owner %d segment %d chunk %d member %d: recomputed result differs: %v", forge, i, rep.Segment, c, m, other)
+							} else if other {
+								caught++
+							}
+						}
+					}
+					// An owner reporting an input other than the one sent.
+					in := rep.ChunkInputs(0)
+					in[2] = append([]byte(nil), in[2]...)
+					in[2][len(in[2])-1] ^= 1
+					if sha256.Sum256(in[2]) == sr.res[2].SentChunks[idx][0] {
+						t.Fatal("a changed input matches the sender's commitment")
+					}
+				}
+			}
+			if forge && caught == 0 {
+				t.Fatal("the forged results were not caught")
+			}
+		}
+	}
+	// Garbage to the auditor: errors, never a panic.
+	w := honestWeights(3)
+	cfg := ScatterConfig{ChunkElems: 500, Audit: true}
+	for _, msgs := range [][][]byte{nil, {{1}, {2}, {3}}, {make([]byte, 40), make([]byte, 40), make([]byte, 40)}} {
+		if _, _, err := AuditChunk(cfg, w, 0, 0, msgs); err == nil {
+			t.Errorf("AuditChunk accepted %d garbage inputs", len(msgs))
+		}
+	}
+	var rep SegmentReport
+	if rep.ChunkInputs(0) != nil {
+		t.Error("ChunkInputs of an empty report")
+	}
+}
