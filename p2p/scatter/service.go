@@ -74,6 +74,7 @@ type Service struct {
 	npending int
 	done     map[string]bool // finished attempts, for late streams (bounded)
 	doneFIFO []string
+	kept     []keptAttempt // owned segments of the last attempts, for audits
 
 	notifiee network.Notifiee
 }
@@ -97,6 +98,7 @@ func NewService(h host.Host, cfg Config) (*Service, error) {
 	svc.notifiee = &network.NotifyBundle{DisconnectedF: svc.disconnected}
 	h.Network().Notify(svc.notifiee)
 	h.SetStreamHandler(ProtocolID, svc.handle)
+	h.SetStreamHandler(AuditProtocolID, svc.handleAudit)
 	return svc, nil
 }
 
@@ -210,6 +212,7 @@ func (svc *Service) finished(t *Transport) {
 // attempts are left to their owners.
 func (svc *Service) Close() error {
 	svc.h.RemoveStreamHandler(ProtocolID)
+	svc.h.RemoveStreamHandler(AuditProtocolID)
 	svc.h.Network().StopNotify(svc.notifiee)
 	svc.mu.Lock()
 	svc.closed = true
