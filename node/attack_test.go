@@ -46,6 +46,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { n.host.Close() })
+		n.auditAlways = true // honest owners pass every audit: no one else is excluded
 		nodes[i] = n
 	}
 	bad := nodes[k-1]
@@ -74,5 +75,83 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	first, last := hist[0].EvalLoss, hist[len(hist)-1].EvalLoss
 	if !(last < first) {
 		t.Fatalf("honest held-out loss went from %.4f to %.4f under attack", first, last)
+	}
+}
+
+// forgingOwner is an attacking segment owner: it sends every member the
+// same forged result (its table's first entry moved), so the members
+// agree with each other and only an audit shows the lie.
+type forgingOwner struct {
+	collective.MeshTransport
+	shards int
+}
+
+func (f forgingOwner) Send(ctx context.Context, to, lane int, msg []byte) error {
+	if lane >= f.shards {
+		msg = append([]byte(nil), msg...)
+		for i := range 4 {
+			msg[12+i] ^= 0x40 // the table's first float (after the 12-byte header)
+		}
+	}
+	return f.MeshTransport.Send(ctx, to, lane, msg)
+}
+
+// TestAuditExcludesForgingOwner: 4 in-process nodes average robustly and
+// audit after every step; one owner forges its results. The honest three
+// catch it in an audit, exclude it with the evidence, and end with one
+// model.
+func TestAuditExcludesForgingOwner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4 nodes, 5 outer steps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const k, steps = 4, 5
+	nodes := make([]*Node, k)
+	for i := range nodes {
+		var boot []string
+		if i > 0 {
+			boot = nodes[0].host.Addrs()
+		}
+		c := twoNodeConfig(t, steps, false, boot)
+		c.MinMembers, c.Averaging, c.Run = k, AveragingRobust, "audit-test"
+		n, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.host.Close() })
+		n.auditAlways = true
+		nodes[i] = n
+	}
+	bad := nodes[k-1]
+	sc := scatterConfig(bad.cfg)
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	shards := sc.Shards
+	bad.scatterWrap = func(tr collective.MeshTransport) collective.MeshTransport { return forgingOwner{tr, shards} }
+	badCtx, stopBad := context.WithCancel(ctx)
+	badDone := make(chan struct{})
+	go func() { bad.Run(badCtx); close(badDone) }() // excluded, it may never reach the last step
+	defer func() { stopBad(); <-badDone }()
+	errs := make(chan error, k-1)
+	for _, n := range nodes[:k-1] {
+		go func() { errs <- n.Run(ctx) }()
+	}
+	for range k - 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	honest := nodes[:k-1]
+	for _, n := range honest {
+		if n.model.hash != honest[0].model.hash || n.model.step != steps {
+			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
+		}
+		ex := n.host.Excluded()
+		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
+			t.Fatalf("%s excluded %+v, want the forger %s", n.self, ex, bad.host.ID())
+		}
+		t.Logf("%s: %s", n.self, ex[0].Evidence)
 	}
 }

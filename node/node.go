@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/p2p/ring"
@@ -34,16 +35,21 @@ type Node struct {
 	offences offenceLog
 	// tamper, set by tests only, wraps the reducer: an attacking member.
 	tamper func(reducer) reducer
-	ckpt   *ckpt.Server
-	engine train.Engine
-	data   train.Source
-	run    *runManifest  // the run manifest, fixed by New
-	opts   train.Options // the manifest's training options (Worker: 0)
-	mserv  *p2p.ManifestServer
-	board  board
-	api    *api
-	met    *metrics
-	self   mesh.PeerID
+	// auditAlways, set by tests only: audit after every step.
+	auditAlways bool
+	// scatterWrap, set by tests only, wraps the direct scatter's
+	// transport: an attacking segment owner.
+	scatterWrap func(collective.MeshTransport) collective.MeshTransport
+	ckpt        *ckpt.Server
+	engine      train.Engine
+	data        train.Source
+	run         *runManifest  // the run manifest, fixed by New
+	opts        train.Options // the manifest's training options (Worker: 0)
+	mserv       *p2p.ManifestServer
+	board       board
+	api         *api
+	met         *metrics
+	self        mesh.PeerID
 
 	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
 	params int64

@@ -23,7 +23,7 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 	if err != nil {
 		return ring.Stats{}, err
 	}
-	spec := scatter.Spec{ID: rs.ID, Step: rs.Step, Members: rs.Members, Self: rs.Self, SendRate: rs.SendRate}
+	spec := scatter.Spec{ID: rs.ID, Step: rs.Step, Members: rs.Members, Self: rs.Self, SendRate: rs.SendRate, Wrap: n.scatterWrap}
 	owners := len(rg.Owners)
 	if rg.Owners == nil {
 		owners = len(rg.Members)
@@ -34,12 +34,17 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 	defer end()
 	cfg := scatterConfig(n.cfg)
 	cfg.Owners = rg.Owners
+	if err := cfg.Validate(); err != nil { // defaults filled in, for spotCheck
+		return ring.Stats{}, err
+	}
 	res, st, err := scatter.AllReduce(actx, n.sc, spec, rg.Weights, b, cfg)
 	stats := ring.Stats{BytesSent: st.Sent, BytesRecv: st.Received}
 	if err != nil {
 		return stats, attemptErr(actx, err)
 	}
 	n.noteVerdicts(rg, res)
+	n.sc.Keep(rg.ID, res.Owned)
+	n.spotCheck(ctx, rg, cfg, res)
 	return stats, nil
 }
 
@@ -50,7 +55,7 @@ func (r scatterReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
 // scatterConfig is the direct scatter's configuration of a node running
 // cfg: weights (inner steps claimed) capped at the run's H.
 func scatterConfig(cfg Config) collective.ScatterConfig {
-	return collective.ScatterConfig{Shards: cfg.Shards, ErrorFeedback: cfg.ErrorFeedback,
+	return collective.ScatterConfig{Shards: cfg.Shards, ErrorFeedback: cfg.ErrorFeedback, Audit: true,
 		Robust: collective.RobustConfig{MaxWeight: float32(cfg.InnerSteps)}}
 }
 

@@ -131,6 +131,43 @@ func (svc *Service) Keep(id string, reports []collective.SegmentReport) {
 	if len(svc.kept) > keptAttempts {
 		svc.kept = svc.kept[len(svc.kept)-keptAttempts:]
 	}
+	if svc.keptWake != nil {
+		close(svc.keptWake)
+		svc.keptWake = nil
+	}
+}
+
+// keepWait is how long an audit request for an attempt this node is
+// still running (or has just finished, not yet kept) waits for Keep: an
+// auditor may finish the attempt before the owner does.
+const keepWait = 10 * time.Second
+
+// waitInputs returns chunkInputs(r), waiting up to keepWait while r's
+// attempt is open or finished but not kept yet.
+func (svc *Service) waitInputs(r auditRequest) ([][]byte, string) {
+	deadline := time.NewTimer(keepWait)
+	defer deadline.Stop()
+	for {
+		in, why := svc.chunkInputs(r)
+		if in != nil || why != whyNotKept {
+			return in, why
+		}
+		svc.mu.Lock()
+		pending := svc.attempts[r.id] != nil || svc.done[r.id]
+		if svc.keptWake == nil {
+			svc.keptWake = make(chan struct{})
+		}
+		wake := svc.keptWake
+		svc.mu.Unlock()
+		if !pending {
+			return nil, why
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			return nil, why
+		}
+	}
 }
 
 // chunkInputs returns the kept inputs of one chunk, or why not.
@@ -152,8 +189,10 @@ func (svc *Service) chunkInputs(r auditRequest) ([][]byte, string) {
 		}
 		return nil, "not the owner of that segment"
 	}
-	return nil, "attempt not kept"
+	return nil, whyNotKept
 }
+
+const whyNotKept = "attempt not kept"
 
 // handleAudit answers one audit request.
 func (svc *Service) handleAudit(s network.Stream) {
@@ -175,7 +214,7 @@ func (svc *Service) handleAudit(s network.Stream) {
 		s.Reset()
 		return
 	}
-	in, why := svc.chunkInputs(r)
+	in, why := svc.waitInputs(r)
 	if in == nil {
 		_ = p2p.WriteFrame(s, msgAuditRefused, []byte(why))
 		return

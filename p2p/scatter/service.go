@@ -75,6 +75,7 @@ type Service struct {
 	done     map[string]bool // finished attempts, for late streams (bounded)
 	doneFIFO []string
 	kept     []keptAttempt // owned segments of the last attempts, for audits
+	keptWake chan struct{} // closed by Keep, for audits waiting for it
 
 	notifiee network.Notifiee
 }

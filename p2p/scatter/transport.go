@@ -28,6 +28,9 @@ type Spec struct {
 	Lanes   int       // 2 × the collective's Shards
 	// SendRate, if set, caps this member's sends (local, like the ring's).
 	SendRate *p2p.Limiter
+	// Wrap, if set, wraps the transport the collective uses: tests play
+	// an attacking member with it.
+	Wrap func(collective.MeshTransport) collective.MeshTransport
 }
 
 func (sp Spec) validate(self peer.ID) error {
@@ -377,7 +380,11 @@ func AllReduce(ctx context.Context, svc *Service, spec Spec, weights []float32, 
 		return collective.ScatterResult{}, Stats{}, err
 	}
 	defer t.Close()
-	res, err := collective.ScatterAllReduce(ctx, t, spec.Self, weights, b, cfg)
+	var tr collective.MeshTransport = t
+	if spec.Wrap != nil {
+		tr = spec.Wrap(t)
+	}
+	res, err := collective.ScatterAllReduce(ctx, tr, spec.Self, weights, b, cfg)
 	var pe *collective.PeerError
 	if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(spec.Members) {
 		err = &ring.PeerError{Peer: spec.Members[pe.Rank], Rank: pe.Rank, Relayed: pe.Relayed, Err: err}
