@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
@@ -28,8 +29,9 @@ import (
 // further than that many attackers could, and then shows the auditor an
 // input that is not the auditor's own with probability above 1/2.
 
-// auditRate is the probability that a member audits after a step of k
-// members: about one audit per step in the whole network.
+// auditRate is the probability that a member audits a settled owner (see
+// onProbation) after a step of k members: about one such audit per step in
+// the whole network.
 func auditRate(k int) float64 { return 1 / float64(max(k, 1)) }
 
 // spotCheck runs, in the background, this node's audit of attempt rg if
@@ -52,15 +54,59 @@ func (n *Node) spotCheck(ctx context.Context, rg *mesh.Ring, cfg collective.Scat
 	if len(others) == 0 || len(res.GotChunks) != cfg.Shards*len(owners) {
 		return
 	}
-	if n.auditAlways { // tests: every other owner, every step
-		for _, seg := range others {
-			n.auditSegment(ctx, rg, cfg, res, owners, seg)
+	var probation, settled []int // segments of owners new to this node, of the others
+	for _, seg := range others {
+		if n.auditAlways || n.onProbation(rg.Members[owners[seg]], rg.Step) {
+			probation = append(probation, seg)
+		} else {
+			settled = append(settled, seg)
 		}
-		return
 	}
-	if rand.Float64() < auditRate(len(rg.Members)) {
-		n.auditSegment(ctx, rg, cfg, res, owners, others[rand.IntN(len(others))])
+	for _, seg := range probation {
+		n.auditSegment(ctx, rg, cfg, res, owners, seg)
 	}
+	if len(settled) > 0 && rand.Float64() < auditRate(len(rg.Members)) {
+		n.auditSegment(ctx, rg, cfg, res, owners, settled[rand.IntN(len(settled))])
+	}
+}
+
+// probationSteps is how many outer steps after this node first shared a
+// ring with a member it audits that member's segment every step.
+const probationSteps = 10
+
+// onProbation reports whether id first shared a ring with this node less
+// than probationSteps steps before step, later than this node's own first
+// ring (the members already there then are not newcomers to it), recording
+// step if it is the first. A newcomer is audited each step until then: an
+// attacker cannot join, forge at once and count on the 1/k dice.
+func (n *Node) onProbation(id mesh.PeerID, step uint64) bool {
+	n.probation.mu.Lock()
+	defer n.probation.mu.Unlock()
+	if n.probation.first == nil {
+		n.probation.first = make(map[mesh.PeerID]uint64)
+		n.probation.start = step
+	}
+	first, ok := n.probation.first[id]
+	if !ok {
+		if len(n.probation.first) >= maxProbationPeers {
+			clear(n.probation.first) // bounded: everyone starts over as a newcomer
+			n.probation.start = 0
+		}
+		first = step
+		n.probation.first[id] = step
+	}
+	return first > n.probation.start && step < first+probationSteps
+}
+
+// maxProbationPeers bounds the first-seen table.
+const maxProbationPeers = 4096
+
+// probationLog remembers the step at which each owner was first in a ring
+// with this node.
+type probationLog struct {
+	mu    sync.Mutex
+	start uint64 // the step of this node's first audited ring
+	first map[mesh.PeerID]uint64
 }
 
 // auditSegment audits, in the background, a random chunk of a random

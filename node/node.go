@@ -35,8 +35,10 @@ type Node struct {
 	offences offenceLog
 	// tamper, set by tests only, wraps the reducer: an attacking member.
 	tamper func(reducer) reducer
-	// auditAlways, set by tests only: audit after every step.
+	// auditAlways, set by tests only: audit every owner after every step.
 	auditAlways bool
+	// probation: when each owner first shared a ring with this node.
+	probation probationLog
 	// scatterWrap, set by tests only, wraps the direct scatter's
 	// transport: an attacking segment owner.
 	scatterWrap func(collective.MeshTransport) collective.MeshTransport
