@@ -378,8 +378,11 @@ func AuditChunk(cfg ScatterConfig, weights []float32, seg, c int, msgs [][]byte)
 		return nil, nil, err
 	}
 	k := len(weights)
-	if len(msgs) != k || seg < 0 || seg > 0xffff || c < 0 || len(msgs[0]) < chunkHeaderSize {
+	if len(msgs) != k || seg < 0 || seg > 0xffff || c < 0 {
 		return nil, nil, fmt.Errorf("%w: %d inputs for %d members, segment %d chunk %d", ErrInvalidArgument, len(msgs), k, seg, c)
+	}
+	if len(msgs[0]) < chunkHeaderSize {
+		return nil, nil, &PeerError{Rank: 0, Err: fmt.Errorf("%w: %d bytes", ErrBadChunk, len(msgs[0]))}
 	}
 	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
 	if n < 1 || n > cfg.ChunkElems {

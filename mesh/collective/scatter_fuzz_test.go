@@ -63,6 +63,19 @@ func FuzzScatterDecode(f *testing.F) {
 		} else {
 			checkFuzzResult(t, cfg, w, in, out, verdicts)
 		}
+		// The auditor's entry: the first chunk's messages, as an owner's
+		// audit answer would carry them (the mutated one possibly cut).
+		chunk0 := make([][]byte, len(in))
+		for m, b := range in {
+			chunk0[m] = b[:min(len(b), CodecInt8.msgSize(256))]
+		}
+		if aout, _, err := AuditChunk(cfg, w, 1, 0, chunk0); err == nil {
+			if again, _, err := AuditChunk(cfg, w, 1, 0, chunk0); err != nil || !bytes.Equal(aout, again) {
+				t.Fatalf("audit not deterministic: %v", err)
+			}
+		} else if !errors.As(err, &pe) {
+			t.Fatalf("audit error %v names nobody", err)
+		}
 		var tb [256]float32
 		dst := make([]float32, 256)
 		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: 1, chunk: 0, n: 256}
