@@ -301,14 +301,3 @@ func meshOwnerIndexes(c [][]uint64) []int {
 	return out
 }
 
-// meshAnyUnreachable reports whether some link of c is LinkUnreachable.
-func meshAnyUnreachable(c [][]uint64) bool {
-	for i := range c {
-		for j := range c[i] {
-			if i != j && c[i][j] == LinkUnreachable {
-				return true
-			}
-		}
-	}
-	return false
-}

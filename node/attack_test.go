@@ -33,22 +33,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const k, steps = 4, 6
-	nodes := make([]*Node, k)
-	for i := range nodes {
-		var boot []string
-		if i > 0 {
-			boot = nodes[0].host.Addrs()
-		}
-		c := twoNodeConfig(t, steps, false, boot)
-		c.MinMembers, c.Averaging, c.Run = k, AveragingRobust, "attack-test"
-		n, err := New(ctx, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.host.Close() })
-		n.auditAlways = true // honest owners pass every audit: no one else is excluded
-		nodes[i] = n
-	}
+	nodes := robustNodes(ctx, t, k, steps, "attack-test") // honest owners pass every audit: no one else is excluded
 	bad := nodes[k-1]
 	bad.tamper = func(r reducer) reducer { return signFlipper{r} }
 	errs := make(chan error, k)
@@ -107,22 +92,7 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const k, steps = 4, 5
-	nodes := make([]*Node, k)
-	for i := range nodes {
-		var boot []string
-		if i > 0 {
-			boot = nodes[0].host.Addrs()
-		}
-		c := twoNodeConfig(t, steps, false, boot)
-		c.MinMembers, c.Averaging, c.Run = k, AveragingRobust, "audit-test"
-		n, err := New(ctx, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.host.Close() })
-		n.auditAlways = true
-		nodes[i] = n
-	}
+	nodes := robustNodes(ctx, t, k, steps, "audit-test")
 	bad := nodes[k-1]
 	sc := scatterConfig(bad.cfg)
 	if err := sc.Validate(); err != nil {
@@ -154,4 +124,26 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 		}
 		t.Logf("%s: %s", n.self, ex[0].Evidence)
 	}
+}
+
+// robustNodes makes k in-process nodes of one run with robust averaging,
+// auditing every owner every step, the first the others' bootstrap.
+func robustNodes(ctx context.Context, t *testing.T, k int, steps uint64, run string) []*Node {
+	nodes := make([]*Node, k)
+	for i := range nodes {
+		var boot []string
+		if i > 0 {
+			boot = nodes[0].host.Addrs()
+		}
+		c := twoNodeConfig(t, steps, false, boot)
+		c.MinMembers, c.Averaging, c.Run = k, AveragingRobust, run
+		n, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.host.Close() })
+		n.auditAlways = true
+		nodes[i] = n
+	}
+	return nodes
 }

@@ -217,11 +217,11 @@ func TestTrainOptions(t *testing.T) {
 // TestRunSeedAndWorkerID pins the derived ids: deterministic, different for
 // different runs and peers.
 func TestRunSeedAndWorkerID(t *testing.T) {
-	if RunSeed("a") != RunSeed("a") || RunSeed("a") == RunSeed("b") || RunSeed("") == RunSeed("default") {
+	if a, again := RunSeed("a"), RunSeed("a"); a != again || a == RunSeed("b") || RunSeed("") == RunSeed("default") {
 		t.Fatal("RunSeed is not a function of the run name")
 	}
 	p, q := unitPeerID(t), unitPeerID(t)
-	if workerID(p) != workerID(p) || workerID(p) == workerID(q) {
+	if w, again := workerID(p), workerID(p); w != again || w == workerID(q) {
 		t.Fatal("workerID is not a function of the peer id")
 	}
 }
