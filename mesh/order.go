@@ -300,4 +300,3 @@ func meshOwnerIndexes(c [][]uint64) []int {
 	}
 	return out
 }
-
