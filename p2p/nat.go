@@ -69,7 +69,7 @@ func (h *Host) natOptions() []libp2p.Option {
 		libp2p.EnableRelayService(relay.WithResources(relayResources())),
 		libp2p.EnableAutoRelayWithPeerSource(h.relayCandidates,
 			autorelay.WithMinCandidates(1), autorelay.WithNumRelays(2),
-			autorelay.WithBootDelay(time.Second), autorelay.WithMinInterval(5*time.Second),
+			autorelay.WithBootDelay(time.Second), autorelay.WithMinInterval(time.Second),
 			autorelay.WithBackoff(30*time.Second)),
 	}
 	switch h.reach {
@@ -314,9 +314,15 @@ func (h *Host) subscribeAddrs() (event.Subscription, error) {
 	return sub, nil
 }
 
-// punchRetryEvery is how often a run peer still reached only through a
-// relay is given a new chance to punch a direct connection.
-const punchRetryEvery = 5 * time.Second
+// A run peer still reached only through a relay is given a new chance to
+// punch a direct connection after punchRetryFirst, then after twice the
+// previous wait, up to punchRetryMax: pairs that can punch do so within
+// seconds of meeting, and one that cannot (symmetric NAT on both sides)
+// costs a relay circuit every punchRetryMax.
+const (
+	punchRetryFirst = time.Second
+	punchRetryMax   = 30 * time.Second
+)
 
 // punchLoop re-dials, through the relay, run peers that this host has only
 // relayed connections to: go-libp2p punches once per inbound relayed
@@ -324,13 +330,36 @@ const punchRetryEvery = 5 * time.Second
 // side had no public address yet), so a fresh relayed connection is a fresh
 // punch. Of the two sides only the one with the smaller id re-dials.
 func (h *Host) punchLoop(ctx context.Context) {
-	for waitOrKick(ctx, punchRetryEvery, nil) {
+	type retry struct {
+		at   time.Time
+		wait time.Duration
+	}
+	next := map[peer.ID]retry{}
+	for waitOrKick(ctx, punchRetryFirst, nil) {
+		now := time.Now()
 		for _, id := range h.h.Network().Peers() {
 			if ctx.Err() != nil || id < h.h.ID() || !h.isRunPeer(id) {
 				continue
 			}
-			if _, relayed := connKind(h.h.Network().ConnsToPeer(id)); relayed {
-				h.repunch(ctx, id)
+			if _, relayed := connKind(h.h.Network().ConnsToPeer(id)); !relayed {
+				delete(next, id)
+				continue
+			}
+			r, seen := next[id]
+			if !seen { // met through a relay just now: give libp2p's own punch a chance
+				next[id] = retry{at: now.Add(punchRetryFirst), wait: punchRetryFirst}
+				continue
+			}
+			if now.Before(r.at) {
+				continue
+			}
+			h.repunch(ctx, id)
+			r.wait = min(2*r.wait, punchRetryMax)
+			next[id] = retry{at: time.Now().Add(r.wait), wait: r.wait}
+		}
+		for id := range next {
+			if h.h.Network().Connectedness(id) == network.NotConnected {
+				delete(next, id)
 			}
 		}
 	}
