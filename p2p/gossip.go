@@ -188,6 +188,10 @@ func (h *Host) joinTopic(ctx context.Context) error {
 		pubsub.WithPeerScore(gossipScoreParams(TopicName(h.cfg.Run, h.cfg.RunID)), gossipScoreThresholds()),
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(h.storeScores), gossipScoreInspect),
 		pubsub.WithPeerGater(gossipPeerGaterParams()),
+		// Peers not admitted (Host.SetAdmission) are kept out of the mesh
+		// and gossip (IHAVE/IWANT/GRAFT); flood publishing still reaches a
+		// subscriber until it is refused.
+		pubsub.WithPeerFilter(func(p peer.ID, _ string) bool { return h.Admitted(p) }),
 	)
 	if err != nil {
 		return fmt.Errorf("p2p: start gossipsub: %w", err)
@@ -227,12 +231,15 @@ func (h *Host) leaveTopic() {
 
 }
 
-// validate is the pubsub topic validator: size limit, the author's rate,
-// then the node's hook.
+// validate is the pubsub topic validator: size limit, the author's
+// admission, the author's rate, then the node's hook.
 func (h *Host) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	from, data := msg.GetFrom(), msg.GetData()
 	if len(data) > h.cfg.GossipMaxSize {
 		return pubsub.ValidationReject
+	}
+	if !h.Admitted(from) {
+		return pubsub.ValidationIgnore // not a run peer (yet): Host.SetAdmission
 	}
 	if from != h.h.ID() {
 		if res := h.rateLimit(msg); res != pubsub.ValidationAccept {

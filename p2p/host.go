@@ -268,6 +268,12 @@ type Host struct {
 
 	gossip gossipState
 	msgs   chan Message
+	admit  atomic.Pointer[admitState] // nil: everyone is admitted (SetAdmission)
+
+	// life bounds the host's background work that does not wait for Start
+	// (admission); Close cancels it.
+	life     context.Context
+	stopLife context.CancelFunc
 
 	mu      sync.Mutex
 	started bool
@@ -308,7 +314,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		msgs:          make(chan Message, cfg.MessageBuffer),
 	}
 	h.gossip.rate = newAuthorRate(cfg.GossipRate, cfg.GossipBurst, time.Now)
+	h.life, h.stopLife = context.WithCancel(context.Background())
 	if err := h.buildLibp2p(key); err != nil {
+		h.stopLife()
 		return nil, err
 	}
 	h.log = cfg.Logger.With("system", "p2p", "self", h.h.ID().ShortString())
@@ -319,6 +327,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.reachNow = network.ReachabilityPrivate
 	}
 	if err := h.buildDHT(); err != nil {
+		h.stopLife()
 		h.h.Close()
 		return nil, err
 	}
@@ -364,7 +373,7 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
-		libp2p.ResourceManager(rm),
+		libp2p.ResourceManager(admitRM{ResourceManager: rm, h: h}),
 		libp2p.ConnectionManager(cm),
 		libp2p.BandwidthReporter(h.bw),
 		libp2p.Ping(true),
@@ -595,6 +604,7 @@ func (h *Host) Close() error {
 		if cancel != nil {
 			cancel()
 		}
+		h.stopLife()
 		h.wg.Wait()
 		h.leaveTopic()
 		h.closeMessages()
