@@ -88,9 +88,16 @@ type admitState struct {
 	Admission
 	self peer.ID
 
-	mu     sync.Mutex
-	peers  map[peer.ID]*admitPeer // connected peers
-	warned map[peer.ID]bool       // peers whose refusal was logged at warn
+	mu      sync.Mutex
+	peers   map[peer.ID]*admitPeer // connected peers
+	warned  map[peer.ID]bool       // peers whose refusal was logged at warn
+	refuser map[peer.ID]refusal    // peers that refused this host (bounded like warned)
+}
+
+// refusal is why a peer refused this host, and until when that holds.
+type refusal struct {
+	why   string
+	until time.Time
 }
 
 // admitPeer is one connected peer's admission.
@@ -121,7 +128,8 @@ func (h *Host) SetAdmission(a Admission) error {
 	if a.Grace <= 0 {
 		a.Grace = AdmitGrace
 	}
-	st := &admitState{Admission: a, self: h.h.ID(), peers: make(map[peer.ID]*admitPeer), warned: make(map[peer.ID]bool)}
+	st := &admitState{Admission: a, self: h.h.ID(), peers: make(map[peer.ID]*admitPeer),
+		warned: make(map[peer.ID]bool), refuser: make(map[peer.ID]refusal)}
 	sub, err := h.h.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged), eventbus.BufSize(64))
 	if err != nil {
 		return fmt.Errorf("p2p: subscribe to connection events: %w", err)
@@ -398,16 +406,32 @@ func (h *Host) refuse(p peer.ID, why error) {
 // AdmitRefuseFor: it would refuse every connection anyway.
 func (h *Host) refusedBy(p peer.ID, reason []byte) {
 	h.gate.refuse(p, time.Now().Add(AdmitRefuseFor))
+	msg := strings.ToValidUTF8(string(reason[:min(len(reason), maxRefusal)]), "?")
+	msg = strings.TrimPrefix(msg, ErrNotAdmitted.Error()+": ")
 	a := h.admit.Load()
 	a.mu.Lock()
-	key := "by:" + p // a separate entry from p's own refusal
-	warn := !a.warned[key]
-	a.warned[key] = true
+	_, known := a.refuser[p]
+	if !known && len(a.refuser) >= maxAdmitWarned {
+		clear(a.refuser)
+	}
+	a.refuser[p] = refusal{why: msg, until: time.Now().Add(AdmitRefuseFor)}
 	a.mu.Unlock()
-	msg := strings.ToValidUTF8(string(reason[:min(len(reason), maxRefusal)]), "?")
-	if warn {
+	if !known {
 		h.log.Warn("this node was refused admission by a peer", "peer", p, "reason", msg)
 	}
+}
+
+// refusedReason says why p refused this host, if it did within
+// AdmitRefuseFor.
+func (h *Host) refusedReason(p peer.ID) (string, bool) {
+	a := h.admit.Load()
+	if a == nil {
+		return "", false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.refuser[p]
+	return r.why, ok && time.Now().Before(r.until)
 }
 
 // gatedProtocol reports whether proto is one of the run's own stream

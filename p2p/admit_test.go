@@ -120,8 +120,13 @@ func TestAdmission(t *testing.T) {
 				t.Fatal("the creator admitted the bad peer")
 			}
 			eventually(t, meshTimeout, "bad peer disconnected", func() bool {
-				return r.creator.Libp2p().Network().Connectedness(bad.ID()) == network.NotConnected
+				return r.creator.Libp2p().Network().Connectedness(bad.ID()) == network.NotConnected &&
+					bad.Libp2p().Network().Connectedness(r.creator.ID()) == network.NotConnected
 			})
+			ai := peer.AddrInfo{ID: r.creator.ID(), Addrs: r.creator.Libp2p().Addrs()}
+			if err := bad.connect(context.Background(), ai); !errors.Is(err, ErrNotAdmitted) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("the refused peer dialing again: %v, want it to say why it was refused", err)
+			}
 			if n := countLines(r.logs.String(), "peer refused", bad.ID().String()); n != 1 {
 				t.Fatalf("creator's log names the bad peer on %d lines, want one refusal line:\n%s", n, r.logs.String())
 			}

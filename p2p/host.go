@@ -24,6 +24,7 @@ import (
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	swarm "github.com/libp2p/go-libp2p/p2p/net/swarm"
 	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
@@ -585,11 +586,25 @@ func (h *Host) connect(ctx context.Context, ai peer.AddrInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.DialTimeout)
 	defer cancel()
 	if err := h.h.Connect(ctx, ai); err != nil {
+		if why, ok := h.refusedReason(ai.ID); ok {
+			return fmt.Errorf("p2p: connect %s: %w: it refused this node: %s", ai.ID, ErrNotAdmitted, why)
+		}
 		return fmt.Errorf("p2p: connect %s: %w", ai.ID.ShortString(), err)
 	}
 	h.cm.TagPeer(ai.ID, runPeerTag, runPeerValue)
 	h.remember(ai.ID)
 	return nil
+}
+
+// Dial connects to ai now, even if a dial of ai failed moments ago: libp2p
+// then backs off from ai, and its "dial backoff" would hide why this dial
+// fails (the DHT dials the bootstrap peers on its own from New on). For a
+// joiner's first contact with a bootstrap peer, before Start.
+func (h *Host) Dial(ctx context.Context, ai peer.AddrInfo) error {
+	if sw, ok := h.h.Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(ai.ID)
+	}
+	return h.h.Connect(ctx, ai)
 }
 
 // Close stops the background work, leaves the topic, and closes the DHT and
