@@ -33,17 +33,20 @@ type Node struct {
 	// offences: members whose contributions this node's segments flagged.
 	offences offenceLog
 	// tamper, set by tests only, wraps the reducer: an attacking member.
-	tamper func(reducer) reducer
-	ckpt   *ckpt.Server
-	engine train.Engine
-	data   train.Source
-	run    *runManifest  // the run manifest, fixed by New
-	opts   train.Options // the manifest's training options (Worker: 0)
-	mserv  *p2p.ManifestServer
-	board  board
-	api    *api
-	met    *metrics
-	self   mesh.PeerID
+	tamper  func(reducer) reducer
+	ckpt    *ckpt.Server
+	engine  train.Engine
+	data    train.Source
+	run     *runManifest // the run manifest, fixed by New
+	psk     []byte       // the private network key (psk runs), from pskPath
+	pskPath string
+	ticket  []byte        // this node's admission ticket (allowlist runs; nil for the creator)
+	opts    train.Options // the manifest's training options (Worker: 0)
+	mserv   *p2p.ManifestServer
+	board   board
+	api     *api
+	met     *metrics
+	self    mesh.PeerID
 
 	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
 	params int64
@@ -81,8 +84,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxSendRate > 0 {
 		n.sendRate = p2p.NewSendLimiter(cfg.MaxSendRate)
 	}
+	if err := n.loadPSK(); err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{
+		PSK:          n.psk,
 		Home:         cfg.Home,
 		Listen:       cfg.Listen,
 		Announce:     cfg.Announce,
