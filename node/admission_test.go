@@ -413,3 +413,43 @@ func TestIssueTicketRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowlistLateJoiner: a member that joins an allowlist run after it
+// started fetches the live model from an admitted donor (the checkpoint
+// protocol is open to it once it is admitted) and then trains in its rings.
+func TestAllowlistLateJoiner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ca := twoNodeConfig(t, 0, false, nil)
+	ca.Run, ca.Admission, ca.MinMembers = "allow-late", AdmissionAllowlist, 1
+	r := &allowRig{t: t, a: newNode(t, ctx, ca)}
+	runCtx, stop := context.WithCancel(ctx)
+	wg := runNodes(t, runCtx, r.a)
+	defer func() { stop(); wg.Wait() }()
+	waitStep(t, []*Node{r.a}, 3)
+	var blog syncBuffer
+	b, err := r.member(ctx, r.a.host.Addrs(), false, &blog, func(id peer.ID) string { return r.issue(id, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	bwg := runNodes(t, runCtx, b)
+	eventuallyNode(t, "rings of both", func() bool {
+		h := b.board.historyList()
+		return len(h) >= 3 && h[len(h)-1].Members == 2 && h[len(h)-2].Members == 2
+	})
+	stop()
+	bwg.Wait()
+	wg.Wait()
+	if !strings.Contains(blog.String(), "model synced") {
+		t.Fatalf("the late joiner did not fetch the model:\n%s", blog.String())
+	}
+	ha := map[uint64]string{}
+	for _, rec := range r.a.board.historyList() {
+		ha[rec.Step] = rec.ModelHash
+	}
+	for _, rec := range b.board.historyList()[1:] {
+		if rec.Members == 2 && ha[rec.Step] != rec.ModelHash {
+			t.Fatalf("step %d: joiner's model %s, creator's %s", rec.Step, short(rec.ModelHash), short(ha[rec.Step]))
+		}
+	}
+}
