@@ -47,6 +47,13 @@ const (
 	pskDomain = "intellect-node/psk-commitment/v1\x00"
 )
 
+// credentials are what a node joins its run with.
+type credentials struct {
+	psk     []byte // the private network key (psk runs), read from pskPath
+	pskPath string
+	ticket  []byte // this node's encoded admission ticket (allowlist runs; nil for the creator)
+}
+
 // ErrAdmission is wrapped by every error about this node's admission to
 // its run: a missing or wrong key, a missing or invalid ticket.
 var ErrAdmission = errors.New("node: not admitted to the run")
@@ -140,7 +147,7 @@ func (n *Node) loadPSK() error {
 	k, err := readPSKFile(path)
 	switch {
 	case err == nil:
-		n.psk, n.pskPath = k, path
+		n.cred.psk, n.cred.pskPath = k, path
 		return nil
 	case !errors.Is(err, os.ErrNotExist):
 		return err
@@ -159,7 +166,7 @@ func (n *Node) loadPSK() error {
 	if err := WritePSKFile(path, k); err != nil {
 		return err
 	}
-	n.psk, n.pskPath = k, path
+	n.cred.psk, n.cred.pskPath = k, path
 	n.log.Info("created the private run's key: give it to every member (--psk-file), keep it secret", "file", path)
 	return nil
 }
@@ -172,8 +179,8 @@ func (n *Node) pnetHint(err error) string {
 	switch {
 	case !strings.Contains(err.Error(), "failed to negotiate security protocol"):
 		return ""
-	case n.psk != nil:
-		return fmt.Sprintf(" (this node uses the private network key %s: a peer with another key, or with none, fails like this)", n.pskPath)
+	case n.cred.psk != nil:
+		return fmt.Sprintf(" (this node uses the private network key %s: a peer with another key, or with none, fails like this)", n.cred.pskPath)
 	}
 	return " (if the run is private, admission psk, give its key with --psk-file)"
 }
@@ -182,7 +189,7 @@ func (n *Node) pnetHint(err error) string {
 func (n *Node) admission() Admission {
 	switch n.cfg.Admission {
 	case AdmissionPSK:
-		return Admission{Policy: AdmissionPSK, PSKCommitment: PSKCommitment(n.psk)}
+		return Admission{Policy: AdmissionPSK, PSKCommitment: PSKCommitment(n.cred.psk)}
 	case AdmissionAllowlist:
 		return Admission{Policy: AdmissionAllowlist, Creator: n.host.ID().String()}
 	}
@@ -194,18 +201,18 @@ func (n *Node) admission() Admission {
 // allowlist run unless it is the creator. It keeps the ticket for the host.
 func (n *Node) checkAdmission(rm *runManifest) error {
 	adm := rm.m.Admission
-	if n.psk != nil && adm.Policy != AdmissionPSK {
+	if n.cred.psk != nil && adm.Policy != AdmissionPSK {
 		return fmt.Errorf("%w: the private network key %s is for psk runs, and run manifest %s admits by policy %q "+
-			"(remove the key, or give another --home)", ErrBadConfig, n.pskPath, short(rm.id), adm.Policy)
+			"(remove the key, or give another --home)", ErrBadConfig, n.cred.pskPath, short(rm.id), adm.Policy)
 	}
 	switch adm.Policy {
 	case AdmissionPSK:
-		if n.psk == nil {
+		if n.cred.psk == nil {
 			return fmt.Errorf("%w: run manifest %s is private (admission psk): give its key with --psk-file", ErrAdmission, short(rm.id))
 		}
-		if got := PSKCommitment(n.psk); got != adm.PSKCommitment {
+		if got := PSKCommitment(n.cred.psk); got != adm.PSKCommitment {
 			return fmt.Errorf("%w: the key in %s is not the run's: run manifest %s commits to a key hashing to %s…, this one hashes to %s…",
-				ErrAdmission, n.pskPath, short(rm.id), adm.PSKCommitment[:12], got[:12])
+				ErrAdmission, n.cred.pskPath, short(rm.id), adm.PSKCommitment[:12], got[:12])
 		}
 	case AdmissionAllowlist:
 		return n.loadTicket(rm)
@@ -243,7 +250,7 @@ func (n *Node) loadTicket(rm *runManifest) error {
 	if err := t.Verify(creator, rm.key, self, time.Now()); err != nil && !n.cfg.skipTicketCheck {
 		return fmt.Errorf("%w: %s does not admit this node (%s) to run manifest %s: %w", ErrAdmission, path, self, short(rm.id), err)
 	}
-	n.ticket = t.Encode()
+	n.cred.ticket = t.Encode()
 	return nil
 }
 
@@ -253,7 +260,7 @@ func (n *Node) setAdmission(rm *runManifest) error {
 		return nil
 	}
 	creator, _ := peer.Decode(rm.m.Admission.Creator)
-	return n.host.SetAdmission(p2p.Admission{Run: rm.key, Creator: creator, Ticket: n.ticket})
+	return n.host.SetAdmission(p2p.Admission{Run: rm.key, Creator: creator, Ticket: n.cred.ticket})
 }
 
 // IssueTicket is the `admit` command: on the run creator's home, it signs a

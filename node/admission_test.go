@@ -161,6 +161,9 @@ type allowRig struct {
 	a     *Node
 	alog  *syncBuffer
 	forge crypto.PrivKey
+	// atHome puts members' tickets at <home>/admission.ticket, the
+	// default, instead of giving TicketFile.
+	atHome bool
 }
 
 // member makes a node bootstrapped from the creator whose ticket is what
@@ -176,8 +179,12 @@ func (r *allowRig) member(ctx context.Context, boot []string, skip bool, logs *s
 	}
 	id, _ := peer.IDFromPrivateKey(key)
 	if text := ticket(id); text != "" {
-		c.TicketFile = filepath.Join(c.Home, "ticket.txt")
-		if err := os.WriteFile(c.TicketFile, []byte(text+"\n"), 0o600); err != nil {
+		path := filepath.Join(c.Home, TicketFile)
+		if !r.atHome {
+			path = filepath.Join(c.Home, "ticket.txt")
+			c.TicketFile = path
+		}
+		if err := os.WriteFile(path, []byte(text+"\n"), 0o600); err != nil {
 			r.t.Fatal(err)
 		}
 	}
@@ -415,14 +422,15 @@ func TestIssueTicketRefuses(t *testing.T) {
 }
 
 // TestAllowlistLateJoiner: a member that joins an allowlist run after it
-// started fetches the live model from an admitted donor (the checkpoint
-// protocol is open to it once it is admitted) and then trains in its rings.
+// started, its ticket at the default <home>/admission.ticket, fetches the
+// live model from an admitted donor (the checkpoint protocol is open to it
+// once it is admitted) and then trains in its rings.
 func TestAllowlistLateJoiner(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ca := twoNodeConfig(t, 0, false, nil)
 	ca.Run, ca.Admission, ca.MinMembers = "allow-late", AdmissionAllowlist, 1
-	r := &allowRig{t: t, a: newNode(t, ctx, ca)}
+	r := &allowRig{t: t, a: newNode(t, ctx, ca), atHome: true}
 	runCtx, stop := context.WithCancel(ctx)
 	wg := runNodes(t, runCtx, r.a)
 	defer func() { stop(); wg.Wait() }()

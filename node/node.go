@@ -33,20 +33,19 @@ type Node struct {
 	// offences: members whose contributions this node's segments flagged.
 	offences offenceLog
 	// tamper, set by tests only, wraps the reducer: an attacking member.
-	tamper  func(reducer) reducer
-	ckpt    *ckpt.Server
-	engine  train.Engine
-	data    train.Source
-	run     *runManifest // the run manifest, fixed by New
-	psk     []byte       // the private network key (psk runs), from pskPath
-	pskPath string
-	ticket  []byte        // this node's admission ticket (allowlist runs; nil for the creator)
-	opts    train.Options // the manifest's training options (Worker: 0)
-	mserv   *p2p.ManifestServer
-	board   board
-	api     *api
-	met     *metrics
-	self    mesh.PeerID
+	tamper func(reducer) reducer
+	ckpt   *ckpt.Server
+	engine train.Engine
+	data   train.Source
+	run    *runManifest  // the run manifest, fixed by New
+	opts   train.Options // the manifest's training options (Worker: 0)
+	mserv  *p2p.ManifestServer
+	board  board
+	api    *api
+	met    *metrics
+	self   mesh.PeerID
+
+	cred credentials // the key or ticket this node joins its run with (admission.go)
 
 	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
 	params int64
@@ -89,7 +88,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{
-		PSK:          n.psk,
+		PSK:          n.cred.psk,
 		Home:         cfg.Home,
 		Listen:       cfg.Listen,
 		Announce:     cfg.Announce,
