@@ -140,6 +140,22 @@ type Config struct {
 	// joiner refuses a manifest from its bootstrap peers with another id,
 	// a restart one in Home. Empty: trust the first bootstrap peer.
 	ManifestID string
+	// Admission is the admission policy a creator writes into a new run's
+	// manifest: AdmissionOpen (default), AdmissionPSK or AdmissionAllowlist
+	// (docs/manifest.md "Admission"). A joiner takes the manifest's; if
+	// Given names it, they must agree.
+	Admission string
+	// PSKFile is the private network key of a psk run, in the swarm.key
+	// format (EncodePSK). Empty: <Home>/swarm.key if it exists; a creator
+	// with Admission psk and no key gets one written there.
+	PSKFile string
+	// TicketFile holds this node's admission ticket to an allowlist run
+	// (the text of IssueTicket, as `intellect-node admit` prints it).
+	// Empty: <Home>/admission.ticket if it exists. The creator needs none.
+	TicketFile string
+	// skipTicketCheck (tests only) joins an allowlist run with a ticket
+	// that does not pass this node's own check, or none: an intruder.
+	skipTicketCheck bool
 	// Given lists the run settings the operator set explicitly, by manifest
 	// field path ("inner_steps", "preset", "train.model", "data",
 	// "compression.codec", …) → the setting as typed ("--inner-steps 10").
@@ -230,15 +246,26 @@ func (c *Config) Validate() error {
 	return c.check()
 }
 
+// ResolveHome returns home, or DefaultHome under the user's home directory
+// when it is empty.
+func ResolveHome(home string) (string, error) {
+	if home != "" {
+		return home, nil
+	}
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("%w: no --home and no user home: %v", ErrBadConfig, err)
+	}
+	return filepath.Join(h, DefaultHome), nil
+}
+
 // fillDefaults sets the zero fields to their defaults.
 func (c *Config) fillDefaults() error {
-	if c.Home == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("%w: no --home and no user home: %v", ErrBadConfig, err)
-		}
-		c.Home = filepath.Join(h, DefaultHome)
+	home, err := ResolveHome(c.Home)
+	if err != nil {
+		return err
 	}
+	c.Home = home
 	if len(c.Listen) == 0 {
 		c.Listen = []string{DefaultListen, DefaultListenQUIC}
 	}
@@ -253,6 +280,7 @@ func (c *Config) fillDefaults() error {
 	}
 	defString(&c.Averaging, DefaultAveraging)
 	defString(&c.Tokenizer, DefaultTokenizer)
+	defString(&c.Admission, AdmissionOpen)
 	defInt(&c.InnerSteps, DefaultInnerSteps)
 	defInt(&c.MinMembers, DefaultMinMembers)
 	defInt(&c.Shards, DefaultShards)
@@ -322,6 +350,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: max send rate %v", ErrBadConfig, c.MaxSendRate)
 	case c.ManifestID != "" && !isHex(c.ManifestID, 64):
 		return fmt.Errorf("%w: --manifest %q: want the 64 hex digits of a run manifest id", ErrBadConfig, c.ManifestID)
+	case c.Admission != AdmissionOpen && c.Admission != AdmissionPSK && c.Admission != AdmissionAllowlist:
+		return fmt.Errorf("%w: --admission %q: want open, psk or allowlist", ErrBadConfig, c.Admission)
 	case c.KeepCheckpoints < 1:
 		return fmt.Errorf("%w: checkpoint every %d keep %d", ErrBadConfig, c.CheckpointEvery, c.KeepCheckpoints)
 	}

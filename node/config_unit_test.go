@@ -63,7 +63,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
-		Reachability: "private", Averaging: "robust", Tokenizer: "bpe-x"}
+		Reachability: "private", Averaging: "robust", Tokenizer: "bpe-x", Admission: AdmissionAllowlist}
 	want := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -107,6 +107,7 @@ func TestConfigRejectsTable(t *testing.T) {
 		{"ring order unknown", func(c *Config) { c.RingOrder = "random" }, "--ring-order"},
 		{"send rate negative", func(c *Config) { c.MaxSendRate = -1 }, "send rate"},
 		{"keep negative", func(c *Config) { c.KeepCheckpoints = -2 }, "checkpoint"},
+		{"admission unknown", func(c *Config) { c.Admission = "vip" }, "--admission"},
 		{"status addr without port", func(c *Config) { c.StatusAddr = "127.0.0.1" }, "--status"},
 		{"status addr open without token", func(c *Config) { c.StatusAddr = "0.0.0.0:8642" }, "--status-token-file"},
 		{"status addr on a LAN ip without token", func(c *Config) { c.StatusAddr = "192.168.1.5:8642" }, "reachable"},

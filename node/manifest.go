@@ -17,6 +17,7 @@ import (
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Manifest is what every member of a run must agree on, fixed by the node
@@ -66,12 +67,47 @@ type Compression struct {
 	Shards        int    `json:"shards"` // parallel rings; part of the int8 arithmetic
 }
 
-// Admission is a run's admission policy. Only AdmissionOpen exists today;
-// "psk" (a hash of the pre-shared key) and "allowlist" (peer ids signed by
-// the creator's key) will add their own fields here, so a manifest of a
-// newer version is refused by name rather than misread.
+// Admission is a run's admission policy (docs/manifest.md "Admission").
+// Each policy has its own fields and no other; an unknown policy is
+// refused by name rather than misread.
 type Admission struct {
+	// Policy is AdmissionOpen, AdmissionPSK or AdmissionAllowlist.
 	Policy string `json:"policy"`
+	// PSKCommitment (psk) is PSKCommitment of the run's private network
+	// key: 64 hex digits. The key itself is never in the manifest.
+	PSKCommitment string `json:"psk_commitment,omitempty"`
+	// Creator (allowlist) is the peer id of the node that created the run,
+	// which holds its Ed25519 public key: it signs the tickets.
+	Creator string `json:"creator,omitempty"`
+}
+
+// validate rejects an admission this version cannot enforce.
+func (a Admission) validate() error {
+	switch a.Policy {
+	case AdmissionOpen:
+		if a.PSKCommitment != "" || a.Creator != "" {
+			return errors.New("admission policy \"open\" has no psk_commitment or creator")
+		}
+	case AdmissionPSK:
+		if !isHex(a.PSKCommitment, 64) || a.Creator != "" {
+			return fmt.Errorf("admission policy \"psk\" needs psk_commitment (64 hex digits), not %q, and no creator", a.PSKCommitment)
+		}
+	case AdmissionAllowlist:
+		id, err := peer.Decode(a.Creator)
+		if err == nil && id.String() != a.Creator {
+			err = errors.New("not in canonical form")
+		}
+		if err == nil {
+			err = p2p.CheckCreator(id)
+		}
+		if err != nil || a.PSKCommitment != "" {
+			return fmt.Errorf("admission policy \"allowlist\" needs the creator's peer id, not %q (%v), and no psk_commitment", a.Creator, err)
+		}
+	default:
+		return fmt.Errorf("admission policy %q is not supported by this version (%s, %s or %s)",
+			a.Policy, AdmissionOpen, AdmissionPSK, AdmissionAllowlist)
+	}
+	return nil
 }
 
 // Manifest format constants.
@@ -82,8 +118,6 @@ const (
 	MaxManifestSize = p2p.MaxManifestSize
 	// ManifestFile is the manifest's file name under the node's home.
 	ManifestFile = "manifest.json"
-	// AdmissionOpen lets anyone join.
-	AdmissionOpen = "open"
 	// DefaultTokenizer is the tokenizer of the embedded corpus.
 	DefaultTokenizer = "byte"
 	// manifestMaxInnerSteps bounds H (the weight a member may claim).
@@ -166,8 +200,8 @@ func (m *Manifest) Validate() error {
 		return bad("codec %q: want int8 or fp32", m.Compression.Codec)
 	case m.Compression.Shards < 1 || m.Compression.Shards > collective.MaxShards:
 		return bad("shards %d: want 1..%d", m.Compression.Shards, collective.MaxShards)
-	case m.Admission.Policy != AdmissionOpen:
-		return bad("admission policy %q is not supported by this version (only %q)", m.Admission.Policy, AdmissionOpen)
+	case m.Admission.validate() != nil:
+		return bad("%v", m.Admission.validate())
 	}
 	return m.validateData()
 }

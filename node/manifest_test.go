@@ -68,18 +68,30 @@ func TestManifestCanonical(t *testing.T) {
 // name.
 func TestManifestValidate(t *testing.T) {
 	cases := map[string]func(m *Manifest){
-		"version":    func(m *Manifest) { m.Version = 2 },
-		"run name":   func(m *Manifest) { m.Run = "a/b" },
-		"nonce":      func(m *Manifest) { m.Nonce = "xyz" },
-		"max weight": func(m *Manifest) { m.MaxWeight = 1 << 24 },
-		"worker":     func(m *Manifest) { m.Train.Worker = 3 },
-		"outer lr":   func(m *Manifest) { m.OuterLR = 0 },
-		"codec":      func(m *Manifest) { m.Compression.Codec = "int4" },
-		"shards":     func(m *Manifest) { m.Compression.Shards = 0 },
-		"admission":  func(m *Manifest) { m.Admission.Policy = "psk" },
-		"no data":    func(m *Manifest) { m.Data = nil },
-		"data name":  func(m *Manifest) { m.Data[0].Name = "a\x00b" },
-		"batch":      func(m *Manifest) { m.Train.Batch = 0 },
+		"version":                func(m *Manifest) { m.Version = 2 },
+		"run name":               func(m *Manifest) { m.Run = "a/b" },
+		"nonce":                  func(m *Manifest) { m.Nonce = "xyz" },
+		"max weight":             func(m *Manifest) { m.MaxWeight = 1 << 24 },
+		"worker":                 func(m *Manifest) { m.Train.Worker = 3 },
+		"outer lr":               func(m *Manifest) { m.OuterLR = 0 },
+		"codec":                  func(m *Manifest) { m.Compression.Codec = "int4" },
+		"shards":                 func(m *Manifest) { m.Compression.Shards = 0 },
+		"admission":              func(m *Manifest) { m.Admission.Policy = "vip" },
+		"psk without commitment": func(m *Manifest) { m.Admission.Policy = AdmissionPSK },
+		"psk with a creator": func(m *Manifest) {
+			m.Admission = Admission{Policy: AdmissionPSK, PSKCommitment: PSKCommitment(nil), Creator: testCreator}
+		},
+		"open with a commitment":    func(m *Manifest) { m.Admission.PSKCommitment = PSKCommitment(nil) },
+		"allowlist without creator": func(m *Manifest) { m.Admission.Policy = AdmissionAllowlist },
+		"allowlist, creator without key": func(m *Manifest) {
+			m.Admission = Admission{Policy: AdmissionAllowlist, Creator: "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"}
+		},
+		"allowlist, creator not canonical": func(m *Manifest) {
+			m.Admission = Admission{Policy: AdmissionAllowlist, Creator: "z" + testCreator[1:]}
+		},
+		"no data":   func(m *Manifest) { m.Data = nil },
+		"data name": func(m *Manifest) { m.Data[0].Name = "a\x00b" },
+		"batch":     func(m *Manifest) { m.Train.Batch = 0 },
 	}
 	if err := testManifest(t).Validate(); err != nil {
 		t.Fatalf("good manifest: %v", err)
@@ -89,6 +101,34 @@ func TestManifestValidate(t *testing.T) {
 		spoil(m)
 		if err := m.Validate(); !errors.Is(err, ErrManifest) {
 			t.Errorf("%s: %v, want ErrManifest", name, err)
+		}
+	}
+}
+
+// testCreator is an Ed25519 peer id: its public key is inlined.
+const testCreator = "12D3KooWCEBuiWKc2NPr8NqKSTMzF336zPzThv78oFc1g1tdc7sd"
+
+// TestManifestAdmissionRoundTrip: psk and allowlist manifests are
+// canonical with their own fields, and an open one's bytes did not change
+// (its extra fields are omitted).
+func TestManifestAdmissionRoundTrip(t *testing.T) {
+	for _, adm := range []Admission{
+		{Policy: AdmissionOpen},
+		{Policy: AdmissionPSK, PSKCommitment: PSKCommitment([]byte("key"))},
+		{Policy: AdmissionAllowlist, Creator: testCreator},
+	} {
+		m := testManifest(t)
+		m.Admission = adm
+		b, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeManifest(b)
+		if err != nil || got.Admission != adm {
+			t.Fatalf("%+v: decoded %+v, %v", adm, got, err)
+		}
+		if adm.Policy == AdmissionOpen && !bytes.Contains(b, []byte(`"admission":{"policy":"open"},`)) {
+			t.Fatalf("open admission encoded as %s", b)
 		}
 	}
 }

@@ -53,6 +53,8 @@ type Node struct {
 	met         *metrics
 	self        mesh.PeerID
 
+	cred credentials // the key or ticket this node joins its run with (admission.go)
+
 	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
 	params int64
 
@@ -89,8 +91,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxSendRate > 0 {
 		n.sendRate = p2p.NewSendLimiter(cfg.MaxSendRate)
 	}
+	if err := n.loadPSK(); err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{
+		PSK:          n.cred.psk,
 		Home:         cfg.Home,
 		Listen:       cfg.Listen,
 		Announce:     cfg.Announce,

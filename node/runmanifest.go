@@ -49,11 +49,14 @@ func (n *Node) initManifest(ctx context.Context) error {
 	if err := checkAgainst(want, rm, n.cfg.Given); err != nil {
 		return err
 	}
+	if err := n.checkAdmission(rm); err != nil {
+		return err
+	}
 	if err := n.applyManifest(rm); err != nil {
 		return err
 	}
 	n.log.Info("run manifest "+how, "run", rm.m.Run, "manifest", rm.id, "preset", rm.m.Preset,
-		"inner_steps", rm.m.InnerSteps, "file", filepath.Join(n.cfg.Home, ManifestFile))
+		"inner_steps", rm.m.InnerSteps, "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
 	return nil
 }
 
@@ -73,7 +76,7 @@ func manifestFromConfig(cfg Config, data train.Source) (*Manifest, error) {
 		Data: dataMixture(data), InnerSteps: cfg.InnerSteps, Train: opts,
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum,
 		Compression: Compression{Codec: "int8", ErrorFeedback: cfg.ErrorFeedback, Shards: cfg.Shards},
-		Averaging:   cfg.Averaging, Admission: Admission{Policy: AdmissionOpen}, MaxWeight: cfg.InnerSteps,
+		Averaging:   cfg.Averaging, Admission: Admission{Policy: cfg.Admission}, MaxWeight: cfg.InnerSteps,
 	}
 	if cfg.ConfigFile != "" {
 		m.Preset = ""
@@ -132,6 +135,7 @@ func (n *Node) findManifest(ctx context.Context, want *Manifest) (*runManifest, 
 // manifest to home.
 func (n *Node) createManifest(want *Manifest) (*runManifest, string, error) {
 	m := *want
+	m.Admission = n.admission()
 	var err error
 	if m.Nonce, err = newNonce(); err != nil {
 		return nil, "", err
@@ -150,10 +154,16 @@ func (n *Node) createManifest(want *Manifest) (*runManifest, string, error) {
 }
 
 func newRunManifest(m *Manifest, raw []byte) *runManifest {
-	rm := &runManifest{m: m, raw: raw, id: ManifestID(raw)}
-	k, _ := hex.DecodeString(rm.id)
-	copy(rm.key[:], k)
-	return rm
+	id := ManifestID(raw)
+	return &runManifest{m: m, raw: raw, id: id, key: manifestKey(id)}
+}
+
+// manifestKey is a manifest id (64 hex digits) as bytes.
+func manifestKey(id string) [32]byte {
+	var key [32]byte
+	k, _ := hex.DecodeString(id)
+	copy(key[:], k)
+	return key
 }
 
 // fetchManifest asks the bootstrap peers in turn for the run manifest and
@@ -183,8 +193,8 @@ func (n *Node) fetchManifestFrom(ctx context.Context, addr string) (*runManifest
 	}
 	cctx, cancel := context.WithTimeout(ctx, manifestConnectTimeout)
 	defer cancel()
-	if err := n.host.Libp2p().Connect(cctx, *ai); err != nil {
-		return nil, fmt.Errorf("connect %s: %w", ai.ID, err)
+	if err := n.host.Dial(cctx, *ai); err != nil {
+		return nil, fmt.Errorf("connect %s: %w%s", ai.ID, err, n.pnetHint(err))
 	}
 	raw, id, err := p2p.FetchManifest(ctx, n.host.Libp2p(), ai.ID, n.cfg.ManifestID)
 	if err != nil {
@@ -240,7 +250,10 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	if _, err := train.FitVocab(m.Train.Model, n.data, false); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
-	return n.host.SetRun(rm.m.Run, rm.id)
+	if err := n.host.SetRun(rm.m.Run, rm.id); err != nil {
+		return err
+	}
+	return n.setAdmission(rm)
 }
 
 // runID is the run manifest's id ("" for a node built without one, in unit

@@ -3,6 +3,7 @@ package p2p
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/control"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -10,19 +11,46 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 )
 
-// gater refuses connections to and from peers excluded from the run (Block):
-// a libp2p connection gater, consulted before dialing and once the remote
-// peer's identity is known.
+// gater refuses connections to and from peers excluded from the run (Block)
+// or refused admission (for a while, Host.SetAdmission): a libp2p
+// connection gater, consulted before dialing and once the remote peer's
+// identity is known.
 type gater struct {
 	mu      sync.Mutex
-	blocked map[peer.ID]string // peer → the evidence it was excluded on
+	blocked map[peer.ID]string    // peer → the evidence it was excluded on
+	refused map[peer.ID]time.Time // peer not admitted to the run → refused until
 }
 
 func (g *gater) isBlocked(p peer.ID) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	_, ok := g.blocked[p]
+	if _, ok := g.blocked[p]; ok {
+		return true
+	}
+	until, ok := g.refused[p]
+	if ok && !time.Now().Before(until) {
+		delete(g.refused, p)
+		return false
+	}
 	return ok
+}
+
+// refuse refuses p's connections until the given time (admission, see
+// Host.SetAdmission). Refusals that ran out are dropped as it goes, so the
+// map holds at most the peers refused within AdmitRefuseFor.
+func (g *gater) refuse(p peer.ID, until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refused == nil {
+		g.refused = make(map[peer.ID]time.Time)
+	}
+	now := time.Now()
+	for q, u := range g.refused {
+		if !now.Before(u) {
+			delete(g.refused, q)
+		}
+	}
+	g.refused[p] = until
 }
 
 // InterceptPeerDial refuses to dial a blocked peer.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,7 @@ type GossipStats struct {
 	Delivered uint64 `json:"delivered"` // handed to the Messages channel
 	Rejected  uint64 `json:"rejected"`  // bad or missing signature, over the size limit, or refused by the validator
 	Dropped   uint64 `json:"dropped"`   // valid, but the Messages channel was full
+	Throttled uint64 `json:"throttled"` // over their author's rate (Config.GossipRate)
 }
 
 // Gossip score thresholds. Peers start at 0 and only lose points, for
@@ -74,6 +76,39 @@ const (
 	gossipScoreInspect  = time.Second
 )
 
+// IP colocation (score component P6): more than gossipColocationThreshold
+// peers connected from one public IP address each lose
+// gossipColocationWeight·s², s being the surplus. Twelve peers from one
+// address are under the gossip threshold, fifteen graylisted: a Sybil farm
+// on one machine or one NAT is held back, while a household or a lab of up
+// to eight members behind one public address is not touched.
+const (
+	gossipColocationThreshold = 8
+	gossipColocationWeight    = -10.0
+)
+
+// gossipColocationWhitelist are the address ranges P6 does not count:
+// loopback, private (RFC 1918, ULA), link-local and shared (RFC 6598, also
+// Tailscale's) addresses. A peer seen from one of them is on our own machine
+// or network, where each member has an address of its own, and a test
+// network on 127.0.0.1 has all its members on one address. Only what
+// arrives from public addresses, where many peers on one address mean one
+// operator, is counted.
+var gossipColocationWhitelist = mustParseCIDRs("127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12",
+	"192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "fc00::/7", "fe80::/10")
+
+func mustParseCIDRs(cidrs ...string) []*net.IPNet {
+	out := make([]*net.IPNet, len(cidrs))
+	for i, c := range cidrs {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = n
+	}
+	return out
+}
+
 func gossipScoreParams(topic string) *pubsub.PeerScoreParams {
 	return &pubsub.PeerScoreParams{
 		Topics: map[string]*pubsub.TopicScoreParams{topic: {
@@ -82,14 +117,22 @@ func gossipScoreParams(topic string) *pubsub.PeerScoreParams {
 			InvalidMessageDeliveriesWeight: gossipInvalidWeight,
 			InvalidMessageDeliveriesDecay:  gossipInvalidDecay,
 		}},
-		AppSpecificScore: func(peer.ID) float64 { return 0 },
-		// No IP colocation penalty: several nodes behind one NAT, or a
-		// whole test network on 127.0.0.1, are legitimate.
-		DecayInterval: time.Second,
-		DecayToZero:   0.01,
-		RetainScore:   10 * time.Minute, // reconnecting does not wash a score
+		AppSpecificScore:            func(peer.ID) float64 { return 0 },
+		IPColocationFactorWeight:    gossipColocationWeight,
+		IPColocationFactorThreshold: gossipColocationThreshold,
+		IPColocationFactorWhitelist: gossipColocationWhitelist,
+		DecayInterval:               time.Second,
+		DecayToZero:                 0.01,
+		RetainScore:                 10 * time.Minute, // reconnecting does not wash a score
 	}
 }
+
+// gossipPeerGaterParams are pubsub's defaults: the peer gater acts only
+// while pubsub's validation queue overflows (a flood), and then admits the
+// messages of each source IP with the probability of that IP's share of
+// good deliveries. Its statistics are per IP: on 127.0.0.1 every peer of a
+// test shares one, which is harmless since the queue never overflows there.
+func gossipPeerGaterParams() *pubsub.PeerGaterParams { return pubsub.DefaultPeerGaterParams() }
 
 func gossipScoreThresholds() *pubsub.PeerScoreThresholds {
 	return &pubsub.PeerScoreThresholds{
@@ -119,6 +162,8 @@ type gossipState struct {
 	delivered atomic.Uint64
 	rejected  atomic.Uint64
 	dropped   atomic.Uint64
+	throttled atomic.Uint64
+	rate      *authorRate
 	closeMsgs sync.Once
 }
 
@@ -142,6 +187,11 @@ func (h *Host) joinTopic(ctx context.Context) error {
 		pubsub.WithRawTracer(gossipTracer{h}),
 		pubsub.WithPeerScore(gossipScoreParams(TopicName(h.cfg.Run, h.cfg.RunID)), gossipScoreThresholds()),
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(h.storeScores), gossipScoreInspect),
+		pubsub.WithPeerGater(gossipPeerGaterParams()),
+		// Peers not admitted (Host.SetAdmission) are kept out of the mesh
+		// and gossip (IHAVE/IWANT/GRAFT); flood publishing still reaches a
+		// subscriber until it is refused.
+		pubsub.WithPeerFilter(func(p peer.ID, _ string) bool { return h.Admitted(p) }),
 	)
 	if err != nil {
 		return fmt.Errorf("p2p: start gossipsub: %w", err)
@@ -181,19 +231,45 @@ func (h *Host) leaveTopic() {
 
 }
 
-// validate is the pubsub topic validator: size limit, then the node's hook.
+// validate is the pubsub topic validator: size limit, the author's
+// admission, the author's rate, then the node's hook.
 func (h *Host) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	from, data := msg.GetFrom(), msg.GetData()
-	ok := len(data) <= h.cfg.GossipMaxSize
-	if ok {
-		if v := h.gossip.validator.Load(); v != nil {
-			ok = (*v)(from, data)
+	if len(data) > h.cfg.GossipMaxSize {
+		return pubsub.ValidationReject
+	}
+	if !h.Admitted(from) {
+		return pubsub.ValidationIgnore // not a run peer (yet): Host.SetAdmission
+	}
+	if from != h.h.ID() {
+		if res := h.rateLimit(msg); res != pubsub.ValidationAccept {
+			return res
 		}
 	}
-	if ok {
+	if v := h.gossip.validator.Load(); v != nil && !(*v)(from, data) {
+		return pubsub.ValidationReject
+	}
+	return pubsub.ValidationAccept
+}
+
+// rateLimit charges a message to its author's budget. Over it, the message
+// is ignored; over it by a further burst it is rejected, but only when the
+// author sent it to us itself: a relay of a flood is not to blame for it.
+func (h *Host) rateLimit(msg *pubsub.Message) pubsub.ValidationResult {
+	from := msg.GetFrom()
+	v, first := h.gossip.rate.take(from)
+	if v == rateAccept {
 		return pubsub.ValidationAccept
 	}
-	return pubsub.ValidationReject
+	h.gossip.throttled.Add(1)
+	if first {
+		h.log.Warn("gossip author over its message rate: dropping its excess messages", "peer", from,
+			"rate", h.cfg.GossipRate, "burst", h.cfg.GossipBurst)
+	}
+	if v == rateReject && msg.ReceivedFrom == from {
+		return pubsub.ValidationReject
+	}
+	return pubsub.ValidationIgnore
 }
 
 // SetValidator installs the hook that vets every gossip message before it is
@@ -253,7 +329,8 @@ func (h *Host) TopicPeers() []peer.ID {
 // GossipStats returns the host's gossip counters.
 func (h *Host) GossipStats() GossipStats {
 	g := &h.gossip
-	return GossipStats{Delivered: g.delivered.Load(), Rejected: g.rejected.Load(), Dropped: g.dropped.Load()}
+	return GossipStats{Delivered: g.delivered.Load(), Rejected: g.rejected.Load(), Dropped: g.dropped.Load(),
+		Throttled: g.throttled.Load()}
 }
 
 // deliverLoop moves validated messages from the subscription to the
@@ -324,3 +401,89 @@ func (gossipTracer) RecvRPC(*pubsub.RPC)                      {}
 func (gossipTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
 func (gossipTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
 func (gossipTracer) UndeliverableMessage(*pubsub.Message)     {}
+
+// authorRate is the per-author budget of topic messages: a token bucket of
+// rate messages per second holding at most burst. A message over budget
+// still costs a token, down to a debt of one more burst, so an author that
+// keeps flooding stays over budget however fast it sends.
+type authorRate struct {
+	rate, burst float64
+	now         func() time.Time
+
+	mu      sync.Mutex
+	buckets map[peer.ID]*rateBucket
+}
+
+type rateBucket struct {
+	tokens float64
+	last   time.Time
+	warned bool // its first excess was reported
+}
+
+// rateVerdict is what authorRate.take says about one message.
+type rateVerdict uint8
+
+const (
+	rateAccept rateVerdict = iota
+	rateIgnore             // over budget
+	rateReject             // over budget by a further burst: a flood
+)
+
+// maxRateAuthors bounds the buckets kept; idle (full) ones go first.
+const maxRateAuthors = 4096
+
+func newAuthorRate(rate float64, burst int, now func() time.Time) *authorRate {
+	return &authorRate{rate: rate, burst: float64(burst), now: now, buckets: make(map[peer.ID]*rateBucket)}
+}
+
+// take charges one message of p; first is true the first time p is over
+// budget, for one log line per author.
+func (r *authorRate) take(p peer.ID) (v rateVerdict, first bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	b := r.buckets[p]
+	if b == nil {
+		r.evict(now)
+		b = &rateBucket{tokens: r.burst, last: now}
+		r.buckets[p] = b
+	}
+	r.refill(b, now)
+	b.tokens--
+	switch {
+	case b.tokens >= 0:
+		return rateAccept, false
+	case b.tokens > -r.burst:
+		v = rateIgnore
+	default:
+		b.tokens, v = -r.burst, rateReject
+	}
+	first, b.warned = !b.warned, true
+	return v, first
+}
+
+func (r *authorRate) refill(b *rateBucket, now time.Time) {
+	if el := now.Sub(b.last).Seconds(); el > 0 {
+		b.tokens = min(r.burst, b.tokens+el*r.rate)
+	}
+	b.last = now
+}
+
+// evict makes room for one more bucket: it drops the full ones (authors
+// quiet for long enough to be back at a full burst), else an arbitrary one.
+func (r *authorRate) evict(now time.Time) {
+	if len(r.buckets) < maxRateAuthors {
+		return
+	}
+	for p, b := range r.buckets {
+		if r.refill(b, now); b.tokens >= r.burst {
+			delete(r.buckets, p)
+		}
+	}
+	for p := range r.buckets {
+		if len(r.buckets) < maxRateAuthors {
+			break
+		}
+		delete(r.buckets, p)
+	}
+}

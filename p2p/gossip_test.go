@@ -1,11 +1,16 @@
 package p2p
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +209,132 @@ func TestSlowReaderDropsAndCounts(t *testing.T) {
 	}
 	// Room again: delivery resumes.
 	publishAndReceive(t, a, []*Host{b}, "after the burst")
+}
+
+// TestAuthorRate walks one author's token bucket (rate 2/s, burst 3) on an
+// injected clock: a burst passes, the excess is ignored, a further burst of
+// excess is rejected and keeps being rejected while the flood goes on, a
+// pause earns tokens back, and only the first excess is reported.
+func TestAuthorRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newAuthorRate(2, 3, func() time.Time { return now })
+	a, b := peer.ID("author-a"), peer.ID("author-b")
+	steps := []struct {
+		wait  time.Duration
+		p     peer.ID
+		want  rateVerdict
+		first bool
+	}{
+		{0, a, rateAccept, false}, {0, a, rateAccept, false}, {0, a, rateAccept, false}, // tokens 3 → 0
+		{0, a, rateIgnore, true}, {0, a, rateIgnore, false}, // -1, -2
+		{0, b, rateAccept, false},                            // authors do not share a budget
+		{0, a, rateReject, false}, {0, a, rateReject, false}, // -3: a burst of debt, the floor
+		{500 * time.Millisecond, a, rateReject, false},                                  // +1 -1: still at the floor
+		{2 * time.Second, a, rateAccept, false},                                         // -3 +4 -1 = 0
+		{time.Minute, a, rateAccept, false},                                             // back to a full burst: 2
+		{0, a, rateAccept, false}, {0, a, rateAccept, false}, {0, a, rateIgnore, false}, // reported once only
+	}
+	for i, s := range steps {
+		now = now.Add(s.wait)
+		v, first := r.take(s.p)
+		if v != s.want || first != s.first {
+			t.Fatalf("step %d: verdict %d first %v, want %d %v", i, v, first, s.want, s.first)
+		}
+	}
+}
+
+// TestAuthorRateEvicts: the buckets stay bounded; quiet authors go first.
+func TestAuthorRateEvicts(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newAuthorRate(1, 2, func() time.Time { return now })
+	busy := peer.ID("busy")
+	r.take(busy)
+	r.take(busy)
+	now = now.Add(100 * time.Millisecond)
+	for i := range maxRateAuthors + 10 {
+		r.take(peer.ID(fmt.Sprint("quiet-", i)))
+		now = now.Add(time.Microsecond)
+	}
+	if len(r.buckets) > maxRateAuthors {
+		t.Fatalf("%d buckets, limit %d", len(r.buckets), maxRateAuthors)
+	}
+	if v, _ := r.take(busy); v != rateIgnore {
+		t.Fatalf("the busy author's bucket was evicted (verdict %d)", v)
+	}
+}
+
+// TestColocationWhitelist: loopback, private, link-local and shared
+// addresses are not counted by the IP colocation score; public ones are.
+func TestColocationWhitelist(t *testing.T) {
+	in := func(ip string) bool {
+		return slices.ContainsFunc(gossipColocationWhitelist, func(n *net.IPNet) bool { return n.Contains(net.ParseIP(ip)) })
+	}
+	for _, ip := range []string{"127.0.0.1", "::1", "10.1.2.3", "172.20.0.1", "192.168.1.7", "100.100.1.1", "169.254.9.9", "fd00::1", "fe80::1"} {
+		if !in(ip) {
+			t.Errorf("%s is counted by the colocation score", ip)
+		}
+	}
+	for _, ip := range []string{"8.8.8.8", "172.32.0.1", "2001:db8::1", "100.128.0.1"} {
+		if in(ip) {
+			t.Errorf("%s is whitelisted", ip)
+		}
+	}
+}
+
+// TestGossipRateLimit: a peer that floods the topic with validly signed
+// messages gets a burst delivered, the rest dropped and counted, a single
+// log line, and, flooding on, a score under the graylist threshold; an
+// honest peer's messages still arrive.
+func TestGossipRateLimit(t *testing.T) {
+	var logs syncBuffer
+	cfg := testConfig(t, "flood")
+	cfg.GossipRate, cfg.GossipBurst = 1, 5
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	victim := startHost(t, cfg)
+	hcfg := testConfig(t, "flood")
+	hcfg.Bootstrap = victim.Addrs()
+	honest := startHost(t, hcfg)
+	eventually(t, meshTimeout, "full mesh", func() bool { return fullMesh([]*Host{victim, honest}) })
+	evil, key, s := hostilePeer(t, victim, "flood")
+
+	topic := TopicName("flood", "")
+	var flood []*pb.Message
+	for i := range 30 {
+		flood = append(flood, signedMessage(t, key, evil.ID(), topic, fmt.Sprint("flood ", i), uint64(i+1)))
+	}
+	writeRPC(t, s, &pb.RPC{Publish: flood})
+	eventually(t, meshTimeout, "flood handled", func() bool {
+		st := victim.GossipStats()
+		return st.Delivered+st.Throttled >= 30
+	})
+	eventually(t, meshTimeout, "flooder graylisted", func() bool {
+		return victim.PeerInfo(evil.ID()).GossipScore <= GossipGraylistThreshold
+	})
+	// Up to a second may pass between the first and the last message:
+	// one more token.
+	if st := victim.GossipStats(); st.Delivered < 5 || st.Delivered > 6 || st.Throttled != 30-st.Delivered {
+		t.Fatalf("stats %+v: want 5 or 6 delivered, the rest throttled", st)
+	}
+	if n := strings.Count(logs.String(), "over its message rate"); n != 1 {
+		t.Fatalf("%d log lines about the flood, want 1:\n%s", n, logs.String())
+	}
+	publishAndReceive(t, honest, []*Host{victim}, "honest traffic")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -34,6 +34,9 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.Var(&f.boot, "bootstrap", "`multiaddr` (with /p2p/) of a running member; repeatable; none starts a new network (and creates its run manifest)")
 	fs.StringVar(&c.ManifestID, "manifest", "", "pin the run manifest `id` (64 hex digits) a joiner accepts from its bootstrap peers")
 	fs.StringVar(&c.Tokenizer, "tokenizer", node.DefaultTokenizer, "`name` of the data's tokenizer, recorded in the run manifest")
+	fs.StringVar(&c.Admission, "admission", node.AdmissionOpen, "who may join a new run, recorded in its manifest: open; psk (a private network: members need the key, see --psk-file); allowlist (members need a ticket from the creator: intellect-node admit)")
+	fs.StringVar(&c.PSKFile, "psk-file", "", "the private run's key `file` (swarm.key format: intellect-node psk new); default <home>/"+node.PSKFile+" if it exists, where a creator with --admission psk and no key gets a new one")
+	fs.StringVar(&c.TicketFile, "ticket", "", "this node's admission ticket `file` for an allowlist run (from intellect-node admit on the creator's home); default <home>/"+node.TicketFile+" if it exists")
 	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+node.DefaultListen+" and "+node.DefaultListenQUIC+")")
 	fs.Var(&f.announce, "announce", "a public `multiaddr` others can dial this node at (a port forward); repeatable; replaces the advertised addresses and makes the node public")
 	fs.BoolVar(&c.NATPortMap, "nat-port-map", false, "ask the home router for a port mapping (UPnP / NAT-PMP)")
@@ -111,7 +114,7 @@ var runFlags = map[string]string{
 	"run": "run", "preset": "preset", "config": "train.model", "data": "data", "tokenizer": "tokenizer",
 	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum",
 	"shards": "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
-	"averaging": "averaging",
+	"averaging": "averaging", "admission": "admission.policy",
 }
 
 // givenRunFlags returns the run-manifest flags the user actually set
