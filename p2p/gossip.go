@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 )
@@ -163,6 +164,7 @@ type gossipState struct {
 	rejected  atomic.Uint64
 	dropped   atomic.Uint64
 	throttled atomic.Uint64
+	lastMeet  atomic.Int64 // unix ns of the last meetAuthor lookup
 	rate      *authorRate
 	closeMsgs sync.Once
 }
@@ -348,6 +350,7 @@ func (h *Host) deliverLoop(ctx context.Context) {
 		if msg.GetFrom() == self {
 			continue
 		}
+		h.meetAuthor(msg.GetFrom())
 		select {
 		// Copy: pubsub keeps the message in its relay cache.
 		case h.msgs <- Message{From: msg.GetFrom(), Data: bytes.Clone(msg.GetData())}:
@@ -358,6 +361,27 @@ func (h *Host) deliverLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// meetAuthorEvery bounds how often gossip from a run peer this host is not
+// connected to starts a discovery lookup.
+const meetAuthorEvery = 2 * time.Second
+
+// meetAuthor starts a discovery lookup (at most every meetAuthorEvery)
+// when gossip arrives, through others, from a run peer this host has no
+// connection to: a member that restarted, or one behind a NAT that just got
+// a relay address, is then met in seconds rather than at the next periodic
+// lookup (which backs off to DiscoveryInterval).
+func (h *Host) meetAuthor(from peer.ID) {
+	if h.h.Network().Connectedness(from) == network.Connected {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := h.gossip.lastMeet.Load()
+	if now-last < int64(meetAuthorEvery) || !h.gossip.lastMeet.CompareAndSwap(last, now) {
+		return
+	}
+	kick(h.kickDiscover)
 }
 
 // closeMessages closes the Messages channel once; only after deliverLoop has
