@@ -372,13 +372,17 @@ func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
 // not an error. It only fails if the result does not encode.
 func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, c int) ([]byte, []Verdict, error) {
 	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
-	xs := ow.dec[:len(msgs)]
-	for i, m := range msgs {
-		xs[i] = xs[i][:n]
-		decodeRaw(xs[i], m[chunkHeaderSize:])
-	}
 	v := make([]Verdict, len(msgs))
-	robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+	if rc.Rule == RuleCenteredClip {
+		robustMeanCoded(&ow.ws, rc, weights, msgs, ow.res[:n], v)
+	} else {
+		xs := ow.dec[:len(msgs)]
+		for i, m := range msgs {
+			xs[i] = xs[i][:n]
+			decodeRaw(xs[i], m[chunkHeaderSize:])
+		}
+		robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+	}
 	ow.gain = 0
 	if own := ow.ws.w[seg]; own > 0 {
 		var total float64

@@ -1,0 +1,422 @@
+package collective
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+)
+
+// The robust rule straight from int8 chunks (robustMeanCoded): the same
+// operations as robustMean in the same order, so the same bits, without
+// decoding the contributions into k float32 rows first. A contribution is
+// its 256-entry table and its codes; what robustMean does to every value
+// it does to the table entries once:
+//   - the norm sums squares looked up in a table of squares;
+//   - the norm clip scales the table (float32(x·s) is elementwise);
+//   - the coordinate median compares sortable int32 keys looked up in a
+//     table of keys, in registers, 256 coordinates at a time (the codes
+//     of one block copied side by side so that one pointer reaches them);
+//   - the distances and the CenteredClip step look values up in a
+//     float64 copy of the table.
+//
+// Each member's sums run over its values in order as in robustMean; the
+// kernels only interleave the independent sums of four members, so the
+// CPU overlaps them instead of waiting on one chain of additions.
+
+// medianBlock is the number of coordinates the coordinate median takes at a
+// time.
+const medianBlock = 256
+
+// codedWork is robustMeanCoded's scratch space.
+type codedWork struct {
+	tabs  [][256]float32 // (k) each contribution's table, clipped in place
+	codes [][]byte       // (k) each contribution's codes, views of its message
+	sq    [4][256]float64
+	t64   [][256]float64 // (active) the clipped tables in float64, active order
+	keys  []int32        // (active, 256) the clipped tables as sortable keys
+	cb    []byte         // (active, medianBlock) one block's codes
+	rows  []int32        // (active, medianBlock) keys of one block (medianRows)
+	v     []float64      // (m rounded up to medianBlock) the estimate
+	sums  []float64      // (active) the distances' sums of squares
+	acc   [medianBlock]float64
+}
+
+// robustMeanCoded is robustMean with RuleCenteredClip over k int8 chunk
+// messages of m = len(out) values each (header, table, m codes; a table
+// entry may be anything, the contributions using a non-finite one are
+// rejected). It produces the same bits and verdicts as decoding the
+// messages (decodeRaw) and calling robustMean.
+func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [][]byte, out []float32, rep []Verdict) bool {
+	k, m := len(msgs), len(out)
+	ws.reset(k, 0)
+	cw := &ws.coded
+	defer clear(cw.codes)
+	cw.load(msgs, m)
+	cw.norms(ws.norms)
+	ws.admit(rc, weights, rep)
+	if len(ws.active) == 0 {
+		clear(out)
+		return false
+	}
+	for _, i := range ws.clipScales(rc, rep) {
+		scaleTable(&cw.tabs[i], rep[i].Clip)
+	}
+	cw.prepare(ws.active, m)
+	ws.medianDistances(m)
+	tau := rc.Tau * ws.lowerMedian(ws.dist)
+	total := ws.totalWeight()
+	for it := range rc.Iters {
+		if it > 0 {
+			ws.distancesCoded(m)
+		}
+		ws.stepCoded(ws.coefs(tau, total), out)
+	}
+	ws.flag(rc, rep)
+	return true
+}
+
+// load reads the tables of the messages and points codes at their codes.
+func (cw *codedWork) load(msgs [][]byte, m int) {
+	k := len(msgs)
+	if cap(cw.tabs) < k {
+		cw.tabs = make([][256]float32, k)
+		cw.codes = make([][]byte, k)
+	}
+	cw.tabs, cw.codes = cw.tabs[:k], cw.codes[:k]
+	for i, msg := range msgs {
+		t := &cw.tabs[i]
+		p := msg[chunkHeaderSize : chunkHeaderSize+int8TableSize+m]
+		for b := range t {
+			t[b] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*b:]))
+		}
+		cw.codes[i] = p[int8TableSize:]
+	}
+}
+
+// scaleTable is robustMean's norm clip, x ← float32(x·s), on a table.
+func scaleTable(t *[256]float32, s float32) {
+	for b, x := range t {
+		t[b] = float32(x * s)
+	}
+}
+
+// squares sets sq to the squares of t's entries, as norm computes them.
+func squares(sq *[256]float64, t *[256]float32) {
+	for b, x := range t {
+		sq[b] = float64(float64(x) * float64(x))
+	}
+}
+
+// norms sets norms[i] to the L2 norm of contribution i (norm's sum, in
+// order), four contributions at a time.
+func (cw *codedWork) norms(norms []float64) {
+	k := len(cw.codes)
+	i := 0
+	for ; i+4 <= k; i += 4 {
+		for j := range 4 {
+			squares(&cw.sq[j], &cw.tabs[i+j])
+		}
+		s := sumSquares4(&cw.sq, cw.codes[i], cw.codes[i+1], cw.codes[i+2], cw.codes[i+3])
+		for j := range 4 {
+			norms[i+j] = math.Sqrt(s[j])
+		}
+	}
+	for ; i < k; i++ {
+		squares(&cw.sq[0], &cw.tabs[i])
+		norms[i] = math.Sqrt(sumSquares1(&cw.sq[0], cw.codes[i]))
+	}
+}
+
+// sumSquares4 returns Σ sq[j][c] over the codes c of cj, in order, for
+// j = 0..3 (four independent sums).
+func sumSquares4(sq *[4][256]float64, c0, c1, c2, c3 []byte) [4]float64 {
+	c1, c2, c3 = c1[:len(c0)], c2[:len(c0)], c3[:len(c0)]
+	q0, q1, q2, q3 := &sq[0], &sq[1], &sq[2], &sq[3]
+	var s0, s1, s2, s3 float64
+	for t, b := range c0 {
+		s0 += q0[b]
+		s1 += q1[c1[t]]
+		s2 += q2[c2[t]]
+		s3 += q3[c3[t]]
+	}
+	return [4]float64{s0, s1, s2, s3}
+}
+
+func sumSquares1(sq *[256]float64, c []byte) float64 {
+	var s float64
+	for _, b := range c {
+		s += sq[b]
+	}
+	return s
+}
+
+// prepare makes the float64 tables and the key tables of the active
+// members and room for m coordinates.
+func (cw *codedWork) prepare(active []int, m int) {
+	a := len(active)
+	if cap(cw.t64) < a {
+		cw.t64 = make([][256]float64, a)
+		cw.keys = make([]int32, a*256)
+		cw.cb = make([]byte, a*medianBlock)
+	}
+	cw.t64, cw.keys, cw.cb = cw.t64[:a], cw.keys[:a*256], cw.cb[:a*medianBlock]
+	if n := (m + medianBlock - 1) / medianBlock * medianBlock; cap(cw.v) < n {
+		cw.v = make([]float64, n)
+	}
+	for r, i := range active {
+		t64, keys := &cw.t64[r], (*[256]int32)(cw.keys[r*256:])
+		for b, x := range &cw.tabs[i] {
+			t64[b] = float64(x)
+			keys[b] = sortKey(x)
+		}
+	}
+}
+
+// sortKey maps float32 values to int32 keys in the same order, −0 before
+// +0 as Go's min and max take them (NaN never reaches it).
+func sortKey(x float32) int32 {
+	b := int32(math.Float32bits(x))
+	return b ^ int32(uint32(b>>31)>>1)
+}
+
+// keyFloat is sortKey's inverse.
+func keyFloat(k int32) float32 {
+	return math.Float32frombits(uint32(k ^ int32(uint32(k>>31)>>1)))
+}
+
+// medianDistances sets cw.v to the coordinate-wise lower median of the
+// active contributions and ws.dist to their distances to it, a block at a
+// time.
+func (ws *robustWork) medianDistances(m int) {
+	cw := &ws.coded
+	sums := cw.zeroSums(len(ws.active))
+	for lo := 0; lo < m; lo += medianBlock {
+		hi := min(lo+medianBlock, m)
+		cw.medianBlock(ws.active, lo, hi)
+		cw.distances(ws.active, sums, lo, hi)
+	}
+	cw.storeDist(ws.active, ws.dist)
+}
+
+// distancesCoded sets ws.dist to the distances of the active
+// contributions to cw.v.
+func (ws *robustWork) distancesCoded(m int) {
+	cw := &ws.coded
+	cw.distances(ws.active, cw.zeroSums(len(ws.active)), 0, m)
+	cw.storeDist(ws.active, ws.dist)
+}
+
+// zeroSums returns cw.sums, a zeros.
+func (cw *codedWork) zeroSums(a int) []float64 {
+	if cap(cw.sums) < a {
+		cw.sums = make([]float64, a)
+	}
+	cw.sums = cw.sums[:a]
+	clear(cw.sums)
+	return cw.sums
+}
+
+func (cw *codedWork) storeDist(active []int, dist []float64) {
+	for r, i := range active {
+		dist[i] = math.Sqrt(cw.sums[r])
+	}
+}
+
+// distances adds to sums[r] the squared distances of active member r to
+// cw.v over coordinates lo..hi, four members at a time.
+func (cw *codedWork) distances(active []int, sums []float64, lo, hi int) {
+	v := cw.v[lo:hi]
+	r := 0
+	for ; r+4 <= len(active); r += 4 {
+		i0, i1, i2, i3 := active[r], active[r+1], active[r+2], active[r+3]
+		distances4((*[4]float64)(sums[r:]), v, &cw.t64[r], &cw.t64[r+1], &cw.t64[r+2], &cw.t64[r+3],
+			cw.codes[i0][lo:hi], cw.codes[i1][lo:hi], cw.codes[i2][lo:hi], cw.codes[i3][lo:hi])
+	}
+	for ; r < len(active); r++ {
+		sums[r] = distances1(sums[r], v, &cw.t64[r], cw.codes[active[r]][lo:hi])
+	}
+}
+
+// distances4 adds Σ (t_j[c] − v)² over the codes c of c_j, in order, to
+// s[j], j = 0..3 (robustWork.distances' sums).
+func distances4(s *[4]float64, v []float64, t0, t1, t2, t3 *[256]float64, c0, c1, c2, c3 []byte) {
+	c0, c1, c2, c3 = c0[:len(v)], c1[:len(v)], c2[:len(v)], c3[:len(v)]
+	s0, s1, s2, s3 := s[0], s[1], s[2], s[3]
+	for t, vt := range v {
+		d0 := t0[c0[t]] - vt
+		d1 := t1[c1[t]] - vt
+		d2 := t2[c2[t]] - vt
+		d3 := t3[c3[t]] - vt
+		s0 += float64(d0 * d0)
+		s1 += float64(d1 * d1)
+		s2 += float64(d2 * d2)
+		s3 += float64(d3 * d3)
+	}
+	*s = [4]float64{s0, s1, s2, s3}
+}
+
+func distances1(s float64, v []float64, t *[256]float64, c []byte) float64 {
+	c = c[:len(v)]
+	for j, vt := range v {
+		d := t[c[j]] - vt
+		s += float64(d * d)
+	}
+	return s
+}
+
+// medianBlock sets cw.v[lo:hi] (hi − lo ≤ medianBlock) to the lower median
+// of the active contributions per coordinate.
+func (cw *codedWork) medianBlock(active []int, lo, hi int) {
+	a := len(active)
+	cb := cw.cb[:a*medianBlock]
+	for r, i := range active {
+		row := cb[r*medianBlock : (r+1)*medianBlock]
+		clear(row[copy(row, cw.codes[i][lo:hi]):])
+	}
+	var tail [medianBlock]float64
+	v := &tail
+	if lo+medianBlock <= len(cw.v) {
+		v = (*[medianBlock]float64)(cw.v[lo:])
+	}
+	if a < len(medianKernels) {
+		medianKernels[a](v, cw.keys[:a*256], cb)
+	} else {
+		cw.medianRows(a, v)
+	}
+	if v == &tail {
+		copy(cw.v[lo:hi], tail[:])
+	}
+}
+
+// medianRows is medianBlock's kernel for any number of members: the keys
+// of each member in a row, then medianNetwork's comparators row by row.
+func (cw *codedWork) medianRows(a int, v *[medianBlock]float64) {
+	const n = medianBlock
+	if cap(cw.rows) < a*n {
+		cw.rows = make([]int32, a*n)
+	}
+	rows := cw.rows[:a*n]
+	for r := range a {
+		keys, row := (*[256]int32)(cw.keys[r*256:]), (*[n]int32)(rows[r*n:])
+		for t, c := range (*[n]byte)(cw.cb[r*n:]) {
+			row[t] = keys[c]
+		}
+	}
+	for _, c := range medianNetwork(a) {
+		lo, hi := (*[n]int32)(rows[int(c.lo)*n:]), (*[n]int32)(rows[int(c.hi)*n:])
+		switch c.out {
+		case outBoth:
+			for t, x := range lo {
+				y := hi[t]
+				lo[t], hi[t] = min(x, y), max(x, y)
+			}
+		case outLo:
+			for t, x := range lo {
+				lo[t] = min(x, hi[t])
+			}
+		case outHi:
+			for t, x := range lo {
+				hi[t] = max(x, hi[t])
+			}
+		}
+	}
+	for t, x := range (*[n]int32)(rows[(a-1)/2*n:]) {
+		v[t] = float64(keyFloat(x))
+	}
+}
+
+// stepCoded is robustWork.step on the coded contributions, a block at a
+// time, writing the new estimate to out too.
+func (ws *robustWork) stepCoded(c []float64, out []float32) {
+	cw := &ws.coded
+	act := ws.active
+	for lo := 0; lo < len(out); lo += medianBlock {
+		hi := min(lo+medianBlock, len(out))
+		acc, v := cw.acc[:hi-lo], cw.v[lo:hi]
+		clear(acc)
+		r := 0
+		for ; r+4 <= len(act); r += 4 {
+			i0, i1, i2, i3 := act[r], act[r+1], act[r+2], act[r+3]
+			step4(acc, v, &cw.t64[r], &cw.t64[r+1], &cw.t64[r+2], &cw.t64[r+3],
+				cw.codes[i0][lo:hi], cw.codes[i1][lo:hi], cw.codes[i2][lo:hi], cw.codes[i3][lo:hi],
+				c[i0], c[i1], c[i2], c[i3])
+		}
+		for ; r < len(act); r++ {
+			i := act[r]
+			step1(acc, v, &cw.t64[r], cw.codes[i][lo:hi], c[i])
+		}
+		o := out[lo:hi]
+		for t, x := range acc {
+			v[t] += x
+			o[t] = float32(v[t])
+		}
+	}
+}
+
+// step4 adds c_j·(t_j[c] − v) for j = 0..3, in that order, to acc.
+func step4(acc, v []float64, t0, t1, t2, t3 *[256]float64, c0, c1, c2, c3 []byte, k0, k1, k2, k3 float64) {
+	v = v[:len(acc)]
+	c0, c1, c2, c3 = c0[:len(acc)], c1[:len(acc)], c2[:len(acc)], c3[:len(acc)]
+	for t, a := range acc {
+		vt := v[t]
+		acc[t] = a + float64(k0*(t0[c0[t]]-vt)) + float64(k1*(t1[c1[t]]-vt)) +
+			float64(k2*(t2[c2[t]]-vt)) + float64(k3*(t3[c3[t]]-vt))
+	}
+}
+
+func step1(acc, v []float64, t0 *[256]float64, c0 []byte, k0 float64) {
+	v = v[:len(acc)]
+	c0 = c0[:len(acc)]
+	for t, a := range acc {
+		acc[t] = a + float64(k0*(t0[c0[t]]-v[t]))
+	}
+}
+
+// comparator is one compare-exchange of a selection network: line lo gets
+// the smaller key, hi the larger, or only the one out says is needed.
+type comparator struct {
+	lo, hi uint16
+	out    uint8
+}
+
+// Outputs of a comparator.
+const (
+	outBoth uint8 = iota
+	outLo
+	outHi
+)
+
+// medianNetworks caches medianNetwork by size.
+var medianNetworks sync.Map // int → []comparator
+
+// medianNetwork returns the comparators of sortNetwork(n) that the lower
+// median, line (n−1)/2, depends on, each with the outputs needed later.
+func medianNetwork(n int) []comparator {
+	if c, ok := medianNetworks.Load(n); ok {
+		return c.([]comparator)
+	}
+	sorted := sortNetwork(n)
+	need := make([]bool, n)
+	need[(n-1)/2] = true
+	var rev []comparator
+	for j := len(sorted) - 1; j >= 0; j-- {
+		lo, hi := sorted[j][0], sorted[j][1]
+		switch {
+		case need[lo] && need[hi]:
+			rev = append(rev, comparator{lo, hi, outBoth})
+		case need[lo]:
+			rev = append(rev, comparator{lo, hi, outLo})
+		case need[hi]:
+			rev = append(rev, comparator{lo, hi, outHi})
+		default:
+			continue
+		}
+		need[lo], need[hi] = true, true
+	}
+	cs := make([]comparator, len(rev))
+	for j, c := range rev {
+		cs[len(rev)-1-j] = c
+	}
+	medianNetworks.Store(n, cs)
+	return cs
+}
