@@ -210,11 +210,9 @@ func (ws *robustWork) screen(rc *RobustConfig, weights []float32, xs [][]float32
 // admit caps the weights and rejects the contributions whose norm
 // (ws.norms) is not finite: the members with weight > 0 left are active.
 func (ws *robustWork) admit(rc *RobustConfig, weights []float32, rep []Verdict) {
+	ws.active = ws.active[:0]
 	for i, n := range ws.norms {
-		w := float64(weights[i])
-		if rc.MaxWeight > 0 {
-			w = min(w, float64(rc.MaxWeight))
-		}
+		w := capWeight(rc, weights[i])
 		rep[i] = Verdict{Norm: float32(n), Clip: 1, Factor: 1}
 		ws.fac[i] = 1
 		if math.IsNaN(n) || math.IsInf(n, 0) {
@@ -226,6 +224,14 @@ func (ws *robustWork) admit(rc *RobustConfig, weights []float32, rep []Verdict) 
 			ws.active = append(ws.active, i)
 		}
 	}
+}
+
+// capWeight is w capped at rc.MaxWeight.
+func capWeight(rc *RobustConfig, w float32) float64 {
+	if rc.MaxWeight > 0 {
+		return min(float64(w), float64(rc.MaxWeight))
+	}
+	return float64(w)
 }
 
 // norm is ‖x‖₂ in float64, summed in order.

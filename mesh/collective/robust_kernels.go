@@ -31,13 +31,15 @@ const medianBlock = 256
 type codedWork struct {
 	tabs  [][256]float32 // (k) each contribution's table, clipped in place
 	codes [][]byte       // (k) each contribution's codes, views of its message
-	sq    [4][256]float64
+	sq    [256]float64
+	spec  []int          // members with a weight: the active ones if all are admitted
 	t64   [][256]float64 // (active) the clipped tables in float64, active order
 	keys  []int32        // (active, 256) the clipped tables as sortable keys
 	cb    []byte         // (active, medianBlock) one block's codes
 	rows  []int32        // (active, medianBlock) keys of one block (medianRows)
 	v     []float64      // (m rounded up to medianBlock) the estimate
 	sums  []float64      // (active) the distances' sums of squares
+	nsums []float64      // (active) the norms' sums of squares
 	acc   [medianBlock]float64
 }
 
@@ -46,33 +48,50 @@ type codedWork struct {
 // entry may be anything, the contributions using a non-finite one are
 // rejected). It produces the same bits and verdicts as decoding the
 // messages (decodeRaw) and calling robustMean.
-func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [][]byte, out []float32, rep []Verdict) bool {
+func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [][]byte, out []float32, rep []Verdict) (chunkStats, bool) {
 	k, m := len(msgs), len(out)
 	ws.reset(k, 0)
 	cw := &ws.coded
 	defer clear(cw.codes)
 	cw.load(msgs, m)
-	cw.norms(ws.norms)
+	// First the honest case: every member with a weight is admitted and
+	// none is clipped, so their norms come with the median and the
+	// distances, in one pass. If that was wrong, the pass runs again.
+	cw.spec = cw.spec[:0]
+	for i, w := range weights[:k] {
+		if capWeight(rc, w) > 0 {
+			cw.spec = append(cw.spec, i)
+		}
+	}
+	if len(cw.spec) > 0 {
+		cw.prepare(cw.spec, m)
+		ws.medianDistances(cw.spec, m, true)
+	}
+	cw.norms(ws.norms, cw.spec)
 	ws.admit(rc, weights, rep)
 	if len(ws.active) == 0 {
 		clear(out)
-		return false
+		return scanChunk(out), false
 	}
-	for _, i := range ws.clipScales(rc, rep) {
-		scaleTable(&cw.tabs[i], rep[i].Clip)
+	clipped := ws.clipScales(rc, rep)
+	if len(clipped) > 0 || len(ws.active) != len(cw.spec) {
+		for _, i := range clipped {
+			scaleTable(&cw.tabs[i], rep[i].Clip)
+		}
+		cw.prepare(ws.active, m)
+		ws.medianDistances(ws.active, m, false)
 	}
-	cw.prepare(ws.active, m)
-	ws.medianDistances(m)
 	tau := rc.Tau * ws.lowerMedian(ws.dist)
 	total := ws.totalWeight()
+	var st chunkStats
 	for it := range rc.Iters {
 		if it > 0 {
 			ws.distancesCoded(m)
 		}
-		ws.stepCoded(ws.coefs(tau, total), out)
+		st = ws.stepCoded(ws.coefs(tau, total), out)
 	}
 	ws.flag(rc, rep)
-	return true
+	return st, true
 }
 
 // load reads the tables of the messages and points codes at their codes.
@@ -108,41 +127,20 @@ func squares(sq *[256]float64, t *[256]float32) {
 }
 
 // norms sets norms[i] to the L2 norm of contribution i (norm's sum, in
-// order), four contributions at a time.
-func (cw *codedWork) norms(norms []float64) {
-	k := len(cw.codes)
-	i := 0
-	for ; i+4 <= k; i += 4 {
-		for j := range 4 {
-			squares(&cw.sq[j], &cw.tabs[i+j])
+// order) for the members not in done.
+func (cw *codedWork) norms(norms []float64, done []int) {
+	for i := range cw.codes {
+		if len(done) > 0 && done[0] == i {
+			done = done[1:]
+			continue
 		}
-		s := sumSquares4(&cw.sq, cw.codes[i], cw.codes[i+1], cw.codes[i+2], cw.codes[i+3])
-		for j := range 4 {
-			norms[i+j] = math.Sqrt(s[j])
-		}
-	}
-	for ; i < k; i++ {
-		squares(&cw.sq[0], &cw.tabs[i])
-		norms[i] = math.Sqrt(sumSquares1(&cw.sq[0], cw.codes[i]))
+		squares(&cw.sq, &cw.tabs[i])
+		norms[i] = math.Sqrt(sumSquares(&cw.sq, cw.codes[i]))
 	}
 }
 
-// sumSquares4 returns Σ sq[j][c] over the codes c of cj, in order, for
-// j = 0..3 (four independent sums).
-func sumSquares4(sq *[4][256]float64, c0, c1, c2, c3 []byte) [4]float64 {
-	c1, c2, c3 = c1[:len(c0)], c2[:len(c0)], c3[:len(c0)]
-	q0, q1, q2, q3 := &sq[0], &sq[1], &sq[2], &sq[3]
-	var s0, s1, s2, s3 float64
-	for t, b := range c0 {
-		s0 += q0[b]
-		s1 += q1[c1[t]]
-		s2 += q2[c2[t]]
-		s3 += q3[c3[t]]
-	}
-	return [4]float64{s0, s1, s2, s3}
-}
-
-func sumSquares1(sq *[256]float64, c []byte) float64 {
+// sumSquares returns Σ sq[c] over the codes c, in order.
+func sumSquares(sq *[256]float64, c []byte) float64 {
 	var s float64
 	for _, b := range c {
 		s += sq[b]
@@ -186,40 +184,47 @@ func keyFloat(k int32) float32 {
 
 // medianDistances sets cw.v to the coordinate-wise lower median of the
 // active contributions and ws.dist to their distances to it, a block at a
-// time.
-func (ws *robustWork) medianDistances(m int) {
+// time; withNorms, ws.norms to their norms too.
+func (ws *robustWork) medianDistances(active []int, m int, withNorms bool) {
 	cw := &ws.coded
-	sums := cw.zeroSums(len(ws.active))
+	sums := zeroed(&cw.sums, len(active))
+	nsums := zeroed(&cw.nsums, len(active))
 	for lo := 0; lo < m; lo += medianBlock {
 		hi := min(lo+medianBlock, m)
-		cw.medianBlock(ws.active, lo, hi)
-		cw.distances(ws.active, sums, lo, hi)
+		cw.medianBlock(active, lo, hi)
+		if withNorms {
+			cw.distNorms(active, sums, nsums, lo, hi)
+		} else {
+			cw.distances(active, sums, lo, hi)
+		}
 	}
-	cw.storeDist(ws.active, ws.dist)
+	for r, i := range active {
+		ws.dist[i] = math.Sqrt(sums[r])
+		if withNorms {
+			ws.norms[i] = math.Sqrt(nsums[r])
+		}
+	}
 }
 
 // distancesCoded sets ws.dist to the distances of the active
 // contributions to cw.v.
 func (ws *robustWork) distancesCoded(m int) {
 	cw := &ws.coded
-	cw.distances(ws.active, cw.zeroSums(len(ws.active)), 0, m)
-	cw.storeDist(ws.active, ws.dist)
+	sums := zeroed(&cw.sums, len(ws.active))
+	cw.distances(ws.active, sums, 0, m)
+	for r, i := range ws.active {
+		ws.dist[i] = math.Sqrt(sums[r])
+	}
 }
 
-// zeroSums returns cw.sums, a zeros.
-func (cw *codedWork) zeroSums(a int) []float64 {
-	if cap(cw.sums) < a {
-		cw.sums = make([]float64, a)
+// zeroed returns *s resized to n zeros.
+func zeroed(s *[]float64, n int) []float64 {
+	if cap(*s) < n {
+		*s = make([]float64, n)
 	}
-	cw.sums = cw.sums[:a]
-	clear(cw.sums)
-	return cw.sums
-}
-
-func (cw *codedWork) storeDist(active []int, dist []float64) {
-	for r, i := range active {
-		dist[i] = math.Sqrt(cw.sums[r])
-	}
+	*s = (*s)[:n]
+	clear(*s)
+	return *s
 }
 
 // distances adds to sums[r] the squared distances of active member r to
@@ -237,10 +242,60 @@ func (cw *codedWork) distances(active []int, sums []float64, lo, hi int) {
 	}
 }
 
+// distNorms is distances that also adds the squares of the values to
+// nsums (norm's sums: float64(x)² is exact, so it equals the table of
+// squares' entry).
+func (cw *codedWork) distNorms(active []int, sums, nsums []float64, lo, hi int) {
+	v := cw.v[lo:hi]
+	r := 0
+	for ; r+4 <= len(active); r += 4 {
+		i0, i1, i2, i3 := active[r], active[r+1], active[r+2], active[r+3]
+		distNorms4((*[4]float64)(sums[r:]), (*[4]float64)(nsums[r:]), v, &cw.t64[r], &cw.t64[r+1], &cw.t64[r+2], &cw.t64[r+3],
+			cw.codes[i0][lo:hi], cw.codes[i1][lo:hi], cw.codes[i2][lo:hi], cw.codes[i3][lo:hi])
+	}
+	for ; r < len(active); r++ {
+		sums[r], nsums[r] = distNorms1(sums[r], nsums[r], v, &cw.t64[r], cw.codes[active[r]][lo:hi])
+	}
+}
+
+// distNorms4 is distances4 that also adds Σ t_j[c]² to q[j].
+func distNorms4(s, q *[4]float64, v []float64, t0, t1, t2, t3 *[256]float64, c0, c1, c2, c3 []byte) {
+	c0, c1, c2, c3 = c0[:len(v)], c1[:len(v)], c2[:len(v)], c3[:len(v)]
+	_, _, _, _ = t0[0], t1[0], t2[0], t3[0]
+	s0, s1, s2, s3 := s[0], s[1], s[2], s[3]
+	q0, q1, q2, q3 := q[0], q[1], q[2], q[3]
+	for t, vt := range v {
+		x0, x1, x2, x3 := t0[c0[t]], t1[c1[t]], t2[c2[t]], t3[c3[t]]
+		q0 += float64(x0 * x0)
+		q1 += float64(x1 * x1)
+		q2 += float64(x2 * x2)
+		q3 += float64(x3 * x3)
+		d0, d1, d2, d3 := x0-vt, x1-vt, x2-vt, x3-vt
+		s0 += float64(d0 * d0)
+		s1 += float64(d1 * d1)
+		s2 += float64(d2 * d2)
+		s3 += float64(d3 * d3)
+	}
+	*s = [4]float64{s0, s1, s2, s3}
+	*q = [4]float64{q0, q1, q2, q3}
+}
+
+func distNorms1(s, q float64, v []float64, t *[256]float64, c []byte) (float64, float64) {
+	c = c[:len(v)]
+	for j, vt := range v {
+		x := t[c[j]]
+		q += float64(x * x)
+		d := x - vt
+		s += float64(d * d)
+	}
+	return s, q
+}
+
 // distances4 adds Σ (t_j[c] − v)² over the codes c of c_j, in order, to
 // s[j], j = 0..3 (robustWork.distances' sums).
 func distances4(s *[4]float64, v []float64, t0, t1, t2, t3 *[256]float64, c0, c1, c2, c3 []byte) {
 	c0, c1, c2, c3 = c0[:len(v)], c1[:len(v)], c2[:len(v)], c3[:len(v)]
+	_, _, _, _ = t0[0], t1[0], t2[0], t3[0]
 	s0, s1, s2, s3 := s[0], s[1], s[2], s[3]
 	for t, vt := range v {
 		d0 := t0[c0[t]] - vt
@@ -326,10 +381,11 @@ func (cw *codedWork) medianRows(a int, v *[medianBlock]float64) {
 }
 
 // stepCoded is robustWork.step on the coded contributions, a block at a
-// time, writing the new estimate to out too.
-func (ws *robustWork) stepCoded(c []float64, out []float32) {
+// time, writing the new estimate to out too; it returns scanChunk(out).
+func (ws *robustWork) stepCoded(c []float64, out []float32) chunkStats {
 	cw := &ws.coded
 	act := ws.active
+	sc := resultScan{mn: float32(math.Inf(1)), mx: float32(math.Inf(-1))}
 	for lo := 0; lo < len(out); lo += medianBlock {
 		hi := min(lo+medianBlock, len(out))
 		acc, v := cw.acc[:hi-lo], cw.v[lo:hi]
@@ -350,13 +406,53 @@ func (ws *robustWork) stepCoded(c []float64, out []float32) {
 			v[t] += x
 			o[t] = float32(v[t])
 		}
+		sc.add(o)
 	}
+	return sc.stats()
+}
+
+// resultScan is scanChunk fused into stepCoded, a block (a multiple of 4
+// values but for the last) at a time: the same sums in the same lanes,
+// the same comparisons in the same order. Starting from ±Inf instead of
+// the first value changes nothing: that value is compared first.
+type resultScan struct {
+	mn, mx         float32
+	s0, s1, s2, s3 float64
+}
+
+func (sc *resultScan) add(o []float32) {
+	mn, mx := sc.mn, sc.mx
+	s0, s1, s2, s3 := sc.s0, sc.s1, sc.s2, sc.s3
+	i := 0
+	for ; i+4 <= len(o); i += 4 {
+		s0 += float64(o[i])
+		s1 += float64(o[i+1])
+		s2 += float64(o[i+2])
+		s3 += float64(o[i+3])
+	}
+	for ; i < len(o); i++ {
+		s0 += float64(o[i])
+	}
+	for _, x := range o {
+		if x < mn {
+			mn = x
+		}
+		if x > mx {
+			mx = x
+		}
+	}
+	*sc = resultScan{mn, mx, s0, s1, s2, s3}
+}
+
+func (sc *resultScan) stats() chunkStats {
+	return chunkStats{min: sc.mn, max: sc.mx, sum: sc.s0 + sc.s1 + sc.s2 + sc.s3}
 }
 
 // step4 adds c_j·(t_j[c] − v) for j = 0..3, in that order, to acc.
 func step4(acc, v []float64, t0, t1, t2, t3 *[256]float64, c0, c1, c2, c3 []byte, k0, k1, k2, k3 float64) {
 	v = v[:len(acc)]
 	c0, c1, c2, c3 = c0[:len(acc)], c1[:len(acc)], c2[:len(acc)], c3[:len(acc)]
+	_, _, _, _ = t0[0], t1[0], t2[0], t3[0]
 	for t, a := range acc {
 		vt := v[t]
 		acc[t] = a + float64(k0*(t0[c0[t]]-vt)) + float64(k1*(t1[c1[t]]-vt)) +

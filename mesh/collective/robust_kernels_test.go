@@ -89,10 +89,10 @@ func genMedianKernels(max int) []byte {
 }
 
 // codedCase returns k int8 chunk messages of m values drawn from
-// pseudo-gradients, with the tables of some members tampered with as a
-// peer could: scaled ×1000, a NaN or ±Inf entry (used or not), zeros of
+// pseudo-gradients; if tampered, the tables of some members tampered with
+// as a peer could: scaled ×1000, a NaN or ±Inf entry (used or not), zeros of
 // both signs, huge, tiny and arbitrary bits, or copied from another member.
-func codedCase(t testing.TB, rng *rand.Rand, k, m int) [][]byte {
+func codedCase(t testing.TB, rng *rand.Rand, k, m int, tampered bool) [][]byte {
 	xs, _ := pseudoGrads(rng, k, m)
 	msgs := make([][]byte, k)
 	var qz quantizer
@@ -103,7 +103,7 @@ func codedCase(t testing.TB, rng *rand.Rand, k, m int) [][]byte {
 		if err := qz.encodeInt8(msgs[i][chunkHeaderSize:], &tab, x); err != nil {
 			t.Fatal(err)
 		}
-		if i > 0 && rng.IntN(3) == 0 {
+		if tampered && i > 0 && rng.IntN(3) == 0 {
 			tamper(rng, msgs[i], msgs[rng.IntN(i)], m)
 		}
 	}
@@ -147,14 +147,15 @@ func tamper(rng *rand.Rand, msg, other []byte, m int) {
 func TestRobustMeanCodedMatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	var fast robustWork
-	var rejected, hard, clipped, shrunk int
+	var rejected, hard, clipped, shrunk, clean int
 	defer func() {
-		t.Logf("verdicts: %d rejected, %d hard, %d clipped, %d CenteredClip factor < 1", rejected, hard, clipped, shrunk)
+		t.Logf("verdicts: %d rejected, %d hard, %d clipped, %d CenteredClip factor < 1; %d chunks with none rejected or clipped",
+			rejected, hard, clipped, shrunk, clean)
 	}()
 	for k := 1; k <= 20; k++ {
 		for _, m := range []int{1, 3, 255, 256, 257, 1000, 4099} {
 			for _, iters := range []int{1, 2} {
-				msgs := codedCase(t, rng, k, m)
+				msgs := codedCase(t, rng, k, m, rng.IntN(2) == 0)
 				w := honestWeights(k)
 				if rng.IntN(4) == 0 {
 					w[rng.IntN(k)] = 0
@@ -172,13 +173,18 @@ func TestRobustMeanCodedMatches(t *testing.T) {
 				wantV, gotV := make([]Verdict, k), make([]Verdict, k)
 				var slow robustWork
 				okW := robustMean(&slow, &rc, w, xs, want, wantV)
-				okG := robustMeanCoded(&fast, &rc, w, msgs, got, gotV)
+				st, okG := robustMeanCoded(&fast, &rc, w, msgs, got, gotV)
+				if want := scanChunk(want); !sameStats(st, want) {
+					t.Fatalf("k=%d m=%d iters=%d: stats %+v, want %+v", k, m, iters, st, want)
+				}
+				r0, c0 := rejected, clipped
 				for _, v := range wantV {
 					rejected += b2i(v.Flag == FlagRejected)
 					hard += b2i(v.Flag == FlagHard)
 					clipped += b2i(v.Flag != FlagRejected && v.Clip < 1)
 					shrunk += b2i(v.Flag != FlagRejected && v.Factor < 1)
 				}
+				clean += b2i(rejected == r0 && clipped == c0)
 				if okW != okG || !sameBits(want, got) || !reflect.DeepEqual(wantV, gotV) {
 					t.Fatalf("k=%d m=%d iters=%d: coded differs:\n%v %v\n%v %v", k, m, iters, okW, wantV, okG, gotV)
 				}
@@ -258,4 +264,10 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// sameStats compares chunkStats bit for bit.
+func sameStats(a, b chunkStats) bool {
+	return math.Float32bits(a.min) == math.Float32bits(b.min) && math.Float32bits(a.max) == math.Float32bits(b.max) &&
+		math.Float64bits(a.sum) == math.Float64bits(b.sum)
 }

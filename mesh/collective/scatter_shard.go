@@ -373,8 +373,9 @@ func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
 func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, c int) ([]byte, []Verdict, error) {
 	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
 	v := make([]Verdict, len(msgs))
+	var st chunkStats
 	if rc.Rule == RuleCenteredClip {
-		robustMeanCoded(&ow.ws, rc, weights, msgs, ow.res[:n], v)
+		st, _ = robustMeanCoded(&ow.ws, rc, weights, msgs, ow.res[:n], v)
 	} else {
 		xs := ow.dec[:len(msgs)]
 		for i, m := range msgs {
@@ -382,6 +383,7 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 			decodeRaw(xs[i], m[chunkHeaderSize:])
 		}
 		robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+		st = scanChunk(ow.res[:n])
 	}
 	ow.gain = 0
 	if own := ow.ws.w[seg]; own > 0 {
@@ -393,7 +395,7 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 	}
 	out := ow.out[:CodecInt8.msgSize(n)]
 	putHeader(out, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(seg), chunk: uint32(c), n: uint32(n)})
-	if err := ow.qz.encodeInt8(out[chunkHeaderSize:], &ow.t, ow.res[:n]); err != nil {
+	if err := ow.qz.encodeInt8Scanned(out[chunkHeaderSize:], &ow.t, ow.res[:n], st); err != nil {
 		return nil, nil, err
 	}
 	return out, v, nil
