@@ -36,6 +36,7 @@ type codedWork struct {
 	t64   [][256]float64 // (active) the clipped tables in float64, active order
 	keys  []int32        // (active, 256) the clipped tables as sortable keys
 	cb    []byte         // (active, medianBlock) one block's codes
+	cptr  []*byte        // (active) where the AVX2 median reads each one's codes
 	rows  []int32        // (active, medianBlock) keys of one block (medianRows)
 	v     []float64      // (m rounded up to medianBlock) the estimate
 	sums  []float64      // (active) the distances' sums of squares
@@ -52,7 +53,7 @@ func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [
 	k, m := len(msgs), len(out)
 	ws.reset(k, 0)
 	cw := &ws.coded
-	defer clear(cw.codes)
+	defer cw.forget()
 	cw.load(msgs, m)
 	// First the honest case: every member with a weight is admitted and
 	// none is clipped, so their norms come with the median and the
@@ -92,6 +93,12 @@ func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [
 	}
 	ws.flag(rc, rep)
 	return st, true
+}
+
+// forget drops the views of the messages (they belong to the transport).
+func (cw *codedWork) forget() {
+	clear(cw.codes)
+	clear(cw.cptr)
 }
 
 // load reads the tables of the messages and points codes at their codes.
@@ -156,9 +163,10 @@ func (cw *codedWork) prepare(active []int, m int) {
 		cw.t64 = make([][256]float64, a)
 		cw.keys = make([]int32, a*256)
 		cw.cb = make([]byte, a*medianBlock)
+		cw.cptr = make([]*byte, a)
 	}
-	cw.t64, cw.keys, cw.cb = cw.t64[:a], cw.keys[:a*256], cw.cb[:a*medianBlock]
-	if n := (m + medianBlock - 1) / medianBlock * medianBlock; cap(cw.v) < n {
+	cw.t64, cw.keys, cw.cb, cw.cptr = cw.t64[:a], cw.keys[:a*256], cw.cb[:a*medianBlock], cw.cptr[:a]
+	if n := (m + medianBlock - 1) / medianBlock * medianBlock; len(cw.v) < n {
 		cw.v = make([]float64, n)
 	}
 	for r, i := range active {
@@ -323,23 +331,29 @@ func distances1(s float64, v []float64, t *[256]float64, c []byte) float64 {
 // of the active contributions per coordinate.
 func (cw *codedWork) medianBlock(active []int, lo, hi int) {
 	a := len(active)
+	v := (*[medianBlock]float64)(cw.v[lo:]) // prepare rounded its length up
+	if useAVX2 && a < len(medianAVX2) && medianAVX2[a] != nil && hi-lo == medianBlock {
+		for r, i := range active {
+			cw.cptr[r] = &cw.codes[i][lo]
+		}
+		medianAVX2[a](v, &cw.keys[0], &cw.cptr[0])
+		return
+	}
 	cb := cw.cb[:a*medianBlock]
 	for r, i := range active {
 		row := cb[r*medianBlock : (r+1)*medianBlock]
 		clear(row[copy(row, cw.codes[i][lo:hi]):])
 	}
-	var tail [medianBlock]float64
-	v := &tail
-	if lo+medianBlock <= len(cw.v) {
-		v = (*[medianBlock]float64)(cw.v[lo:])
-	}
-	if a < len(medianKernels) {
+	switch {
+	case useAVX2 && a < len(medianAVX2) && medianAVX2[a] != nil:
+		for r := range active {
+			cw.cptr[r] = &cb[r*medianBlock]
+		}
+		medianAVX2[a](v, &cw.keys[0], &cw.cptr[0])
+	case a < len(medianKernels):
 		medianKernels[a](v, cw.keys[:a*256], cb)
-	} else {
+	default:
 		cw.medianRows(a, v)
-	}
-	if v == &tail {
-		copy(cw.v[lo:hi], tail[:])
 	}
 }
 
