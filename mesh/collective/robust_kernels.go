@@ -41,6 +41,7 @@ type codedWork struct {
 	v     []float64      // (m rounded up to medianBlock) the estimate
 	sums  []float64      // (active) the distances' sums of squares
 	nsums []float64      // (active) the norms' sums of squares
+	coefs []float64      // (active) step coefficients in active order
 	acc   [medianBlock]float64
 }
 
@@ -258,8 +259,14 @@ func (cw *codedWork) distNorms(active []int, sums, nsums []float64, lo, hi int) 
 	r := 0
 	for ; r+4 <= len(active); r += 4 {
 		i0, i1, i2, i3 := active[r], active[r+1], active[r+2], active[r+3]
-		distNorms4((*[4]float64)(sums[r:]), (*[4]float64)(nsums[r:]), v, &cw.t64[r], &cw.t64[r+1], &cw.t64[r+2], &cw.t64[r+3],
-			cw.codes[i0][lo:hi], cw.codes[i1][lo:hi], cw.codes[i2][lo:hi], cw.codes[i3][lo:hi])
+		c0, c1, c2, c3 := cw.codes[i0][lo:hi], cw.codes[i1][lo:hi], cw.codes[i2][lo:hi], cw.codes[i3][lo:hi]
+		s, q := (*[4]float64)(sums[r:]), (*[4]float64)(nsums[r:])
+		if useAVX2 {
+			c1, c2, c3 = c1[:len(v)], c2[:len(v)], c3[:len(v)]
+			distNorms4AVX2(s, q, &v[0], &cw.t64[r], &c0[0], &c1[0], &c2[0], &c3[0], len(v))
+			continue
+		}
+		distNorms4(s, q, v, &cw.t64[r], &cw.t64[r+1], &cw.t64[r+2], &cw.t64[r+3], c0, c1, c2, c3)
 	}
 	for ; r < len(active); r++ {
 		sums[r], nsums[r] = distNorms1(sums[r], nsums[r], v, &cw.t64[r], cw.codes[active[r]][lo:hi])
@@ -394,13 +401,67 @@ func (cw *codedWork) medianRows(a int, v *[medianBlock]float64) {
 	}
 }
 
-// stepCoded is robustWork.step on the coded contributions, a block at a
-// time, writing the new estimate to out too; it returns scanChunk(out).
+// stepCoded is robustWork.step on the coded contributions, writing the
+// new estimate to out too; it returns scanChunk(out).
 func (ws *robustWork) stepCoded(c []float64, out []float32) chunkStats {
 	cw := &ws.coded
 	act := ws.active
-	sc := resultScan{mn: float32(math.Inf(1)), mx: float32(math.Inf(-1))}
-	for lo := 0; lo < len(out); lo += medianBlock {
+	if useAVX2 && len(out) >= 4 {
+		cw.coefs = cw.coefs[:0]
+		for r, i := range act {
+			cw.cptr[r] = &cw.codes[i][0]
+			cw.coefs = append(cw.coefs, c[i])
+		}
+		var sc stepScan
+		n4 := len(out) &^ 3
+		stepAVX2(&cw.v[0], &out[0], &cw.t64[0], &cw.cptr[0], &cw.coefs[0], len(act), n4, &sc)
+		ws.stepGo(c, out, n4)
+		return sc.stats(out, n4)
+	}
+	ws.stepGo(c, out, 0)
+	return scanChunk(out)
+}
+
+// stepScan is what stepAVX2 learns of out for the encoder: scanChunk's
+// four sums (s[j] over the values at j mod 4), and per lane the least and
+// greatest value.
+type stepScan struct {
+	s      [4]float64
+	mn, mx [4]float32
+}
+
+// stats completes scanChunk(out) from stepScan over out[:n4], n4 =
+// len(out) &^ 3. The sums are scanChunk's: the values after n4 go to s[0].
+// scanChunk's least value is the first of the least, by <: its bits are
+// those of any least value unless it is zero (−0 and +0 are equal), and
+// then a pass in order finds which zero it is; the same for the greatest.
+func (sc *stepScan) stats(out []float32, n4 int) chunkStats {
+	s0 := sc.s[0]
+	for _, x := range out[n4:] {
+		s0 += float64(x)
+	}
+	st := chunkStats{min: sc.mn[0], max: sc.mx[0], sum: s0 + sc.s[1] + sc.s[2] + sc.s[3]}
+	for _, x := range sc.mn[1:] {
+		st.min = min32(st.min, x)
+	}
+	for _, x := range sc.mx[1:] {
+		st.max = max32(st.max, x)
+	}
+	for _, x := range out[n4:] {
+		st.min, st.max = min32(st.min, x), max32(st.max, x)
+	}
+	if st.min == 0 || st.max == 0 {
+		full := scanChunk(out)
+		st.min, st.max = full.min, full.max
+	}
+	return st
+}
+
+// stepGo is stepCoded's Go loop, from coordinate done on.
+func (ws *robustWork) stepGo(c []float64, out []float32, done int) {
+	cw := &ws.coded
+	act := ws.active
+	for lo := done; lo < len(out); lo += medianBlock {
 		hi := min(lo+medianBlock, len(out))
 		acc, v := cw.acc[:hi-lo], cw.v[lo:hi]
 		clear(acc)
@@ -420,46 +481,7 @@ func (ws *robustWork) stepCoded(c []float64, out []float32) chunkStats {
 			v[t] += x
 			o[t] = float32(v[t])
 		}
-		sc.add(o)
 	}
-	return sc.stats()
-}
-
-// resultScan is scanChunk fused into stepCoded, a block (a multiple of 4
-// values but for the last) at a time: the same sums in the same lanes,
-// the same comparisons in the same order. Starting from ±Inf instead of
-// the first value changes nothing: that value is compared first.
-type resultScan struct {
-	mn, mx         float32
-	s0, s1, s2, s3 float64
-}
-
-func (sc *resultScan) add(o []float32) {
-	mn, mx := sc.mn, sc.mx
-	s0, s1, s2, s3 := sc.s0, sc.s1, sc.s2, sc.s3
-	i := 0
-	for ; i+4 <= len(o); i += 4 {
-		s0 += float64(o[i])
-		s1 += float64(o[i+1])
-		s2 += float64(o[i+2])
-		s3 += float64(o[i+3])
-	}
-	for ; i < len(o); i++ {
-		s0 += float64(o[i])
-	}
-	for _, x := range o {
-		if x < mn {
-			mn = x
-		}
-		if x > mx {
-			mx = x
-		}
-	}
-	*sc = resultScan{mn, mx, s0, s1, s2, s3}
-}
-
-func (sc *resultScan) stats() chunkStats {
-	return chunkStats{min: sc.mn, max: sc.mx, sum: sc.s0 + sc.s1 + sc.s2 + sc.s3}
 }
 
 // step4 adds c_j·(t_j[c] − v) for j = 0..3, in that order, to acc.

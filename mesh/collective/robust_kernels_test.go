@@ -247,9 +247,9 @@ func tamper(rng *rand.Rand, msg, other []byte, m int) {
 }
 
 // TestRobustMeanCodedMatches checks robustMeanCoded against its slow twin,
-// decoding then robustMean: the same result bits and verdicts for 1..20
-// members, awkward lengths, tampered tables, zero weights and several
-// iterations.
+// decoding then robustMean, and with the Go loops against the AVX2 ones:
+// the same result bits and verdicts for 1..20 members, awkward lengths,
+// tampered tables, zero weights and several iterations.
 func TestRobustMeanCodedMatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	var fast robustWork
@@ -282,6 +282,11 @@ func TestRobustMeanCodedMatches(t *testing.T) {
 				st, okG := robustMeanCoded(&fast, &rc, w, msgs, got, gotV)
 				if want := scanChunk(want); !sameStats(st, want) {
 					t.Fatalf("k=%d m=%d iters=%d: stats %+v, want %+v", k, m, iters, st, want)
+				}
+				goOut, goV := make([]float32, m), make([]Verdict, k)
+				withGo(func() { robustMeanCoded(&fast, &rc, w, msgs, goOut, goV) })
+				if !sameBits(goOut, got) || !reflect.DeepEqual(goV, gotV) {
+					t.Fatalf("k=%d m=%d iters=%d: Go loops differ from AVX2", k, m, iters)
 				}
 				r0, c0 := rejected, clipped
 				for _, v := range wantV {
@@ -383,3 +388,30 @@ func sameStats(a, b chunkStats) bool {
 	return math.Float32bits(a.min) == math.Float32bits(b.min) && math.Float32bits(a.max) == math.Float32bits(b.max) &&
 		math.Float64bits(a.sum) == math.Float64bits(b.sum)
 }
+
+// TestStepScanStats: stepScan.stats turns per-lane sums and extremes (as
+// stepAVX2 leaves them) into scanChunk's stats bit for bit, zeros of both
+// signs and ties included.
+func TestStepScanStats(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 48))
+	pool := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.5}
+	for _, n := range []int{4, 5, 7, 8, 64, 1001} {
+		for range 200 {
+			out := make([]float32, n)
+			for i := range out {
+				out[i] = pool[rng.IntN(len(pool))]
+			}
+			n4 := n &^ 3
+			sc := stepScan{mn: [4]float32{inf32(1), inf32(1), inf32(1), inf32(1)}, mx: [4]float32{inf32(-1), inf32(-1), inf32(-1), inf32(-1)}}
+			for i, x := range out[:n4] {
+				sc.s[i%4] += float64(x)
+				sc.mn[i%4], sc.mx[i%4] = min32(sc.mn[i%4], x), max32(sc.mx[i%4], x)
+			}
+			if got, want := sc.stats(out, n4), scanChunk(out); !sameStats(got, want) {
+				t.Fatalf("n=%d %v: %+v, want %+v", n, out, got, want)
+			}
+		}
+	}
+}
+
+func inf32(sign int) float32 { return float32(math.Inf(sign)) }
