@@ -37,7 +37,7 @@ type codedWork struct {
 	keys  []int32        // (active, 256) the clipped tables as sortable keys
 	cb    []byte         // (active, medianBlock) one block's codes
 	cptr  []*byte        // (active) where the AVX2 median reads each one's codes
-	rows  []int32        // (active, medianBlock) keys of one block (medianRows)
+	rows  []int32        // (active, medianBlock) keys of one block (medianRows, medianNetAVX2)
 	v     []float64      // (m rounded up to medianBlock) the estimate
 	sums  []float64      // (active) the distances' sums of squares
 	nsums []float64      // (active) the norms' sums of squares
@@ -339,30 +339,75 @@ func distances1(s float64, v []float64, t *[256]float64, c []byte) float64 {
 func (cw *codedWork) medianBlock(active []int, lo, hi int) {
 	a := len(active)
 	v := (*[medianBlock]float64)(cw.v[lo:]) // prepare rounded its length up
-	if useAVX2 && a < len(medianAVX2) && medianAVX2[a] != nil && hi-lo == medianBlock {
-		for r, i := range active {
-			cw.cptr[r] = &cw.codes[i][lo]
+	if useAVX2 {
+		if hi-lo == medianBlock {
+			for r, i := range active {
+				cw.cptr[r] = &cw.codes[i][lo]
+			}
+		} else {
+			cb := cw.copyBlock(active, lo, hi)
+			for r := range active {
+				cw.cptr[r] = &cb[r*medianBlock]
+			}
 		}
-		medianAVX2[a](v, &cw.keys[0], &cw.cptr[0])
+		cw.medianAVX2(a, v)
 		return
 	}
-	cb := cw.cb[:a*medianBlock]
+	cb := cw.copyBlock(active, lo, hi)
+	if a < len(medianKernels) {
+		medianKernels[a](v, cw.keys[:a*256], cb)
+	} else {
+		cw.medianRows(a, v)
+	}
+}
+
+// copyBlock copies the codes of coordinates lo..hi of the active
+// contributions into cw.cb, a row of medianBlock per member, zero-padded.
+func (cw *codedWork) copyBlock(active []int, lo, hi int) []byte {
+	cb := cw.cb[:len(active)*medianBlock]
 	for r, i := range active {
 		row := cb[r*medianBlock : (r+1)*medianBlock]
 		clear(row[copy(row, cw.codes[i][lo:hi]):])
 	}
-	switch {
-	case useAVX2 && a < len(medianAVX2) && medianAVX2[a] != nil:
-		for r := range active {
-			cw.cptr[r] = &cb[r*medianBlock]
-		}
-		medianAVX2[a](v, &cw.keys[0], &cw.cptr[0])
-	case a < len(medianKernels):
-		medianKernels[a](v, cw.keys[:a*256], cb)
-	default:
-		cw.medianRows(a, v)
-	}
+	return cb
 }
+
+// medianAVX2 runs the AVX2 median of a members whose codes cw.cptr
+// points at: the unrolled kernel if there is one, else medianNetAVX2.
+func (cw *codedWork) medianAVX2(a int, v *[medianBlock]float64) {
+	if a < len(medianAVX2) && medianAVX2[a] != nil {
+		medianAVX2[a](v, &cw.keys[0], &cw.cptr[0])
+		return
+	}
+	cs := medianOffsets(a)
+	if cap(cw.rows) < a*8 {
+		cw.rows = make([]int32, a*8)
+	}
+	medianNetAVX2(v, &cw.keys[0], &cw.cptr[0], a, first32(cs), len(cs)/2, (a-1)/2, &cw.rows[:a*8][0])
+}
+
+func first32(s []int32) *int32 {
+	if len(s) == 0 {
+		return nil
+	}
+	return &s[0]
+}
+
+// medianOffsets is medianNetwork(n) for medianNetAVX2: per comparator the
+// byte offsets of its lines' 8 keys.
+func medianOffsets(n int) []int32 {
+	if c, ok := medianOffsetLists.Load(n); ok {
+		return c.([]int32)
+	}
+	var cs []int32
+	for _, c := range medianNetwork(n) {
+		cs = append(cs, int32(c.lo)*32, int32(c.hi)*32)
+	}
+	medianOffsetLists.Store(n, cs)
+	return cs
+}
+
+var medianOffsetLists sync.Map // int → []int32
 
 // medianRows is medianBlock's kernel for any number of members: the keys
 // of each member in a row, then medianNetwork's comparators row by row.

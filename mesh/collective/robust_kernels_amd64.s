@@ -124,3 +124,77 @@ stdone:
 	VMOVUPS X9, 48(AX)
 	VZEROUPPER
 	RET
+
+// func medianNetAVX2(v *[medianBlock]float64, kt *int32, codes **byte, a int, cs *int32, ncs, p int, rows *int32)
+// medianRows for any a, 8 coordinates at a time: rows[r] (8 keys) gathered
+// from kt[r·256 + codes[r][t]], then for each comparator j the line at byte
+// offset cs[2j] of rows gets the least, the one at cs[2j+1] the greatest
+// (for a comparator of medianNetwork that needs one output only, the other
+// line is not read again), then v = float64(keyFloat(the line at p)).
+TEXT ·medianNetAVX2(SB), NOSPLIT, $0-64
+	MOVQ v+0(FP), DI
+	MOVQ kt+8(FP), SI
+	MOVQ codes+16(FP), DX
+	MOVQ a+24(FP), R8
+	MOVQ cs+32(FP), R9
+	MOVQ ncs+40(FP), R10
+	MOVQ p+48(FP), R11
+	SHLQ $5, R11
+	MOVQ rows+56(FP), R12
+	XORQ CX, CX
+
+mnloop:
+	CMPQ CX, $256
+	JGE  mndone
+	XORQ BX, BX
+
+mngather:
+	CMPQ BX, R8
+	JGE  mgdone
+	MOVQ (DX)(BX*8), AX
+	VPMOVZXBD (AX)(CX*1), Y14
+	MOVQ BX, R13
+	SHLQ $10, R13
+	LEAQ (SI)(R13*1), AX
+	VPCMPEQD Y15, Y15, Y15
+	VPXOR Y0, Y0, Y0
+	VPGATHERDD Y15, (AX)(Y14*4), Y0
+	MOVQ BX, R13
+	SHLQ $5, R13
+	VMOVDQU Y0, (R12)(R13*1)
+	INCQ BX
+	JMP  mngather
+
+mgdone:
+	XORQ BX, BX
+
+mncmp:
+	CMPQ BX, R10
+	JGE  mncdone
+	MOVLQSX (R9)(BX*8), AX
+	MOVLQSX 4(R9)(BX*8), R13
+	VMOVDQU (R12)(AX*1), Y0
+	VMOVDQU (R12)(R13*1), Y1
+	VPMINSD Y1, Y0, Y2
+	VPMAXSD Y1, Y0, Y1
+	VMOVDQU Y2, (R12)(AX*1)
+	VMOVDQU Y1, (R12)(R13*1)
+	INCQ BX
+	JMP  mncmp
+
+mncdone:
+	VMOVDQU (R12)(R11*1), Y0
+	VPSRAD $31, Y0, Y1
+	VPSRLD $1, Y1, Y1
+	VPXOR Y0, Y1, Y0
+	VCVTPS2PD X0, Y1
+	VMOVUPD Y1, (DI)(CX*8)
+	VEXTRACTF128 $1, Y0, X2
+	VCVTPS2PD X2, Y2
+	VMOVUPD Y2, 32(DI)(CX*8)
+	ADDQ $8, CX
+	JMP  mnloop
+
+mndone:
+	VZEROUPPER
+	RET
