@@ -223,7 +223,9 @@ func (r *scatterShard) own() error {
 			return err
 		}
 		for i, m := range msgs {
-			hs[i].Write(m)
+			if i != rank { // this member's own: sentHash[rank], from encode
+				hs[i].Write(m)
+			}
 		}
 		out, v, err := ow.combine(&sc.cfg.Robust, sc.weights, msgs, rank, c)
 		if err != nil {
@@ -239,6 +241,7 @@ func (r *scatterShard) own() error {
 	}
 	all := sums(hs)
 	rep.Received, rep.Result = all[:sc.k], all[sc.k]
+	rep.Received[rank] = r.sentHash[rank]
 	r.gotHash[rank] = rep.Result
 	r.owned = rep
 	return nil
