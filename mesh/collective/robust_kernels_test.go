@@ -425,3 +425,46 @@ func TestStepScanStats(t *testing.T) {
 }
 
 func inf32(sign int) float32 { return float32(math.Inf(sign)) }
+
+// TestCombineRules: ownerWork.combine gives, for either rule, the bytes of
+// decoding the contributions, robustMean and encoding the result, with the
+// scratch reused across member counts and chunk sizes.
+func TestCombineRules(t *testing.T) {
+	rng := rand.New(rand.NewPCG(49, 50))
+	ow := &ownerWork{}
+	for _, c := range []struct{ k, m int }{{3, 100}, {7, 1000}, {2, 50}, {9, 4099}} {
+		if len(ow.res) < c.m {
+			ow.res, ow.out, ow.dec = make([]float32, c.m), make([]byte, CodecInt8.msgSize(c.m)), ow.dec[:0]
+		}
+		for _, rule := range []Rule{RuleCenteredClip, RuleTrimmedMean} {
+			rc := RobustConfig{Rule: rule, MaxWeight: testH}
+			if err := rc.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			msgs := codedCase(t, rng, c.k, c.m, true)
+			w := honestWeights(c.k)
+			got, gotV, err := ow.combine(&rc, w, msgs, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xs := make([][]float32, c.k)
+			for i, msg := range msgs {
+				xs[i] = make([]float32, c.m)
+				decodeRaw(xs[i], msg[chunkHeaderSize:])
+			}
+			res, wantV := make([]float32, c.m), make([]Verdict, c.k)
+			var ws robustWork
+			robustMean(&ws, &rc, w, xs, res, wantV)
+			want := make([]byte, CodecInt8.msgSize(c.m))
+			putHeader(want, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, n: uint32(c.m)})
+			var qz quantizer
+			var tab [256]float32
+			if err := qz.encodeInt8(want[chunkHeaderSize:], &tab, res); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) || !reflect.DeepEqual(gotV, wantV) {
+				t.Fatalf("k=%d m=%d %v: combine differs from decode + robustMean + encode", c.k, c.m, rule)
+			}
+		}
+	}
+}

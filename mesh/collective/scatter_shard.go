@@ -332,7 +332,7 @@ func decodeResult(dst []float32, t *[256]float32, msg []byte, want chunkHeader) 
 
 // ownerWork is an owner's scratch space for one chunk at a time.
 type ownerWork struct {
-	dec [][]float32 // (k, ChunkElems) decoded contributions
+	dec [][]float32 // (k, ChunkElems) decoded contributions (trimmed mean only)
 	res []float32   // (ChunkElems) the combined values
 	out []byte      // the result message
 	ws  robustWork
@@ -357,12 +357,6 @@ func newOwnerWork(k, chunkElems int) *ownerWork {
 		ow.res, ow.out = make([]float32, chunkElems), make([]byte, CodecInt8.msgSize(chunkElems))
 		ow.dec = ow.dec[:0]
 	}
-	for len(ow.dec) < k {
-		ow.dec = append(ow.dec, make([]float32, len(ow.res)))
-	}
-	for i := range ow.dec {
-		ow.dec[i] = ow.dec[i][:cap(ow.dec[i])]
-	}
 	return ow
 }
 
@@ -380,6 +374,9 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 	if rc.Rule == RuleCenteredClip {
 		st, _ = robustMeanCoded(&ow.ws, rc, weights, msgs, ow.res[:n], v)
 	} else {
+		for len(ow.dec) < len(msgs) {
+			ow.dec = append(ow.dec, make([]float32, len(ow.res)))
+		}
 		xs := ow.dec[:len(msgs)]
 		for i, m := range msgs {
 			xs[i] = xs[i][:n]
