@@ -468,3 +468,59 @@ func TestCombineRules(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRobustCoded feeds combine one chunk of three members' contributions,
+// one of them XORed with the fuzzer's bytes past its header, and checks it
+// against its slow twin (decoding, robustMean, encodeInt8) and the Go
+// loops against the AVX2 ones: the same bytes and verdicts.
+func FuzzRobustCoded(f *testing.F) {
+	f.Add(uint16(0), []byte{0xff, 0xff, 0xff, 0x7f}, uint8(1))
+	f.Add(uint16(1023), []byte{0x80}, uint8(2))
+	f.Add(uint16(1030), []byte{1, 2, 3, 4, 5, 6, 7, 8}, uint8(0))
+	const m = 256
+	contribs := fuzzContribs(f, 700, m)
+	w := []float32{10, 20, 30}
+	rc := RobustConfig{MaxWeight: 25}
+	if err := rc.Validate(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, off uint16, mask []byte, member uint8) {
+		msgs := make([][]byte, len(contribs))
+		for i, c := range contribs {
+			msgs[i] = append([]byte(nil), c[:CodecInt8.msgSize(m)]...)
+		}
+		body := msgs[int(member)%len(msgs)][chunkHeaderSize:]
+		for j, b := range mask {
+			body[(int(off)+j)%len(body)] ^= b
+		}
+		var ow ownerWork
+		ow.res, ow.out = make([]float32, m), make([]byte, CodecInt8.msgSize(m))
+		got, gotV, errG := ow.combine(&rc, w, msgs, 1, 0)
+		got = append([]byte(nil), got...)
+		var goOut []byte
+		var goV []Verdict
+		var errGo error
+		withGo(func() {
+			goOut, goV, errGo = ow.combine(&rc, w, msgs, 1, 0)
+		})
+		if (errG != nil) != (errGo != nil) || !bytes.Equal(got, goOut) || !reflect.DeepEqual(gotV, goV) {
+			t.Fatalf("AVX2 and Go loops differ: %v / %v", errG, errGo)
+		}
+		xs := make([][]float32, len(msgs))
+		for i, msg := range msgs {
+			xs[i] = make([]float32, m)
+			decodeRaw(xs[i], msg[chunkHeaderSize:])
+		}
+		res, wantV := make([]float32, m), make([]Verdict, len(msgs))
+		var ws robustWork
+		robustMean(&ws, &rc, w, xs, res, wantV)
+		want := make([]byte, CodecInt8.msgSize(m))
+		putHeader(want, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: 1, n: m})
+		var qz quantizer
+		var tab [256]float32
+		errW := qz.encodeInt8(want[chunkHeaderSize:], &tab, res)
+		if (errG != nil) != (errW != nil) || errG == nil && (!bytes.Equal(got, want) || !reflect.DeepEqual(gotV, wantV)) {
+			t.Fatalf("combine differs from decode + robustMean + encode: %v / %v", errG, errW)
+		}
+	})
+}
