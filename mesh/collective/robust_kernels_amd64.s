@@ -126,7 +126,7 @@ stdone:
 	RET
 
 // func medianNetAVX2(v *[medianBlock]float64, kt *int32, codes **byte, a int, cs *int32, ncs, p int, rows *int32)
-// medianRows for any a, 8 coordinates at a time: rows[r] (8 keys) gathered
+// medianRows for any a, 8 coordinates at a time: rows[r] (8 keys) loaded
 // from kt[r·256 + codes[r][t]], then for each comparator j the line at byte
 // offset cs[2j] of rows gets the least, the one at cs[2j+1] the greatest
 // (for a comparator of medianNetwork that needs one output only, the other
@@ -138,8 +138,6 @@ TEXT ·medianNetAVX2(SB), NOSPLIT, $0-64
 	MOVQ a+24(FP), R8
 	MOVQ cs+32(FP), R9
 	MOVQ ncs+40(FP), R10
-	MOVQ p+48(FP), R11
-	SHLQ $5, R11
 	MOVQ rows+56(FP), R12
 	XORQ CX, CX
 
@@ -151,14 +149,28 @@ mnloop:
 mngather:
 	CMPQ BX, R8
 	JGE  mgdone
-	MOVQ (DX)(BX*8), AX
-	VPMOVZXBD (AX)(CX*1), Y14
-	MOVQ BX, R13
-	SHLQ $10, R13
-	LEAQ (SI)(R13*1), AX
-	VPCMPEQD Y15, Y15, Y15
-	VPXOR Y0, Y0, Y0
-	VPGATHERDD Y15, (AX)(Y14*4), Y0
+	MOVQ (DX)(BX*8), R13
+	ADDQ CX, R13 // codes[r][t:]
+	MOVQ BX, R11
+	SHLQ $10, R11
+	ADDQ SI, R11 // kt[r·256:]
+	MOVBLZX (R13), AX
+	VMOVD (R11)(AX*4), X0
+	MOVBLZX 1(R13), AX
+	VPINSRD $1, (R11)(AX*4), X0, X0
+	MOVBLZX 2(R13), AX
+	VPINSRD $2, (R11)(AX*4), X0, X0
+	MOVBLZX 3(R13), AX
+	VPINSRD $3, (R11)(AX*4), X0, X0
+	MOVBLZX 4(R13), AX
+	VMOVD (R11)(AX*4), X1
+	MOVBLZX 5(R13), AX
+	VPINSRD $1, (R11)(AX*4), X1, X1
+	MOVBLZX 6(R13), AX
+	VPINSRD $2, (R11)(AX*4), X1, X1
+	MOVBLZX 7(R13), AX
+	VPINSRD $3, (R11)(AX*4), X1, X1
+	VINSERTI128 $1, X1, Y0, Y0
 	MOVQ BX, R13
 	SHLQ $5, R13
 	VMOVDQU Y0, (R12)(R13*1)
@@ -183,6 +195,8 @@ mncmp:
 	JMP  mncmp
 
 mncdone:
+	MOVQ p+48(FP), R11
+	SHLQ $5, R11
 	VMOVDQU (R12)(R11*1), Y0
 	VPSRAD $31, Y0, Y1
 	VPSRLD $1, Y1, Y1
