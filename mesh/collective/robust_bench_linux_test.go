@@ -3,10 +3,12 @@
 package collective
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"hash"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -113,4 +115,46 @@ func minCPUPer(f, g func()) (tf, tg time.Duration) {
 		tf, tg = min(tf, cpuPer(10, f)), min(tg, cpuPer(10, g))
 	}
 	return tf, tg
+}
+
+// processCPU is the CPU time of the whole process, every thread.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkScatterVsRingCPU is BenchmarkScatterVsRing in CPU time: the
+// process's CPU (all members, all threads) per all-reduce of the ring and
+// of the robust scatter, interleaved in the same loop, and their ratio
+// (x-cpu). On a machine shared with other work, CPU time moves less than
+// wall time.
+func BenchmarkScatterVsRingCPU(b *testing.B) {
+	for _, k := range []int{4, 8} {
+		const n = 4 << 20
+		b.Run(fmt.Sprintf("k=%d/n=%dM", k, n>>20), func(b *testing.B) {
+			xs := benchVecs(k, n)
+			w := honestWeights(k)
+			dst := make([][]float32, k)
+			for i := range dst {
+				dst[i] = make([]float32, n)
+			}
+			ctx := context.Background()
+			scfg := ScatterConfig{Robust: RobustConfig{MaxWeight: testH}}
+			var ringC, scatC time.Duration
+			b.ResetTimer()
+			for range b.N {
+				c0 := processCPU()
+				benchRing(b, ctx, xs, dst, w, newPacers(k, 0))
+				c1 := processCPU()
+				benchScatter(b, ctx, xs, dst, w, scfg, newPacers(k, 0))
+				c2 := processCPU()
+				ringC += c1 - c0
+				scatC += c2 - c1
+			}
+			b.ReportMetric(float64(ringC.Nanoseconds())/float64(b.N), "ring-cpu-ns/op")
+			b.ReportMetric(float64(scatC.Nanoseconds())/float64(b.N), "scatter-cpu-ns/op")
+			b.ReportMetric(float64(scatC)/float64(ringC), "x-cpu")
+		})
+	}
 }
