@@ -11,17 +11,22 @@ import (
 // decoding the contributions into k float32 rows first. A contribution is
 // its 256-entry table and its codes; what robustMean does to every value
 // it does to the table entries once:
-//   - the norm sums squares looked up in a table of squares;
 //   - the norm clip scales the table (float32(x·s) is elementwise);
 //   - the coordinate median compares sortable int32 keys looked up in a
-//     table of keys, in registers, 256 coordinates at a time (the codes
-//     of one block copied side by side so that one pointer reaches them);
-//   - the distances and the CenteredClip step look values up in a
-//     float64 copy of the table.
+//     table of keys, 256 coordinates at a time, with a comparator network
+//     pruned to the lower median (robust_median.go, generated);
+//   - the norms, the distances and the CenteredClip step look values up
+//     in a float64 copy of the table.
+//
+// In the honest case (every member with a weight admitted, none clipped)
+// the norms come with the median and the distances in one pass; otherwise
+// that pass runs again on what the rule really takes.
 //
 // Each member's sums run over its values in order as in robustMean; the
-// kernels only interleave the independent sums of four members, so the
-// CPU overlaps them instead of waiting on one chain of additions.
+// kernels only interleave independent sums: four members' in the Go loops,
+// in the lanes of a register in their AVX2 twins (robust_kernels_amd64.s,
+// robust_median_amd64.s), which TestRobustMeanCodedMatches, TestMedianKernels
+// and FuzzRobustCoded hold to the Go loops and to robustMean, bit for bit.
 
 // medianBlock is the number of coordinates the coordinate median takes at a
 // time.
@@ -73,7 +78,7 @@ func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [
 	ws.admit(rc, weights, rep)
 	if len(ws.active) == 0 {
 		clear(out)
-		return scanChunk(out), false
+		return chunkStats{}, false // scanChunk(out): +0 all
 	}
 	clipped := ws.clipScales(rc, rep)
 	if len(clipped) > 0 || len(ws.active) != len(cw.spec) {
@@ -451,6 +456,9 @@ func (cw *codedWork) medianRows(a int, v *[medianBlock]float64) {
 func (ws *robustWork) stepCoded(c []float64, out []float32) chunkStats {
 	cw := &ws.coded
 	act := ws.active
+	if len(out) == 0 {
+		return chunkStats{}
+	}
 	if useAVX2 && len(out) >= 4 {
 		cw.coefs = cw.coefs[:0]
 		for r, i := range act {
