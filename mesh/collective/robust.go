@@ -131,18 +131,20 @@ type Verdict struct {
 
 // robustWork is the scratch space of the rule for one goroutine.
 type robustWork struct {
-	w      []float64 // effective weights (capped; 0: not used)
-	norms  []float64
-	dist   []float64
-	fac    []float64
-	tmp    []float64
-	coef   []float64 // (k) wᵢ·factorᵢ / Σw of one CenteredClip step
-	v      []float64 // (m) the estimate
-	acc    []float64 // (m) one CenteredClip step
-	col    []float32 // (k) one coordinate's values
-	colW   []float64 // (k) their weights (trimmed mean)
-	active []int     // members with weight > 0
-	rows   []float32 // (active, m) the coordinate median's sorted copy
+	w       []float64 // effective weights (capped; 0: not used)
+	norms   []float64
+	dist    []float64
+	fac     []float64
+	tmp     []float64
+	coef    []float64 // (k) wᵢ·factorᵢ / Σw of one CenteredClip step
+	v       []float64 // (m) the estimate
+	acc     []float64 // (m) one CenteredClip step
+	col     []float32 // (k) one coordinate's values
+	colW    []float64 // (k) their weights (trimmed mean)
+	active  []int     // members with weight > 0
+	clipped []int     // active members whose norm is clipped
+	rows    []float32 // (active, m) the coordinate median's sorted copy
+	coded   codedWork // the int8 path's scratch (robust_kernels.go)
 }
 
 func (ws *robustWork) reset(k, m int) {
@@ -182,35 +184,54 @@ func robustMean(ws *robustWork, rc *RobustConfig, weights []float32, xs [][]floa
 	} else {
 		ws.centeredClip(rc, xs, out)
 	}
+	ws.flag(rc, rep)
+	return true
+}
+
+// flag completes the verdicts of the active members.
+func (ws *robustWork) flag(rc *RobustConfig, rep []Verdict) {
 	for _, i := range ws.active {
 		rep[i].Factor = float32(ws.fac[i])
 		if float64(rep[i].Clip) < 1/rc.FlagFactor {
 			rep[i].Flag = FlagHard
 		}
 	}
-	return true
 }
 
 // screen caps the weights, computes the norms and rejects non-finite
 // contributions.
 func (ws *robustWork) screen(rc *RobustConfig, weights []float32, xs [][]float32, rep []Verdict) {
 	for i, x := range xs {
-		w := float64(weights[i])
-		if rc.MaxWeight > 0 {
-			w = min(w, float64(rc.MaxWeight))
-		}
-		n := norm(x)
+		ws.norms[i] = norm(x)
+	}
+	ws.admit(rc, weights, rep)
+}
+
+// admit caps the weights and rejects the contributions whose norm
+// (ws.norms) is not finite: the members with weight > 0 left are active.
+func (ws *robustWork) admit(rc *RobustConfig, weights []float32, rep []Verdict) {
+	ws.active = ws.active[:0]
+	for i, n := range ws.norms {
+		w := capWeight(rc, weights[i])
 		rep[i] = Verdict{Norm: float32(n), Clip: 1, Factor: 1}
 		ws.fac[i] = 1
 		if math.IsNaN(n) || math.IsInf(n, 0) {
 			rep[i] = Verdict{Norm: float32(math.Inf(1)), Flag: FlagRejected}
 			w = 0
 		}
-		ws.w[i], ws.norms[i] = w, n
+		ws.w[i] = w
 		if w > 0 {
 			ws.active = append(ws.active, i)
 		}
 	}
+}
+
+// capWeight is w capped at rc.MaxWeight.
+func capWeight(rc *RobustConfig, w float32) float64 {
+	if rc.MaxWeight > 0 {
+		return min(float64(w), float64(rc.MaxWeight))
+	}
+	return float64(w)
 }
 
 // norm is ‖x‖₂ in float64, summed in order.
@@ -235,18 +256,26 @@ func (ws *robustWork) lowerMedian(vals []float64) float64 {
 // clipNorms scales every active contribution down to ClipFactor × the lower
 // median norm.
 func (ws *robustWork) clipNorms(rc *RobustConfig, xs [][]float32, rep []Verdict) {
-	limit := rc.ClipFactor * ws.lowerMedian(ws.norms)
-	for _, i := range ws.active {
-		if ws.norms[i] <= limit {
-			continue
-		}
-		s := float32(limit / ws.norms[i])
-		rep[i].Clip = s
-		x := xs[i]
+	for _, i := range ws.clipScales(rc, rep) {
+		s, x := rep[i].Clip, xs[i]
 		for t := range x {
 			x[t] = float32(x[t] * s)
 		}
 	}
+}
+
+// clipScales sets rep[i].Clip for the active members whose norm exceeds
+// ClipFactor × the lower median norm and returns those members.
+func (ws *robustWork) clipScales(rc *RobustConfig, rep []Verdict) []int {
+	limit := rc.ClipFactor * ws.lowerMedian(ws.norms)
+	ws.clipped = ws.clipped[:0]
+	for _, i := range ws.active {
+		if ws.norms[i] > limit {
+			rep[i].Clip = float32(limit / ws.norms[i])
+			ws.clipped = append(ws.clipped, i)
+		}
+	}
+	return ws.clipped
 }
 
 // coordMedian sets ws.v to the coordinate-wise lower median of the active
@@ -332,28 +361,40 @@ func (ws *robustWork) centeredClip(rc *RobustConfig, xs [][]float32, out []float
 	ws.coordMedian(xs)
 	ws.distances(xs)
 	tau := rc.Tau * ws.lowerMedian(ws.dist)
-	var total float64
-	for _, i := range ws.active {
-		total += ws.w[i]
-	}
-	c := ws.coef
+	total := ws.totalWeight()
 	for it := range rc.Iters {
 		if it > 0 {
 			ws.distances(xs)
 		}
-		for _, i := range ws.active {
-			f := 1.0
-			if ws.dist[i] > tau {
-				f = tau / ws.dist[i]
-			}
-			ws.fac[i] = f
-			c[i] = float64(ws.w[i]*f) / total
-		}
-		ws.step(xs, c)
+		ws.step(xs, ws.coefs(tau, total))
 	}
 	for t, v := range ws.v {
 		out[t] = float32(v)
 	}
+}
+
+// totalWeight is Σ w over the active members, in order.
+func (ws *robustWork) totalWeight() float64 {
+	var total float64
+	for _, i := range ws.active {
+		total += ws.w[i]
+	}
+	return total
+}
+
+// coefs sets the CenteredClip factors min(1, τ/dist) of the active members
+// and returns their step coefficients w·factor / total.
+func (ws *robustWork) coefs(tau, total float64) []float64 {
+	c := ws.coef
+	for _, i := range ws.active {
+		f := 1.0
+		if ws.dist[i] > tau {
+			f = tau / ws.dist[i]
+		}
+		ws.fac[i] = f
+		c[i] = float64(ws.w[i]*f) / total
+	}
+	return c
 }
 
 // step is v ← v + Σ c[i]·(xs[i] − v) over the active members. Each

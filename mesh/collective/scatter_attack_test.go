@@ -45,7 +45,6 @@ func attackBound(k, f int) float64 {
 // that move it), non-finite contributions are rejected, huge ones flagged,
 // and no honest member is ever flagged.
 func TestScatterAttacks(t *testing.T) {
-	ctx := testCtx(t)
 	const n = 1 << 13
 	for _, k := range []int{4, 8, 16} {
 		if k == 16 && testing.Short() {
@@ -54,7 +53,7 @@ func TestScatterAttacks(t *testing.T) {
 		for f := 1; f <= (k-1)/2; f++ {
 			for _, a := range attacks() {
 				t.Run(fmt.Sprintf("k=%d/f=%d/%s", k, f, a.name), func(t *testing.T) {
-					scatterAttack(t, ctx, a, k, f, n)
+					scatterAttack(t, testCtx(t), a, k, f, n) // a deadline per case: 132 under -race take > 20 s
 				})
 			}
 		}

@@ -246,7 +246,9 @@ func (r *scatterShard) own() error {
 			return err
 		}
 		for i, m := range msgs {
-			hs[i].Write(m)
+			if i != rank { // this member's own: sentHash[seg], from encode
+				hs[i].Write(m)
+			}
 			if rep.Inputs != nil {
 				rep.Inputs[i] = append(rep.Inputs[i], m...)
 			}
@@ -268,6 +270,7 @@ func (r *scatterShard) own() error {
 	}
 	all := sums(hs)
 	rep.Received, rep.Result = all[:sc.k], all[sc.k]
+	rep.Received[rank] = r.sentHash[seg]
 	r.gotHash[seg] = rep.Result
 	r.owned = rep
 	return nil
@@ -361,7 +364,7 @@ func decodeResult(dst []float32, t *[256]float32, msg []byte, want chunkHeader) 
 
 // ownerWork is an owner's scratch space for one chunk at a time.
 type ownerWork struct {
-	dec [][]float32 // (k, ChunkElems) decoded contributions
+	dec [][]float32 // (k, ChunkElems) decoded contributions (trimmed mean only)
 	res []float32   // (ChunkElems) the combined values
 	out []byte      // the result message
 	ws  robustWork
@@ -386,12 +389,6 @@ func newOwnerWork(k, chunkElems int) *ownerWork {
 		ow.res, ow.out = make([]float32, chunkElems), make([]byte, CodecInt8.msgSize(chunkElems))
 		ow.dec = ow.dec[:0]
 	}
-	for len(ow.dec) < k {
-		ow.dec = append(ow.dec, make([]float32, len(ow.res)))
-	}
-	for i := range ow.dec {
-		ow.dec[i] = ow.dec[i][:cap(ow.dec[i])]
-	}
 	return ow
 }
 
@@ -405,13 +402,22 @@ func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
 // error. It only fails if the result does not encode.
 func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, rank, c int) ([]byte, []Verdict, error) {
 	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
-	xs := ow.dec[:len(msgs)]
-	for i, m := range msgs {
-		xs[i] = xs[i][:n]
-		decodeRaw(xs[i], m[chunkHeaderSize:])
-	}
 	v := make([]Verdict, len(msgs))
-	robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+	var st chunkStats
+	if rc.Rule == RuleCenteredClip {
+		st, _ = robustMeanCoded(&ow.ws, rc, weights, msgs, ow.res[:n], v)
+	} else {
+		for len(ow.dec) < len(msgs) {
+			ow.dec = append(ow.dec, make([]float32, len(ow.res)))
+		}
+		xs := ow.dec[:len(msgs)]
+		for i, m := range msgs {
+			xs[i] = xs[i][:n]
+			decodeRaw(xs[i], m[chunkHeaderSize:])
+		}
+		robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
+		st = scanChunk(ow.res[:n])
+	}
 	ow.gain = 0
 	if rank >= 0 && ow.ws.w[rank] > 0 { // an auditor (-1) feeds nothing back
 		own := ow.ws.w[rank]
@@ -423,7 +429,7 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 	}
 	out := ow.out[:CodecInt8.msgSize(n)]
 	putHeader(out, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(seg), chunk: uint32(c), n: uint32(n)})
-	if err := ow.qz.encodeInt8(out[chunkHeaderSize:], &ow.t, ow.res[:n]); err != nil {
+	if err := ow.qz.encodeInt8Scanned(out[chunkHeaderSize:], &ow.t, ow.res[:n], st); err != nil {
 		return nil, nil, err
 	}
 	return out, v, nil
