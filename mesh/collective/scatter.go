@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"slices"
 	"sync"
 )
@@ -54,9 +53,9 @@ type ScatterConfig struct {
 	ErrorFeedback bool
 	// Robust is the owners' rule.
 	Robust RobustConfig
-	// Audit keeps what a spot check of an owner needs: each owner's
-	// SegmentReport.Inputs, and each member's per-chunk commitments
-	// (ScatterResult.SentChunks, GotChunks). See AuditChunk.
+	// Audit keeps what a spot check of an owner needs (see AuditChunk):
+	// each owner's SegmentReport.Inputs (ScatterResult's SentChunks and
+	// GotChunks are always kept).
 	Audit bool
 	// Owners lists, in segment order, the ranks that own a segment: each
 	// shard's slice is cut into len(Owners) segments and segment j goes to
@@ -78,9 +77,40 @@ func (c *ScatterConfig) Validate() error {
 	return c.Robust.Validate()
 }
 
-// Commitment is the SHA-256 of the chunk messages (headers included, in
-// chunk order) of one member's contribution to one segment.
+// Commitment is a SHA-256: of one chunk message (headers included), or,
+// for a member's contribution to one segment or an owner's result, of the
+// SHA-256s of its chunk messages in chunk order (commitChunks), so that
+// each byte is hashed once and a single chunk can be checked against it.
 type Commitment [sha256.Size]byte
+
+// commitChunks is the commitment of a segment's messages from their
+// chunks' hashes.
+func commitChunks(chunks []Commitment) Commitment {
+	h := sha256.New()
+	for _, c := range chunks {
+		h.Write(c[:])
+	}
+	var out Commitment
+	h.Sum(out[:0])
+	return out
+}
+
+// CommitMessages is the commitment of concatenated chunk messages (as
+// RobustSegment returns a result), for comparing with Sent, Got,
+// Received or Result; ok is false if msgs is not a whole number of
+// well-formed int8 chunk messages.
+func CommitMessages(msgs []byte) (c Commitment, ok bool) {
+	var chunks []Commitment
+	for len(msgs) > 0 {
+		m, ok := chunkMsgLen(msgs)
+		if !ok {
+			return c, false
+		}
+		chunks = append(chunks, sha256.Sum256(msgs[:m]))
+		msgs = msgs[m:]
+	}
+	return commitChunks(chunks), true
+}
 
 // SegmentReport is what the owner of one segment of one shard publishes
 // about an attempt, so that each member can check what the owner did with
@@ -151,10 +181,10 @@ type ScatterResult struct {
 	// Owned holds, per shard, the report of the segment this member owns
 	// (none for a client); on error, the shards finished before it.
 	Owned []SegmentReport
-	// SentChunks and GotChunks (with ScatterConfig.Audit) hold, index
-	// shard·o + segment, the SHA-256 of each chunk message this member
-	// sent to the segment's owner and of each result message it received
-	// from it (its own segment's result included).
+	// SentChunks and GotChunks hold, index shard·o + segment, the SHA-256
+	// of each chunk message this member sent to the segment's owner and of
+	// each result message it received from it (its own segment's result
+	// included): Sent and Got are commitChunks of them.
 	SentChunks, GotChunks [][]Commitment
 }
 
@@ -205,10 +235,8 @@ func ScatterAllReduce(ctx context.Context, tr MeshTransport, rank int, weights [
 		res.Stats.add(r.stats())
 		res.Sent = append(res.Sent, r.sentHash...)
 		res.Got = append(res.Got, r.gotHash...)
-		if cfg.Audit {
-			res.SentChunks = append(res.SentChunks, r.sentChunks...)
-			res.GotChunks = append(res.GotChunks, r.gotChunks...)
-		}
+		res.SentChunks = append(res.SentChunks, r.sentChunks...)
+		res.GotChunks = append(res.GotChunks, r.gotChunks...)
 		if r.owned != nil {
 			res.Owned = append(res.Owned, *r.owned)
 		}
@@ -345,23 +373,6 @@ func (sc *scatter) transportErr(peer int, op string, lane int, err error) error 
 		return &PeerError{Rank: peer, Err: &timeoutError{blame: blame, err: fmt.Errorf("%s lane %d: %w", op, lane, err)}}
 	}
 	return &PeerError{Rank: peer, Err: fmt.Errorf("%s lane %d: %w", op, lane, err)}
-}
-
-// newHashes returns k SHA-256 states.
-func newHashes(k int) []hash.Hash {
-	hs := make([]hash.Hash, k)
-	for i := range hs {
-		hs[i] = sha256.New()
-	}
-	return hs
-}
-
-func sums(hs []hash.Hash) []Commitment {
-	out := make([]Commitment, len(hs))
-	for i, h := range hs {
-		h.Sum(out[i][:0])
-	}
-	return out
 }
 
 // AuditChunk recomputes what the owner of segment seg must have sent for

@@ -30,7 +30,7 @@ type scatterShard struct {
 	ready    []chan struct{}
 	sentHash []Commitment // per segment: what this member sent
 	gotHash  []Commitment // per segment: the result this member received
-	// With Audit, per segment and chunk: the same, chunk by chunk.
+	// Per segment and chunk: the same, chunk by chunk.
 	sentChunks, gotChunks [][]Commitment
 	owned                 *SegmentReport
 
@@ -56,9 +56,7 @@ func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
 		r.ready[j] = make(chan struct{})
 	}
 	r.enc = make([]byte, r.segOff[o])
-	if sc.cfg.Audit {
-		r.sentChunks, r.gotChunks = make([][]Commitment, o), make([][]Commitment, o)
-	}
+	r.sentChunks, r.gotChunks = make([][]Commitment, o), make([][]Commitment, o)
 	return r
 }
 
@@ -141,7 +139,7 @@ func (r *scatterShard) encode() error {
 		if err := r.sc.ctx.Err(); err != nil {
 			return nil // the first error is recorded already
 		}
-		h := sha256.New()
+		r.sentChunks[j] = make([]Commitment, 0, r.chunks(j))
 		for c := range r.chunks(j) {
 			lo, hi, mlo, mhi := r.chunk(j, c)
 			msg := r.enc[mlo:mhi]
@@ -149,12 +147,9 @@ func (r *scatterShard) encode() error {
 				return fmt.Errorf("mesh: shard %d own values: %w", r.s, err)
 			}
 			putHeader(msg, chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)})
-			h.Write(msg)
-			if r.sentChunks != nil {
-				r.sentChunks[j] = append(r.sentChunks[j], sha256.Sum256(msg))
-			}
+			r.sentChunks[j] = append(r.sentChunks[j], sha256.Sum256(msg))
 		}
-		h.Sum(r.sentHash[j][:0])
+		r.sentHash[j] = commitChunks(r.sentChunks[j])
 		close(r.ready[j])
 	}
 	return nil
@@ -228,7 +223,7 @@ func (r *scatterShard) own() error {
 	if !r.waitReady(seg) {
 		return nil
 	}
-	hs := newHashes(sc.k + 1) // the k contributions, then the result
+	recv := make([][]Commitment, sc.k) // per member, its chunks' hashes (own: sentChunks)
 	ow := newOwnerWork(sc.k, sc.cfg.ChunkElems)
 	defer putOwnerWork(ow)
 	msgs := make([][]byte, sc.k)
@@ -246,8 +241,8 @@ func (r *scatterShard) own() error {
 			return err
 		}
 		for i, m := range msgs {
-			if i != rank { // this member's own: sentHash[seg], from encode
-				hs[i].Write(m)
+			if i != rank { // this member's own: sentChunks[seg], from encode
+				recv[i] = append(recv[i], sha256.Sum256(m))
 			}
 			if rep.Inputs != nil {
 				rep.Inputs[i] = append(rep.Inputs[i], m...)
@@ -258,19 +253,19 @@ func (r *scatterShard) own() error {
 			return fmt.Errorf("mesh: shard %d segment %d: %w", r.s, seg, err)
 		}
 		rep.Verdicts = append(rep.Verdicts, v)
-		hs[sc.k].Write(out)
-		if r.gotChunks != nil {
-			r.gotChunks[seg] = append(r.gotChunks[seg], sha256.Sum256(out))
-		}
+		r.gotChunks[seg] = append(r.gotChunks[seg], sha256.Sum256(out))
 		decodeInt8Set(r.b.Dst[lo:hi], &ow.t, out[chunkHeaderSize+int8TableSize:])
 		r.feedBack(ow, lo, hi)
 		if err := r.broadcast(out); err != nil {
 			return err
 		}
 	}
-	all := sums(hs)
-	rep.Received, rep.Result = all[:sc.k], all[sc.k]
+	rep.Received = make([]Commitment, sc.k)
+	for i, hs := range recv {
+		rep.Received[i] = commitChunks(hs)
+	}
 	rep.Received[rank] = r.sentHash[seg]
+	rep.Result = commitChunks(r.gotChunks[seg])
 	r.gotHash[seg] = rep.Result
 	r.owned = rep
 	return nil
@@ -326,7 +321,6 @@ func (r *scatterShard) broadcast(msg []byte) error {
 func (r *scatterShard) gatherFrom(j int) error {
 	lane, owner := r.sc.cfg.Shards+r.s, r.sc.owners[j]
 	var t [256]float32
-	h := sha256.New()
 	for c := range r.chunks(j) {
 		lo, hi, _, _ := r.chunk(j, c)
 		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
@@ -338,12 +332,9 @@ func (r *scatterShard) gatherFrom(j int) error {
 		if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
 			return &PeerError{Rank: owner, Err: fmt.Errorf("lane %d: %w", lane, err)}
 		}
-		h.Write(msg)
-		if r.gotChunks != nil {
-			r.gotChunks[j] = append(r.gotChunks[j], sha256.Sum256(msg))
-		}
+		r.gotChunks[j] = append(r.gotChunks[j], sha256.Sum256(msg))
 	}
-	h.Sum(r.gotHash[j][:0])
+	r.gotHash[j] = commitChunks(r.gotChunks[j])
 	return nil
 }
 

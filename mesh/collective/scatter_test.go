@@ -153,7 +153,7 @@ func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, 
 		} else {
 			contribs[i] = recs[i].sent[[2]int{j, s}]
 		}
-		if c := Commitment(sha256.Sum256(contribs[i])); c != rep.Received[i] || c != res[i].Sent[s*k+j] {
+		if c, ok := CommitMessages(contribs[i]); !ok || c != rep.Received[i] || c != res[i].Sent[s*k+j] {
 			t.Fatalf("owner %d shard %d member %d: commitments differ", j, s, i)
 		}
 		if res[i].Got[s*k+j] != rep.Result {
@@ -167,7 +167,7 @@ func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, 
 		t.Fatal(err)
 	}
 	sent := recs[j].sent[[2]int{(j + 1) % k, cfg.Shards + s}]
-	if !bytes.Equal(out, sent) || !reflect.DeepEqual(verdicts, rep.Verdicts) || sha256.Sum256(out) != rep.Result {
+	if c, _ := CommitMessages(out); !bytes.Equal(out, sent) || !reflect.DeepEqual(verdicts, rep.Verdicts) || c != rep.Result {
 		t.Fatalf("owner %d shard %d: audit disagrees with the owner", j, s)
 	}
 	if j == 1 && verdicts[0][0].Flag != FlagHard {
@@ -653,7 +653,7 @@ func TestScatterClients(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if sha256.Sum256(got) != sr.res[owner].Owned[s].Result {
+				if cm, _ := CommitMessages(got); cm != sr.res[owner].Owned[s].Result {
 					t.Errorf("k=%d segment %d shard %d: the auditor's bytes differ from owner %d's", c.k, j, s, owner)
 				}
 			}
@@ -763,5 +763,10 @@ func TestScatterAudit(t *testing.T) {
 	var rep SegmentReport
 	if rep.ChunkInputs(0) != nil {
 		t.Error("ChunkInputs of an empty report")
+	}
+	for _, b := range [][]byte{{1, 2, 3}, make([]byte, chunkHeaderSize+5)} {
+		if _, ok := CommitMessages(b); ok {
+			t.Errorf("CommitMessages accepted %d malformed bytes", len(b))
+		}
 	}
 }
