@@ -326,10 +326,10 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), dl.n)
 			blocking := defaultDiLoCo(m, o.h, codec).Name
 			if d, fp := pair(c, blocking, defaultDiLoCo(m, o.h, "fp32").Name); fp.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d: %s %s vs fp32 (plain mean) %s: **%s** (%d seeds)\n", c, m, codecName(codec), fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), fp.n)
+				fmt.Fprintf(&notes, "- %s, M = %d: %s %s vs fp32 (plain mean) %s: **%s** (%s)\n", c, m, codecName(codec), fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
 			}
 			if ov, d := pair(c, overlapDiLoCo(m, o.h, codec).Name, blocking); ov.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d: overlapped (average applied after 1 inner step) %s vs blocking %s: **%s** (%d seeds)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), ov.n)
+				fmt.Fprintf(&notes, "- %s, M = %d: overlapped (average applied after 1 inner step) %s vs blocking %s: **%s** (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
 			}
 		}
 	}
@@ -373,15 +373,15 @@ func plainReference(o benchOptions, plan []benchJob, corpora []string, codec str
 			sh, pl := pair(c, defaultDiLoCo(m, o.h, codec).Name, plain)
 			vs := "—"
 			if pl.n > 0 {
-				vs = fmt.Sprintf("%s (%d seeds)", pct(sh.mean/pl.mean-1), pl.n)
+				vs = fmt.Sprintf("%s (%s)", pct(sh.mean/pl.mean-1), seedsText(pl.n))
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d |\n", c, m, fmtStat(dl),
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), vs, dl.n)
 			if d, fp := pair(c, plain, defaultDiLoCo(m, o.h, "fp32").Name); fp.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: %s vs fp32 (plain mean) %s: %s (%d seeds)\n", c, m, fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), fp.n)
+				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
 			}
 			if ov, d := pair(c, overlapDiLoCo(m, o.h, plainCodec).Name, plain); ov.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: overlapped %s vs blocking %s: %s (%d seeds)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), ov.n)
+				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: overlapped %s vs blocking %s: %s (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
 			}
 		}
 	}
@@ -391,6 +391,14 @@ func plainReference(o benchOptions, plan []benchJob, corpora []string, codec str
 	return fmt.Sprintf("\nReference: plain int8 mean (before %s became the default; ring all-reduce, otherwise the same runs):\n\n", codecName(codec)) +
 		"| corpus | M | DiLoCo ×M, plain int8 mean | vs M× batch | vs 1× | " + codecName(codec) + " vs plain int8 mean | seeds |\n|---|---|---|---|---|---|---|\n" +
 		b.String() + "\n" + notes.String()
+}
+
+// seedsText is "1 seed" or "n seeds".
+func seedsText(n int) string {
+	if n == 1 {
+		return "1 seed"
+	}
+	return fmt.Sprintf("%d seeds", n)
 }
 
 // codecName is a codec's short name in the summary.

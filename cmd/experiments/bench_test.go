@@ -128,8 +128,8 @@ func TestBenchReportShippedDefaults(t *testing.T) {
 		"robust 2.0400 [2.0400–2.0400] vs fp32 (plain mean) 2.0200 [2.0200–2.0200]: **+0.99 %** (2 seeds)",
 		"overlapped (average applied after 1 inner step) 2.0604 [2.0604–2.0604] vs blocking 2.0400 [2.0400–2.0400]: **+1.00 %** (2 seeds)",
 		"Reference: plain int8 mean",
-		"| gosrc | 4 | 2.0600 | +3.00 % | -14.17 % | -0.97 % (1 seeds) | 1 |",
-		"plain int8 mean: overlapped 2.1000 vs blocking 2.0600: +1.94 % (1 seeds)",
+		"| gosrc | 4 | 2.0600 | +3.00 % | -14.17 % | -0.97 % (1 seed) | 1 |",
+		"plain int8 mean: overlapped 2.1000 vs blocking 2.0600: +1.94 % (1 seed)",
 	} {
 		if !strings.Contains(sum, s) {
 			t.Errorf("summary lacks %q:\n%s", s, sum)
