@@ -195,8 +195,9 @@ wan-cleanup:
 
 # DiLoCo with the shipped defaults for M = 2, 4, 8 against 1 node with the same
 # batch and 1 node with an M× batch (equal tokens), on the embedded corpus and
-# on Go's source as bytes, 3 seeds, in-process with the nodes' int8 ring
-# all-reduce (bit-identical to node processes: TestNetworkMatchesReference).
+# on Go's source as bytes, 3 seeds, in-process with the nodes' default robust
+# averaging (int8; fp32 runs the plain mean, as --fp32 does), bit-identical to
+# node processes (TestNetworkMatchesReference).
 # Resumable: runs already in docs/figures/convergence/results.jsonl are kept.
 # ≈ 2 h on 2 quiet cores; CONV_FLAGS='-m 4 -seeds 1' for a 15-minute subset.
 # docs/convergence.md.

@@ -25,8 +25,10 @@ import (
 // node with the same batch and steps (1×), one node with an M× batch (equal
 // tokens) — on the embedded corpus and on real text, over several seeds.
 // Everything runs in this process through train.RunDiLoCo with the nodes'
-// int8 ring all-reduce (node.MeshReducer), which TestNetworkMatchesReference
-// holds bit-identical to real node processes. Results are appended to a
+// default averaging — robust, the direct scatter with robust segment owners
+// (node.ScatterReducer) — or, for the fp32 comparison, the plain mean that
+// --fp32 implies; the in-memory reducers compute the bits of the network's
+// (TestNetworkMatchesReference). Results are appended to a
 // JSON-lines file as each run ends, so an interrupted benchmark resumes
 // where it stopped and the table and plots can be rebuilt without training.
 
@@ -68,8 +70,8 @@ func benchRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !o.replot {
-		if err := runPlan(context.Background(), o, plan, stderr); err != nil {
-			return err
+		if err := runPlan(context.Background(), o, plan, stderr); err != nil || o.dryPlan {
+			return err // -plan only lists the runs: the summary and plots stay as they are
 		}
 	}
 	res, err := readResults(o.results)
@@ -89,7 +91,8 @@ type benchJob struct {
 func (j benchJob) key() string { return fmt.Sprintf("%s|%d|%s", j.corpus, j.seed, j.run.Name) }
 
 // benchPlan lists the runs: for each corpus and seed, the 1× baseline, and
-// for each M the M× baseline and DiLoCo with the defaults (int8), plus fp32.
+// for each M the M× baseline and DiLoCo with the defaults (shippedCodec),
+// plus, at the largest M ≤ 4, DiLoCo with fp32 (plain mean) and overlapped.
 func benchPlan(o benchOptions) ([]benchJob, error) {
 	seeds, err := parseSeeds(o.seeds)
 	if err != nil {
@@ -106,13 +109,13 @@ func benchPlan(o benchOptions) ([]benchJob, error) {
 	runs := []sweepRun{singleRun(1, o.h)}
 	fp32M := 0
 	for _, m := range ms {
-		runs = append(runs, singleRun(m, o.h), defaultDiLoCo(m, o.h, "int8"))
+		runs = append(runs, singleRun(m, o.h), defaultDiLoCo(m, o.h, shippedCodec()))
 		if m <= 4 {
 			fp32M = m
 		}
 	}
 	if o.fp32 && fp32M > 0 {
-		runs = append(runs, defaultDiLoCo(fp32M, o.h, "fp32"), overlapDiLoCo(fp32M, o.h))
+		runs = append(runs, defaultDiLoCo(fp32M, o.h, "fp32"), overlapDiLoCo(fp32M, o.h, shippedCodec()))
 	}
 	var plan []benchJob
 	for _, c := range strings.Split(o.corpora, ",") {
@@ -129,7 +132,25 @@ func singleRun(k, h int) sweepRun {
 	return sweepRun{Name: fmt.Sprintf("single-%dx", k), Kind: "single", M: 1, K: k, H: h}
 }
 
-// defaultDiLoCo is DiLoCo as a node runs it by default.
+// shippedCodec is the sweep codec of a node's default averaging
+// (node.DefaultAveraging): "robust" (int8, once quantized), or "int8", the
+// ring's plain mean.
+func shippedCodec() string {
+	if node.DefaultAveraging == node.AveragingRobust {
+		return "robust"
+	}
+	return "int8"
+}
+
+// plainCodec is the ring's plain int8 mean, the default averaging before
+// robust: the benchmark's older rows (diloco-M-int8) are reported with it
+// as a reference, not run again.
+const plainCodec = "int8"
+
+// defaultDiLoCo is DiLoCo as a node runs it by default, averaging with
+// codec: shippedCodec() by default, "fp32" as --fp32 does (plain mean).
+// The run's name carries the codec, so that rows of one averaging are never
+// read as another's.
 func defaultDiLoCo(m, h int, codec string) sweepRun {
 	return sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
 		LR: node.DefaultOuterLR, Mu: node.DefaultOuterMomentum, Codec: codec}
@@ -137,10 +158,10 @@ func defaultDiLoCo(m, h int, codec string) sweepRun {
 
 // overlapDiLoCo is DiLoCo as a node runs it with --overlap on a link fast
 // enough for the average to arrive within one inner step (the default,
-// --overlap-steps 0, applies it then).
-func overlapDiLoCo(m, h int) sweepRun {
-	r := defaultDiLoCo(m, h, "int8")
-	r.Name, r.Overlap, r.Mu = fmt.Sprintf("diloco-%d-int8-overlap1", m), 1, node.DefaultOverlapOuterMomentum
+// --overlap-steps 0, applies it then), averaging with codec.
+func overlapDiLoCo(m, h int, codec string) sweepRun {
+	r := defaultDiLoCo(m, h, codec)
+	r.Name, r.Overlap, r.Mu = fmt.Sprintf("diloco-%d-%s-overlap1", m, codec), 1, node.DefaultOverlapOuterMomentum
 	return r
 }
 
@@ -250,47 +271,73 @@ func statOf(rs []sweepResult) stat {
 	return s
 }
 
-// benchReport writes summary.md and the plots, and the table to w.
+// benchReport writes summary.md and the plots, and the table to w. The table
+// and its comparisons are those of the shipped defaults (shippedCodec); the
+// plain int8 mean's rows of the same corpora and seeds, when the results file
+// has them (the default before robust averaging), follow as a reference.
 func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w io.Writer) error {
-	byRun := map[string][]sweepResult{} // corpus|run → results over seeds
 	var corpora []string
-	seen := map[string]bool{}
+	seen, planned := map[string]bool{}, map[string]bool{}
 	for _, j := range plan {
-		if r, ok := res[j.key()]; ok {
-			k := j.corpus + "|" + j.run.Name
-			byRun[k] = append(byRun[k], r)
-		}
+		planned[fmt.Sprintf("%s|%d", j.corpus, j.seed)] = true
 		if !seen[j.corpus] {
 			seen[j.corpus], corpora = true, append(corpora, j.corpus)
 		}
 	}
+	// Every result of the plan's corpora and seeds, planned run or not (the
+	// reference rows are not planned), by corpus|run in seed order.
+	var all []sweepResult
+	for _, r := range res {
+		if planned[fmt.Sprintf("%s|%d", r.Data, r.Seed)] {
+			all = append(all, r)
+		}
+	}
+	sort.Slice(all, func(i, k int) bool { return all[i].Seed < all[k].Seed })
+	byRun := map[string][]sweepResult{} // corpus|run → results over seeds
+	for _, r := range all {
+		byRun[r.Data+"|"+r.Run.Name] = append(byRun[r.Data+"|"+r.Run.Name], r)
+	}
+	// row is a table row of DiLoCo ×m with codec on corpus c: every column
+	// over the seeds its DiLoCo run has; ok when all columns have them.
+	row := func(c string, m int, codec string) (one, big, dl stat, ok bool) {
+		dlRuns := byRun[c+"|"+defaultDiLoCo(m, o.h, codec).Name]
+		same := func(run string) stat { return statOf(sameSeeds(byRun[c+"|"+run], dlRuns)) }
+		one, big, dl = same("single-1x"), same(singleRun(m, o.h).Name), statOf(dlRuns)
+		return one, big, dl, dl.n > 0 && big.n == dl.n && one.n == dl.n
+	}
+	// pair compares runs a and b of corpus c over the seeds both have.
+	pair := func(c, a, b string) (sa, sb stat) {
+		ra, rb := byRun[c+"|"+a], byRun[c+"|"+b]
+		return statOf(sameSeeds(ra, rb)), statOf(sameSeeds(rb, ra))
+	}
+	codec := shippedCodec()
 	var b strings.Builder
-	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v), int8 ring all-reduce, H = %d, %d inner steps per node.\n\n",
-		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, o.h, o.steps)
+	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v, %s), H = %d, %d inner steps per node.\n\n",
+		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, codecText(codec), o.h, o.steps)
 	b.WriteString("| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | seeds |\n|---|---|---|---|---|---|---|---|\n")
 	var notes strings.Builder
 	for _, c := range corpora {
 		for _, m := range msOf(plan) {
-			// Every column of a row over the seeds its DiLoCo run has.
-			dlRuns := byRun[c+"|"+defaultDiLoCo(m, o.h, "int8").Name]
-			same := func(run string) stat { return statOf(sameSeeds(byRun[c+"|"+run], dlRuns)) }
-			one, big, dl := same("single-1x"), same(singleRun(m, o.h).Name), statOf(dlRuns)
-			if dl.n == 0 || big.n != dl.n || one.n != dl.n {
+			one, big, dl, ok := row(c, m, codec)
+			if !ok {
 				continue
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %d |\n", c, m, fmtStat(one), fmtStat(big), fmtStat(dl),
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), dl.n)
-			fp := same(defaultDiLoCo(m, o.h, "fp32").Name)
-			if fp.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d: int8 %s vs fp32 %s: **%s** (%d seeds)\n", c, m, fmtStat(dl), fmtStat(fp), pct(dl.mean/fp.mean-1), fp.n)
+			blocking := defaultDiLoCo(m, o.h, codec).Name
+			if d, fp := pair(c, blocking, defaultDiLoCo(m, o.h, "fp32").Name); fp.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d: %s %s vs fp32 (plain mean) %s: **%s** (%s)\n", c, m, codecName(codec), fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
 			}
-			if ov := same(overlapDiLoCo(m, o.h).Name); ov.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d: overlapped (average applied after 1 inner step) %s vs blocking %s: **%s** (%d seeds)\n", c, m, fmtStat(ov), fmtStat(dl), pct(ov.mean/dl.mean-1), ov.n)
+			if ov, d := pair(c, overlapDiLoCo(m, o.h, codec).Name, blocking); ov.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d: overlapped (average applied after 1 inner step) %s vs blocking %s: **%s** (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
 			}
 		}
 	}
 	if notes.Len() > 0 {
 		b.WriteString("\n" + notes.String())
+	}
+	if codec != plainCodec {
+		b.WriteString(plainReference(o, plan, corpora, codec, row, pair))
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -307,6 +354,73 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// plainReference is the summary's reference section: the rows of the plain
+// int8 mean (before robust averaging became the default) that the results
+// have, with the shipped codec's loss relative to them over common seeds.
+func plainReference(o benchOptions, plan []benchJob, corpora []string, codec string,
+	row func(c string, m int, codec string) (one, big, dl stat, ok bool),
+	pair func(c, a, b string) (sa, sb stat)) string {
+	var b, notes strings.Builder
+	for _, c := range corpora {
+		for _, m := range msOf(plan) {
+			one, big, dl, ok := row(c, m, plainCodec)
+			if !ok {
+				continue
+			}
+			plain := defaultDiLoCo(m, o.h, plainCodec).Name
+			sh, pl := pair(c, defaultDiLoCo(m, o.h, codec).Name, plain)
+			vs := "—"
+			if pl.n > 0 {
+				vs = fmt.Sprintf("%s (%s)", pct(sh.mean/pl.mean-1), seedsText(pl.n))
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d |\n", c, m, fmtStat(dl),
+				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), vs, dl.n)
+			if d, fp := pair(c, plain, defaultDiLoCo(m, o.h, "fp32").Name); fp.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
+			}
+			if ov, d := pair(c, overlapDiLoCo(m, o.h, plainCodec).Name, plain); ov.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: overlapped %s vs blocking %s: %s (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\nReference: plain int8 mean (before %s became the default; ring all-reduce, otherwise the same runs):\n\n", codecName(codec)) +
+		"| corpus | M | DiLoCo ×M, plain int8 mean | vs M× batch | vs 1× | " + codecName(codec) + " vs plain int8 mean | seeds |\n|---|---|---|---|---|---|---|\n" +
+		b.String() + "\n" + notes.String()
+}
+
+// seedsText is "1 seed" or "n seeds".
+func seedsText(n int) string {
+	if n == 1 {
+		return "1 seed"
+	}
+	return fmt.Sprintf("%d seeds", n)
+}
+
+// codecName is a codec's short name in the summary.
+func codecName(codec string) string {
+	switch codec {
+	case "robust":
+		return "robust"
+	case "int8":
+		return "int8 mean"
+	}
+	return codec
+}
+
+// codecText describes a DiLoCo codec in the summary's heading.
+func codecText(codec string) string {
+	switch codec {
+	case "robust":
+		return "robust averaging: int8 direct scatter, each segment owner clips contributions to 2× the median norm and takes one CenteredClip step"
+	case "int8":
+		return "int8 ring all-reduce, plain mean"
+	}
+	return codec
 }
 
 // sameSeeds returns the results of rs whose seed is among those of ref.
@@ -374,7 +488,7 @@ func benchPlot(c string, o benchOptions, plan []benchJob, byRun map[string][]swe
 	add("1 node, 1× batch", colors[1], "single-1x", true)
 	for _, m := range msOf(plan) {
 		add(fmt.Sprintf("1 node, %d× batch", m), colors[m], singleRun(m, o.h).Name, true)
-		add(fmt.Sprintf("DiLoCo ×%d (int8)", m), colors[m], defaultDiLoCo(m, o.h, "int8").Name, false)
+		add(fmt.Sprintf("DiLoCo ×%d (%s)", m, codecName(shippedCodec())), colors[m], defaultDiLoCo(m, o.h, shippedCodec()).Name, false)
 	}
 	return p
 }

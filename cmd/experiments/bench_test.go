@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/intellect-node/intellect-node/node"
 )
 
 func TestParseRuns(t *testing.T) {
@@ -46,6 +48,117 @@ func TestBenchPlan(t *testing.T) {
 	}
 }
 
+// The benchmark measures what a node does by default: robust averaging
+// (int8), and plain mean for fp32 as --fp32 implies; the run names say which,
+// so that the older plain int8 mean rows are never read as robust ones.
+func TestBenchPlanShippedDefaults(t *testing.T) {
+	if node.DefaultAveraging != node.AveragingRobust || shippedCodec() != "robust" {
+		t.Fatalf("default averaging %q, shipped codec %q", node.DefaultAveraging, shippedCodec())
+	}
+	plan, err := benchPlan(benchOptions{seeds: "1", ms: "2,4,8", corpora: "gosrc", h: 5, fp32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]sweepRun{
+		"diloco-2-robust":          {Codec: "robust", M: 2},
+		"diloco-4-robust":          {Codec: "robust", M: 4},
+		"diloco-8-robust":          {Codec: "robust", M: 8},
+		"diloco-4-fp32":            {Codec: "fp32", M: 4},
+		"diloco-4-robust-overlap1": {Codec: "robust", M: 4, Overlap: 1},
+	}
+	for _, j := range plan {
+		r := j.run
+		if r.Kind != "diloco" {
+			continue
+		}
+		w, ok := want[r.Name]
+		if !ok {
+			t.Errorf("unexpected DiLoCo run %s (codec %s)", r.Name, r.Codec)
+			continue
+		}
+		delete(want, r.Name)
+		if r.Codec != w.Codec || r.M != w.M || r.Overlap != w.Overlap || r.H != 5 || r.LR != node.DefaultOuterLR {
+			t.Errorf("%s: %+v", r.Name, r)
+		}
+		mu := float32(node.DefaultOuterMomentum)
+		if r.Overlap > 0 {
+			mu = node.DefaultOverlapOuterMomentum
+		}
+		if r.Mu != mu {
+			t.Errorf("%s: outer momentum %v, want %v", r.Name, r.Mu, mu)
+		}
+	}
+	for name := range want {
+		t.Errorf("%s not planned", name)
+	}
+}
+
+// The summary's table and comparisons are the shipped defaults' rows; the
+// plain int8 mean's rows follow as a reference, compared over common seeds.
+func TestBenchReportShippedDefaults(t *testing.T) {
+	res := map[string]sweepResult{}
+	add := func(run string, seed uint64, final float64) {
+		r := sweepResult{Run: sweepRun{Name: run}, Seed: seed, Data: "gosrc", Tokens: []int64{1, 2}, Eval: []float64{3, final}, Final: final}
+		res[benchJob{corpus: r.Data, seed: seed, run: r.Run}.key()] = r
+	}
+	for _, seed := range []uint64{1, 2} {
+		add("single-1x", seed, 2.4)
+		add("single-4x", seed, 2.0)
+		add("diloco-4-robust", seed, 2.04)
+		add("diloco-4-fp32", seed, 2.02)
+		add("diloco-4-robust-overlap1", seed, 2.0604)
+	}
+	add("diloco-4-int8", 1, 2.06)         // one seed only: compared with robust on seed 1
+	add("diloco-4-int8-overlap1", 1, 2.1) // the old overlapped run
+	add("diloco-4-robust", 9, 1.0)        // a seed outside the plan: ignored
+	out := t.TempDir()
+	o := benchOptions{out: out, seeds: "1,2", ms: "4", corpora: "gosrc", h: 5, steps: 10, fp32: true}
+	plan, err := benchPlan(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w strings.Builder
+	if err := benchReport(o, plan, res, &w); err != nil {
+		t.Fatal(err)
+	}
+	sum := w.String()
+	for _, s := range []string{
+		"robust averaging",
+		"| gosrc | 4 | 2.4000 [2.4000–2.4000] | 2.0000 [2.0000–2.0000] | 2.0400 [2.0400–2.0400] | +2.00 % | -15.00 % | 2 |",
+		"robust 2.0400 [2.0400–2.0400] vs fp32 (plain mean) 2.0200 [2.0200–2.0200]: **+0.99 %** (2 seeds)",
+		"overlapped (average applied after 1 inner step) 2.0604 [2.0604–2.0604] vs blocking 2.0400 [2.0400–2.0400]: **+1.00 %** (2 seeds)",
+		"Reference: plain int8 mean",
+		"| gosrc | 4 | 2.0600 | +3.00 % | -14.17 % | -0.97 % (1 seed) | 1 |",
+		"plain int8 mean: overlapped 2.1000 vs blocking 2.0600: +1.94 % (1 seed)",
+	} {
+		if !strings.Contains(sum, s) {
+			t.Errorf("summary lacks %q:\n%s", s, sum)
+		}
+	}
+	if file, err := os.ReadFile(filepath.Join(out, "summary.md")); err != nil || string(file) != sum {
+		t.Errorf("summary.md differs from the table printed (%v)", err)
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "eval-gosrc.svg"))
+	if err != nil || !strings.Contains(string(svg), "DiLoCo ×4 (robust)") {
+		t.Errorf("plot lacks the robust DiLoCo line (%v)", err)
+	}
+}
+
+// -plan lists the runs and leaves the results, summary and plots alone.
+func TestBenchPlanOnly(t *testing.T) {
+	out := t.TempDir()
+	var log strings.Builder
+	if err := benchRun([]string{"-out", out, "-m", "4", "-seeds", "1", "-corpora", "gosrc", "-plan"}, io.Discard, &log); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "gosrc|1|diloco-4-robust-overlap1") {
+		t.Errorf("plan:\n%s", log.String())
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("-plan wrote %d files", len(ents))
+	}
+}
+
 func TestReadResultsRejects(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{
@@ -79,8 +192,13 @@ func TestBenchEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 5 { // 1×, 2×, DiLoCo int8, fp32, overlapped
+	if len(res) != 5 { // 1×, 2×, DiLoCo robust, fp32, overlapped robust
 		t.Fatalf("%d results, want 5", len(res))
+	}
+	for _, name := range []string{"diloco-2-robust", "diloco-2-fp32", "diloco-2-robust-overlap1"} {
+		if _, ok := res["default|1|"+name]; !ok {
+			t.Errorf("no result of %s", name)
+		}
 	}
 	for k, r := range res {
 		if len(r.Eval) != 2 || !(r.Final > 0) {
