@@ -36,15 +36,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	nodes := robustNodes(ctx, t, k, steps, "attack-test") // honest owners pass every audit: no one else is excluded
 	bad := nodes[k-1]
 	bad.tamper = func(r reducer) reducer { return signFlipper{r} }
-	errs := make(chan error, k)
-	for _, n := range nodes {
-		go func() { errs <- n.Run(ctx) }()
-	}
-	for range k {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	for _, n := range honest {
 		if n.model.hash != honest[0].model.hash || n.model.step != steps {
@@ -100,19 +92,7 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 	}
 	shards := sc.Shards
 	bad.scatterWrap = func(tr collective.MeshTransport) collective.MeshTransport { return forgingOwner{tr, shards} }
-	badCtx, stopBad := context.WithCancel(ctx)
-	badDone := make(chan struct{})
-	go func() { bad.Run(badCtx); close(badDone) }() // excluded, it may never reach the last step
-	defer func() { stopBad(); <-badDone }()
-	errs := make(chan error, k-1)
-	for _, n := range nodes[:k-1] {
-		go func() { errs <- n.Run(ctx) }()
-	}
-	for range k - 1 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	for _, n := range honest {
 		if n.model.hash != honest[0].model.hash || n.model.step != steps {
@@ -146,4 +126,24 @@ func robustNodes(ctx context.Context, t *testing.T, k int, steps uint64, run str
 		nodes[i] = n
 	}
 	return nodes
+}
+
+// runHonest runs every node and waits for all but the last, the attacker:
+// excluded, it may never reach the last step, so it is stopped once the
+// honest ones are done.
+func runHonest(ctx context.Context, t *testing.T, nodes []*Node) {
+	bad := nodes[len(nodes)-1]
+	badCtx, stopBad := context.WithCancel(ctx)
+	badDone := make(chan struct{})
+	go func() { bad.Run(badCtx); close(badDone) }()
+	defer func() { stopBad(); <-badDone }()
+	errs := make(chan error, len(nodes)-1)
+	for _, n := range nodes[:len(nodes)-1] {
+		go func() { errs <- n.Run(ctx) }()
+	}
+	for range len(nodes) - 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
