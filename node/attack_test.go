@@ -38,16 +38,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	bad.tamper = func(r reducer) reducer { return signFlipper{r} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
-	for _, n := range honest {
-		if n.model.hash != honest[0].model.hash || n.model.step != steps {
-			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
-		}
-		ex := n.host.Excluded()
-		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
-			t.Fatalf("%s excluded %+v, want the attacker %s", n.self, ex, bad.host.ID())
-		}
-		t.Logf("%s: %s", n.self, ex[0].Evidence)
-	}
+	checkHonest(t, honest, bad, steps, "attacker")
 	hist := honest[0].board.historyList()
 	first, last := hist[0].EvalLoss, hist[len(hist)-1].EvalLoss
 	if !(last < first) {
@@ -94,16 +85,7 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 	bad.scatterWrap = func(tr collective.MeshTransport) collective.MeshTransport { return forgingOwner{tr, shards} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
-	for _, n := range honest {
-		if n.model.hash != honest[0].model.hash || n.model.step != steps {
-			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
-		}
-		ex := n.host.Excluded()
-		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
-			t.Fatalf("%s excluded %+v, want the forger %s", n.self, ex, bad.host.ID())
-		}
-		t.Logf("%s: %s", n.self, ex[0].Evidence)
-	}
+	checkHonest(t, honest, bad, steps, "forger")
 }
 
 // robustNodes makes k in-process nodes of one run with robust averaging,
@@ -145,5 +127,21 @@ func runHonest(ctx context.Context, t *testing.T, nodes []*Node) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// checkHonest: the honest nodes end at step steps with one model, each
+// having excluded bad (what names it in the failure) and nobody else.
+func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what string) {
+	t.Helper()
+	for _, n := range honest {
+		if n.model.hash != honest[0].model.hash || n.model.step != steps {
+			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
+		}
+		ex := n.host.Excluded()
+		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
+			t.Fatalf("%s excluded %+v, want the %s %s", n.self, ex, what, bad.host.ID())
+		}
+		t.Logf("%s: %s", n.self, ex[0].Evidence)
 	}
 }
