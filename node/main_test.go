@@ -3,11 +3,11 @@ package node
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/intellect-node/intellect-node/internal/leaktest"
 )
 
 // TestMain fails the package's tests if a goroutine is left running after
 // them.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }
