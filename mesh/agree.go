@@ -6,15 +6,21 @@ import (
 )
 
 // meshAgreement is the agreement state of the current outer step. known (M)
-// and excluded (X) only grow during a step; a vote proposes M − X.
+// and local only grow during a step; a vote proposes M − X, where X =
+// excluded is derived from local and the accusations of the votes heard
+// (see exclusions).
 type meshAgreement struct {
-	step     uint64
-	hash     string
-	readyAt  uint64
-	known    map[PeerID]uint32 // Ready peers of this step and hash → inner steps
-	excluded map[PeerID]bool   // dead, failed, left, or excluded by a peer's vote
-	anyVote  bool              // some peer voted in this step
-	maxRound uint32            // highest round seen in this step
+	step       uint64
+	hash       string
+	readyAt    uint64
+	known      map[PeerID]uint32         // Ready peers of this step and hash → inner steps
+	local      map[PeerID]bool           // seen by this node: dead, failed, left, restarted, timed out, left out, equivocated
+	accused    map[meshAccusation]uint32 // accusations heard → lowest round of the accuser's votes naming the accused
+	excluded   map[PeerID]bool           // X: local and what the accusations add (exclusions)
+	accusedAt  uint64                    // tick this node first found itself excluded by accusations
+	disputants map[PeerID]bool           // peers excluded by a dispute (exclusions)
+	anyVote    bool                      // some peer voted in this step
+	maxRound   uint32                    // highest round seen in this step
 
 	voted   bool
 	round   uint32
@@ -28,12 +34,14 @@ type meshAgreement struct {
 func (m *Mesh) resetAgreement() {
 	m.ag = meshAgreement{
 		step: m.step, hash: m.hash,
-		known: make(map[PeerID]uint32), excluded: make(map[PeerID]bool),
+		known: make(map[PeerID]uint32), local: make(map[PeerID]bool),
+		accused: make(map[meshAccusation]uint32), excluded: make(map[PeerID]bool),
+		disputants: make(map[PeerID]bool),
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
 		p := m.peers[id]
 		if p.equivocated {
-			m.ag.excluded[id] = true
+			m.exclude(id)
 		}
 		if p.dead {
 			continue
@@ -42,7 +50,7 @@ func (m *Mesh) resetAgreement() {
 			m.noteReady(id, p.step, p.hash, p.inner)
 		}
 		if v := p.votes[m.step]; v != nil {
-			m.mergeVote(v)
+			m.mergeVote(id, v)
 		}
 	}
 }
@@ -80,7 +88,7 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok && msg.Step == p.step {
 		p.inner = msg.Members[i].InnerSteps
 	}
-	m.mergeVote(v)
+	m.mergeVote(id, v)
 }
 
 // equivocated handles id's second, different vote v in old's round: the
@@ -89,7 +97,7 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 // their votes' X) and the evidence goes to node, once per peer.
 func (m *Mesh) equivocated(id PeerID, p *meshPeer, old, v *meshVote) {
 	if v.step == m.ag.step && v.hash == m.ag.hash {
-		m.ag.excluded[id] = true
+		m.exclude(id)
 	}
 	if p.equivocated {
 		return
@@ -114,8 +122,9 @@ func meshKeepVote(p *meshPeer, v *meshVote) {
 	}
 }
 
-// mergeVote folds a vote of the current step into M and X.
-func (m *Mesh) mergeVote(v *meshVote) {
+// mergeVote folds voter's vote of the current step into M and the
+// accusations.
+func (m *Mesh) mergeVote(voter PeerID, v *meshVote) {
 	if v.step != m.ag.step || v.hash != m.ag.hash || m.hash == "" {
 		return
 	}
@@ -127,8 +136,94 @@ func (m *Mesh) mergeVote(v *meshVote) {
 		}
 	}
 	for _, id := range v.excluded {
-		m.ag.excluded[id] = true
+		if id == voter {
+			continue
+		}
+		a := meshAccusation{by: voter, of: id}
+		if r, ok := m.ag.accused[a]; !ok || v.round < r {
+			m.ag.accused[a] = v.round
+		}
 	}
+	m.exclusions()
+}
+
+// meshAccusation: peer `by` named peer `of` in the X of a vote.
+type meshAccusation struct{ by, of PeerID }
+
+// exclude adds id to what this node saw itself (local), which its votes
+// carry as its accusations.
+func (m *Mesh) exclude(id PeerID) {
+	m.ag.local[id] = true
+	m.exclusions()
+}
+
+// exclusions derives X from local and the accusations heard. A vote's X is
+// its voter's word, which a member following the protocol could use to
+// keep honest peers out of every step (under a plain union of the votes' X,
+// one member naming all others ran every step alone and the others fetched
+// its model). So a peer's word is weighed:
+//
+//   - An accusation is disputed when the accused voted in this step, in a
+//     round at least that of the first vote naming it: it is alive and
+//     says it is in. An accusation that more than f = ⌊(n−1)/2⌋ of the n
+//     peers known in the step make (at least one honest among them), or
+//     another's of a peer this node excluded itself, is not disputed. This
+//     node's own accusations are weighed like the others' (its votes'
+//     rounds count).
+//   - An accuser with a disputed accusation is excluded, and the accused
+//     with it if that is its only one: word against word, both sit the step
+//     out, as in BTARD's accusations (Gorbunov et al. 2022). An accuser with
+//     several disputes is the common fault: it alone is excluded. So each
+//     accuser costs a step at most one member besides itself.
+//   - The accusations of an accuser with no dispute stand (a crashed peer,
+//     a failed transfer: the accused does not vote on).
+//
+// Every input grows during a step and every node sees the same votes, so
+// the views converge to the same X; until they do, X can shrink as disputes
+// appear (the refuted votes are replaced, as always).
+func (m *Mesh) exclusions() {
+	ag := &m.ag
+	n := len(ag.known)
+	if _, in := ag.known[m.cfg.ID]; !in {
+		n++
+	}
+	accusers := make(map[PeerID]int)
+	for a := range ag.accused {
+		if a.by != a.of && !m.isEquivocator(a.by) {
+			accusers[a.of]++
+		}
+	}
+	disputes := make(map[PeerID][]PeerID) // accuser → accused who dispute it
+	for a, r := range ag.accused {
+		if accusers[a.of] > (n-1)/2 || a.by != m.cfg.ID && ag.local[a.of] {
+			continue // confirmed
+		}
+		if v := m.latestVote(a.of); v != nil && v.round >= r || a.of == m.cfg.ID && ag.voted && ag.round >= r {
+			disputes[a.by] = append(disputes[a.by], a.of)
+		}
+	}
+	clear(ag.excluded)
+	for id := range ag.local {
+		ag.excluded[id] = true
+	}
+	clear(ag.disputants)
+	for by, of := range disputes {
+		ag.excluded[by], ag.disputants[by] = true, true
+		if len(of) == 1 {
+			ag.excluded[of[0]], ag.disputants[of[0]] = true, true
+		}
+	}
+	for a := range ag.accused {
+		if _, disputed := disputes[a.by]; !disputed && a.by != a.of {
+			ag.excluded[a.of] = true
+		}
+	}
+}
+
+// isEquivocator reports whether id was caught voting twice in one round.
+func (m *Mesh) isEquivocator(id PeerID) bool {
+	p := m.peers[id]
+	return p != nil && p.equivocated
 }
 
 // progress moves the agreement on as far as what is known allows.
@@ -141,6 +236,18 @@ func (m *Mesh) progress() {
 		return
 	}
 	if m.ag.excluded[m.cfg.ID] {
+		if !m.ag.local[m.cfg.ID] {
+			// Excluded by accusations: contest them, and give the votes
+			// that dispute them time to arrive before sitting out (the
+			// others see this node's Excluded heartbeat as final).
+			m.contest()
+			if m.ag.accusedAt == 0 {
+				m.ag.accusedAt = m.tick
+			}
+			if m.tick-m.ag.accusedAt < uint64(2*m.cfg.HeartbeatTicks) {
+				return
+			}
+		}
 		m.setState(StateExcluded)
 		return
 	}
@@ -189,7 +296,7 @@ func (m *Mesh) canVote() bool {
 		return true
 	}
 	for id, p := range m.peers {
-		if !p.dead && m.awaits(p) && !m.ag.excluded[id] && (m.linkCost[id] != LinkUnreachable || m.cfg.AllDirect) {
+		if !p.dead && m.ag.step >= p.noWaitEnd && m.awaits(p) && !m.ag.excluded[id] && (m.linkCost[id] != LinkUnreachable || m.cfg.AllDirect) {
 			if _, ok := m.ag.known[id]; !ok {
 				return false
 			}
@@ -255,14 +362,52 @@ func (m *Mesh) vote(round uint32) {
 	m.ag.round = round
 	m.ag.maxRound = max(m.ag.maxRound, m.ag.round)
 	m.ag.vote = members
+	for id := range m.ag.local {
+		a := meshAccusation{by: m.cfg.ID, of: id}
+		if r, ok := m.ag.accused[a]; !ok || round < r {
+			m.ag.accused[a] = round
+		}
+	}
 	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
 	m.setState(StateAgreeing)
 	m.send(m.proposeMsg())
 }
 
+// contest: a peer's vote names this node in its X, and this node has not
+// voted since: it votes, in a round at least the accusation's, for the
+// members it sees and itself, so that every node sees it alive and the
+// accusation disputed (exclusions). Without that vote the accused would
+// just sit out, and the accuser would have its way.
+func (m *Mesh) contest() {
+	if m.ag.local[m.cfg.ID] {
+		return
+	}
+	var round uint32
+	due := false
+	for a, r := range m.ag.accused {
+		if a.of == m.cfg.ID && a.by != m.cfg.ID && (!m.ag.voted || m.ag.round < r) {
+			due, round = true, max(round, r)
+		}
+	}
+	if !due {
+		return
+	}
+	round = min(max(round, m.ag.maxRound, m.ag.round+1), MaxRound)
+	members := m.viewMembers()
+	if i, in := slices.BinarySearchFunc(members, m.cfg.ID, meshCmpMember); !in {
+		members = slices.Insert(members, i, Member{ID: m.cfg.ID, InnerSteps: m.inner})
+	}
+	m.ag.voted, m.ag.round, m.ag.vote = true, round, members
+	m.ag.maxRound = max(m.ag.maxRound, round)
+	m.ag.links = m.linkRow(members)
+	m.ag.roundAt = m.tick
+	m.send(m.proposeMsg())
+	m.exclusions()
+}
+
 func (m *Mesh) proposeMsg() Message {
-	ex := slices.Sorted(maps.Keys(m.ag.excluded))
+	ex := slices.Sorted(maps.Keys(m.ag.local)) // this node's own accusations only
 	if room := MaxMembers - len(m.ag.vote); len(ex) > room {
 		ex = ex[:room]
 	}
@@ -342,12 +487,24 @@ func (m *Mesh) waitForLinks() bool {
 // leaveOut excludes id from this step because no ring of direct links holds
 // every member of the vote, tells the node (Ready.LeftOut), and votes again.
 func (m *Mesh) leaveOut(id PeerID) {
-	m.ag.excluded[id] = true
+	m.exclude(id)
 	m.out.LeftOut = append(m.out.LeftOut, id)
 	m.vote(max(m.ag.round+1, m.ag.maxRound))
 }
 
 func (m *Mesh) decide() {
+	// A peer in a dispute of this step (exclusions) is not waited for in
+	// the next steps, 1, 2, 4, … of them as its disputes go on, until it
+	// is in a ring again: an accuser would otherwise hold every step for
+	// StragglerTicks while it fetches the model it missed.
+	for id, p := range m.peers {
+		if _, in := slices.BinarySearchFunc(m.ag.vote, id, meshCmpMember); in {
+			p.disputeRun = 0
+		} else if m.ag.disputants[id] {
+			p.disputeRun = min(p.disputeRun+1, 10)
+			p.noWaitEnd = m.ag.step + 1 + 1<<(p.disputeRun-1)
+		}
+	}
 	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote, m.voteLinks(), m.cfg.AllDirect)
 	m.ring, m.last = &r, &r
 	m.out.Ring = &r
@@ -373,7 +530,7 @@ func (m *Mesh) roundTimeout() {
 		if p := m.peers[mb.ID]; p != nil && !p.dead && p.state == StateReducing && p.step == m.ag.step {
 			continue
 		}
-		m.ag.excluded[mb.ID] = true
+		m.exclude(mb.ID)
 		grew = true
 	}
 	if !grew {
@@ -400,6 +557,12 @@ func (m *Mesh) maybeRejoinStep() {
 	m.ag.maxRound = max(m.ag.maxRound, round)
 	m.ag.known[m.cfg.ID] = m.inner
 	m.ag.readyAt = m.tick
-	delete(m.ag.excluded, m.cfg.ID)
+	delete(m.ag.local, m.cfg.ID)
+	for a := range m.ag.accused {
+		if a.of == m.cfg.ID {
+			delete(m.ag.accused, a)
+		}
+	}
+	m.exclusions()
 	m.setState(StateReady)
 }

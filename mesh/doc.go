@@ -54,10 +54,19 @@
 // (and, before its first ring, only once MinMembers are Ready). A vote is
 // Propose(t, round, P, X): P = sorted(M − X) with weights, where M are the
 // peers known Ready at (t, h) — from Ready messages, heartbeats, and the
-// members of every vote heard — and X the peers excluded from step t: dead
-// (missed heartbeats), gone (Leave, or back to syncing), reported by
-// ReportFailure, or excluded in any vote heard. M and X only grow within a
-// step and are merged from every vote, so views converge.
+// members of every vote heard — and X the peers excluded from step t. A
+// vote carries the voter's own accusations: the peers it saw dead (missed
+// heartbeats), gone (Leave, or back to syncing), failing (ReportFailure),
+// restarted, silent in a timed-out round, unreachable, or equivocating. X
+// is what a node saw itself plus what the accusations heard add, weighed
+// (exclusions in agree.go): an accusation the accused disputes, by voting
+// on in a round at least the accusation's, excludes the accuser, and the
+// accused with it if it is the accuser's only dispute; an accusation made
+// by more than ⌊(n−1)/2⌋ peers, or undisputed, stands. So a member that
+// lies about others costs a step at most one member besides itself, and an
+// accused node contests (votes) before it sits a step out. M and the
+// accusations only grow within a step and every node hears the same votes,
+// so views converge.
 //
 // A node decides when the latest vote of every other member of its vote is
 // its vote, same round: the ring is P, its id hash(t, round, P). A vote is

@@ -137,8 +137,8 @@ func (m *Mesh) checkMember() {
 	var best meshKey
 	bestC := 0
 	for _, k := range meshSortedKeys(l.at) {
-		if k == mine || (m.step > 0 && k == prevKey) {
-			continue
+		if k == mine || (m.step > 0 && k == prevKey) || (k.step < m.step && m.line[k.step] == k.hash) {
+			continue // this node's own line: peers behind on it, not another side
 		}
 		if c := l.count(k); bestC == 0 || meshBetter(c, k, bestC, best) {
 			best, bestC = k, c

@@ -77,6 +77,8 @@ type meshPeer struct {
 	dead        bool
 	votes       map[uint64]*meshVote // its latest vote per step, a few steps kept
 	equivocated bool                 // caught voting twice in one round (reported once)
+	noWaitEnd   uint64               // votes of steps before this one do not wait for it (decide)
+	disputeRun  int                  // steps in a row it was in a dispute (exclusions), not in a ring
 	incarnation uint64
 	restarts    uint64
 }
@@ -105,7 +107,8 @@ type Mesh struct {
 	hash        string
 	prevHash    string
 	inner       uint32
-	established bool // took part in a completed ring, or synced from peers
+	established bool              // took part in a completed ring, or synced from peers
+	line        map[uint64]string // this node's line: the hashes of its recent steps (meshLineDepth)
 
 	peers      map[PeerID]*meshPeer
 	ag         meshAgreement
@@ -235,7 +238,7 @@ func (m *Mesh) onRestart(id PeerID, p *meshPeer, inc uint64) {
 	p.votes = nil
 	p.restarts++
 	if _, in := m.ag.known[id]; in {
-		m.ag.excluded[id] = true
+		m.exclude(id)
 	}
 }
 
@@ -253,7 +256,7 @@ func (m *Mesh) onHeartbeat(id PeerID, p *meshPeer, msg Message) {
 		// It gave up this step (a stale heartbeat from before it synced
 		// into the step names another model, and is ignored).
 		if _, in := m.ag.known[id]; in && msg.Step == m.ag.step && msg.Hash == m.ag.hash {
-			m.ag.excluded[id] = true
+			m.exclude(id)
 		}
 	}
 }
@@ -297,7 +300,7 @@ func (m *Mesh) markDead(id PeerID, p *meshPeer) {
 		m.out.Dead = append(m.out.Dead, id)
 	}
 	if _, in := m.ag.known[id]; in || p.step == m.step {
-		m.ag.excluded[id] = true
+		m.exclude(id)
 	}
 }
 
@@ -352,7 +355,7 @@ func (m *Mesh) ReportFailure(step uint64, peer PeerID) {
 	// A peer already voting in a later round of this step did not fail: it
 	// left the ring for a reason its vote carries.
 	if v := m.latestVote(peer); peer != m.cfg.ID && (v == nil || v.round <= m.ag.round) {
-		m.ag.excluded[peer] = true
+		m.exclude(peer)
 	}
 	m.ring = nil
 	m.setState(StateAgreeing)
@@ -395,6 +398,16 @@ func (m *Mesh) SyncFailed() {
 }
 
 func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
+	if m.line == nil || step != m.step+1 || prevHash != m.hash || m.hash == "" {
+		m.line = make(map[uint64]string) // a new line (fetched or adopted)
+	}
+	m.line[step] = hash
+	if step > 0 && prevHash != "" {
+		m.line[step-1] = prevHash
+	}
+	if step >= meshLineDepth {
+		delete(m.line, step-meshLineDepth)
+	}
 	m.step, m.hash, m.prevHash = step, hash, prevHash
 	m.inner = 0
 	m.established = true
@@ -403,6 +416,10 @@ func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	m.setState(StateTraining)
 	m.heartbeat()
 }
+
+// meshLineDepth is how many steps of its own line a node remembers: peers
+// left behind on it are not another side to adopt (checkMember).
+const meshLineDepth = 64
 
 // Leave broadcasts a Leave message; peers drop this node at once. The mesh
 // does nothing after it.

@@ -83,6 +83,9 @@ type simNet struct {
 	// returns (an attacker's messages; every copy reaches every peer, as
 	// gossip forwards them).
 	tamper func(from PeerID, msg Message) []Message
+	// byzantine are the tampering nodes: rings of theirs alone (a fork of
+	// their own) are not checked.
+	byzantine []PeerID
 	// equivocations: what each node reported.
 	equivocations map[PeerID][]Equivocation
 	sentMsgs      [msgTypeEnd]int // messages published, by type
@@ -451,7 +454,7 @@ func (s *simNet) checkSafety() {
 	}
 	d := s.done[len(s.done)-1]
 	for _, o := range s.done[:len(s.done)-1] {
-		if o.step != d.step || o.ring.ID == d.ring.ID {
+		if o.step != d.step || o.ring.ID == d.ring.ID || s.forked(o.ring) || s.forked(d.ring) {
 			continue
 		}
 		if !s.partitioned && s.falseDead == 0 {
@@ -467,6 +470,16 @@ func (s *simNet) checkSafety() {
 			}
 		}
 	}
+}
+
+// forked: every member of r is byzantine.
+func (s *simNet) forked(r Ring) bool {
+	for _, id := range r.Members {
+		if !slices.Contains(s.byzantine, id) {
+			return false
+		}
+	}
+	return len(s.byzantine) > 0
 }
 
 // converged: every up node holds the same model and is a member again.
@@ -573,5 +586,96 @@ func TestSimEquivocation(t *testing.T) {
 	h.runUntil(6000, "4 steps done", func() bool { return len(h.done) >= 4 })
 	if len(h.equivocations) != 0 {
 		t.Fatalf("honest nodes reported %v", h.equivocations)
+	}
+}
+
+// simAccuse makes every vote of the attackers name accuse(attacker) in its
+// X (and leave them out of its members), rounds ahead by ahead: a member
+// that follows the protocol but lies about who failed.
+func (s *simNet) simAccuse(attackers []PeerID, ahead uint32, accuse func(PeerID) []PeerID) {
+	s.byzantine = attackers
+	s.tamper = func(from PeerID, msg Message) []Message {
+		if !slices.Contains(attackers, from) || msg.Type != MsgPropose {
+			return []Message{msg}
+		}
+		x := accuse(from)
+		msg.Excluded = slices.Sorted(slices.Values(append(slices.Clone(msg.Excluded), x...)))
+		msg.Excluded = slices.Compact(msg.Excluded)
+		msg.Members = slices.DeleteFunc(slices.Clone(msg.Members), func(mb Member) bool { return slices.Contains(x, mb.ID) })
+		msg.Links = nil
+		msg.Round = min(msg.Round+ahead, MaxRound)
+		return []Message{msg}
+	}
+}
+
+// TestSimFalseAccusers: members that name honest peers in the X of every
+// vote (under a union of the votes' X, one such member accusing all others
+// trained every step alone and the others fetched its model). An accuser
+// that names several live peers is excluded alone; one that names a single
+// live peer takes it out of the step with itself, so f accusers cost a step
+// at most f honest members; the run goes on at full pace.
+func TestSimFalseAccusers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		k, f  int
+		ahead uint32
+		one   bool // each attacker accuses one honest peer (else all)
+		// minHonest: honest members of every ring after the first steps
+		minHonest int
+	}{
+		{name: "1of4-accuses-all", k: 4, f: 1, minHonest: 3},
+		{name: "1of4-accuses-all-rounds-ahead", k: 4, f: 1, ahead: 3, minHonest: 3},
+		{name: "1of4-accuses-one", k: 4, f: 1, one: true, minHonest: 2},
+		{name: "3of8-accuse-all", k: 8, f: 3, minHonest: 5},
+		{name: "3of8-accuse-one-each", k: 8, f: 3, one: true, minHonest: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSimNet(t, 31)
+			s.addN(tc.k, nil)
+			honest, bad := s.ids[:tc.k-tc.f], s.ids[tc.k-tc.f:]
+			s.simAccuse(bad, tc.ahead, func(from PeerID) []PeerID {
+				if !tc.one {
+					return honest
+				}
+				return []PeerID{honest[slices.Index(bad, from)]}
+			})
+			s.runUntil(20000, "honest members at step 20", func() bool {
+				for _, id := range honest {
+					if st, _ := s.nodes[id].m.Model(); st < 20 {
+						return false
+					}
+				}
+				return true
+			})
+			honestRings := map[uint64]int{}
+			for _, d := range s.done {
+				if s.forked(d.ring) {
+					continue
+				}
+				n := 0
+				for _, id := range d.ring.Members {
+					if slices.Contains(honest, id) {
+						n++
+					}
+				}
+				if n < tc.minHonest && d.step >= 2 {
+					t.Fatalf("step %d ring %v holds %d honest members, want ≥ %d", d.step, d.ring.Members, n, tc.minHonest)
+				}
+				honestRings[d.step]++
+			}
+			for st := uint64(0); st < 20; st++ {
+				if honestRings[st] != 1 {
+					t.Fatalf("step %d: %d rings with honest members, want 1", st, honestRings[st])
+				}
+			}
+			// The pace: a clean run of k members, same seed.
+			c := newSimNet(t, 31)
+			c.addN(tc.k, nil)
+			c.runUntil(20000, "20 steps done", func() bool { return len(c.done) >= 20 })
+			if s.now > c.now*5/4 {
+				t.Fatalf("20 steps took %d ticks, %d without attackers", s.now, c.now)
+			}
+			t.Logf("20 steps in %d ticks; last ring %v", s.now, s.done[len(s.done)-1].ring.Members)
+		})
 	}
 }
