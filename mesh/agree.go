@@ -19,6 +19,7 @@ type meshAgreement struct {
 	excluded   map[PeerID]bool           // X: local and what the accusations add (exclusions)
 	accusedAt  uint64                    // tick this node first found itself excluded by accusations
 	disputants map[PeerID]bool           // peers excluded by a dispute (exclusions)
+	inflated   map[PeerID]bool           // peers that voted far above the round floor (onPropose)
 	anyVote    bool                      // some peer voted in this step
 	maxRound   uint32                    // highest round seen in this step
 
@@ -36,7 +37,7 @@ func (m *Mesh) resetAgreement() {
 		step: m.step, hash: m.hash,
 		known: make(map[PeerID]uint32), local: make(map[PeerID]bool),
 		accused: make(map[meshAccusation]uint32), excluded: make(map[PeerID]bool),
-		disputants: make(map[PeerID]bool),
+		disputants: make(map[PeerID]bool), inflated: make(map[PeerID]bool),
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
 		p := m.peers[id]
@@ -77,6 +78,14 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	}
 	if p.equivocated {
 		return // its votes count for nothing; it is out of every step
+	}
+	if v.step == m.ag.step && v.hash == m.ag.hash && m.hash != "" && v.round > m.roundFloor()+meshRoundSlack {
+		// A member taking everyone to MaxRound, where nobody can vote
+		// again in the step: no honest node gets that far above the
+		// rounds of the others. Out of the step, its word void.
+		m.ag.inflated[id] = true
+		m.exclude(id)
+		return
 	}
 	if msg.Step >= p.step { // else a late copy: the peer moved on
 		p.state, p.step, p.hash = StateAgreeing, msg.Step, msg.Hash
@@ -188,13 +197,23 @@ func (m *Mesh) exclusions() {
 		n++
 	}
 	accusers := make(map[PeerID]int)
+	void := func(by PeerID) bool {
+		// proven to break the protocol, or gone (dead, left, restarted,
+		// sitting the step out, silent): a gone accuser no longer
+		// re-broadcasts its vote, so nodes that missed it would never
+		// converge with those that heard it
+		return by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by))
+	}
 	for a := range ag.accused {
-		if a.by != a.of && !m.isEquivocator(a.by) {
+		if a.by != a.of && !void(a.by) {
 			accusers[a.of]++
 		}
 	}
 	disputes := make(map[PeerID][]PeerID) // accuser → accused who dispute it
 	for a, r := range ag.accused {
+		if void(a.by) {
+			continue
+		}
 		if accusers[a.of] > (n-1)/2 || a.by != m.cfg.ID && ag.local[a.of] {
 			continue // confirmed
 		}
@@ -214,10 +233,41 @@ func (m *Mesh) exclusions() {
 		}
 	}
 	for a := range ag.accused {
-		if _, disputed := disputes[a.by]; !disputed && a.by != a.of {
+		if _, disputed := disputes[a.by]; !disputed && a.by != a.of && !void(a.by) {
 			ag.excluded[a.of] = true
 		}
 	}
+}
+
+// meshRoundSlack is how far above the round floor an honest vote may be
+// (a node that timed out rounds alone, unheard); a vote beyond it excludes
+// its voter from the step (onPropose).
+const meshRoundSlack = 16
+
+// roundFloor is the highest round that more than f = ⌊(n−1)/2⌋ voters of
+// this step reached (the (f+1)-th highest latest round): a round some
+// honest voter reached. A vote far above it is a member taking everyone to
+// MaxRound, where nobody can vote again in the step (onPropose).
+func (m *Mesh) roundFloor() uint32 {
+	var rounds []uint32
+	if m.ag.voted {
+		rounds = append(rounds, m.ag.round)
+	}
+	for id := range m.peers {
+		if v := m.latestVote(id); v != nil && !m.isEquivocator(id) {
+			rounds = append(rounds, v.round)
+		}
+	}
+	if len(rounds) == 0 {
+		return 0
+	}
+	n := len(m.ag.known)
+	if _, in := m.ag.known[m.cfg.ID]; !in {
+		n++
+	}
+	slices.Sort(rounds)
+	slices.Reverse(rounds)
+	return rounds[min((n-1)/2, len(rounds)-1)]
 }
 
 // isEquivocator reports whether id was caught voting twice in one round.
@@ -500,7 +550,7 @@ func (m *Mesh) decide() {
 	for id, p := range m.peers {
 		if _, in := slices.BinarySearchFunc(m.ag.vote, id, meshCmpMember); in {
 			p.disputeRun = 0
-		} else if m.ag.disputants[id] {
+		} else if m.ag.disputants[id] || m.ag.inflated[id] {
 			p.disputeRun = min(p.disputeRun+1, 10)
 			p.noWaitEnd = m.ag.step + 1 + 1<<(p.disputeRun-1)
 		}

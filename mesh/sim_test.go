@@ -625,6 +625,8 @@ func TestSimFalseAccusers(t *testing.T) {
 	}{
 		{name: "1of4-accuses-all", k: 4, f: 1, minHonest: 3},
 		{name: "1of4-accuses-all-rounds-ahead", k: 4, f: 1, ahead: 3, minHonest: 3},
+		{name: "1of4-accuses-one-max-round", k: 4, f: 1, ahead: MaxRound, one: true, minHonest: 3},
+		{name: "1of4-accuses-all-max-round", k: 4, f: 1, ahead: MaxRound, minHonest: 3},
 		{name: "1of4-accuses-one", k: 4, f: 1, one: true, minHonest: 2},
 		{name: "3of8-accuse-all", k: 8, f: 3, minHonest: 5},
 		{name: "3of8-accuse-one-each", k: 8, f: 3, one: true, minHonest: 2},
