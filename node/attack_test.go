@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
@@ -143,5 +146,49 @@ func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what str
 			t.Fatalf("%s excluded %+v, want the %s %s", n.self, ex, what, bad.host.ID())
 		}
 		t.Logf("%s: %s", n.self, ex[0].Evidence)
+	}
+}
+
+// TestFalseReportExcludesOwner: one owner publishes verdict reports that
+// state twice the norm of every other member's contribution. Each honest
+// member checks its own entry against what it sent, excludes the owner with
+// the signed report as evidence, and the honest three end with one model;
+// their /v1/status shows what the honest owners reported of their
+// contributions.
+func TestFalseReportExcludesOwner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4 nodes, 4 outer steps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const k, steps = 4, 4
+	nodes := robustNodes(ctx, t, k, steps, "report-test")
+	bad := nodes[k-1]
+	bad.reportTamper = func(r *ownerReport) {
+		for _, s := range r.Segments {
+			for i := range s.Members {
+				s.Members[i].NormSq *= 2
+			}
+		}
+	}
+	runHonest(ctx, t, nodes)
+	honest := nodes[:k-1]
+	checkHonest(t, honest, bad, steps, "false reporter")
+	for _, n := range honest {
+		if ev := n.host.Excluded()[0].Evidence; !strings.Contains(ev, "verdict report") {
+			t.Fatalf("%s excluded the reporter for %q, want its verdict report", n.self, ev)
+		}
+		c := n.board.snapshot().Contribution
+		if c == nil || c.Step != steps || len(c.Owners) != len(honest)-1 {
+			t.Fatalf("%s: contribution report %+v, want step %d from the %d other honest owners", n.self, c, steps, len(honest)-1)
+		}
+		for _, o := range c.Owners {
+			if o.Owner == string(bad.self) || o.Segments == 0 || !(o.Norm > 0) || o.MinClip <= 0 || o.MinClip > 1 || o.Rejected != 0 {
+				t.Fatalf("%s: owner report %+v", n.self, o)
+			}
+		}
+		if got := testutil.ToFloat64(n.met.reports.WithLabelValues("false")); got != 1 {
+			t.Fatalf("%s counted %g false reports, want 1", n.self, got)
+		}
 	}
 }

@@ -38,13 +38,7 @@ func auditRate(k int) float64 { return 1 / float64(max(k, 1)) }
 // its dice say so. cfg is the attempt's configuration, res its result.
 func (n *Node) spotCheck(ctx context.Context, rg *mesh.Ring, cfg collective.ScatterConfig, res collective.ScatterResult) {
 	self := rg.Rank(n.self)
-	owners := cfg.Owners
-	if owners == nil {
-		owners = make([]int, len(rg.Members))
-		for i := range owners {
-			owners[i] = i
-		}
-	}
+	owners := segmentOwners(rg)
 	var others []int // segments owned by another member
 	for seg, o := range owners {
 		if o != self {

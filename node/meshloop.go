@@ -34,6 +34,10 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 			if !ok {
 				return
 			}
+			if len(msg.Data) > 0 && msg.Data[0] == reportWire {
+				n.onReport(mesh.PeerID(msg.From.String()), msg.Data)
+				break
+			}
 			mm, err := mesh.Decode(msg.Data)
 			if err == nil && mm.From != mesh.PeerID(msg.From.String()) {
 				err = errSpoofed

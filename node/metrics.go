@@ -35,6 +35,7 @@ type metrics struct {
 	robustFlags   *prometheus.CounterVec
 	exclusions    prometheus.Counter
 	audits        *prometheus.CounterVec
+	reports       *prometheus.CounterVec
 }
 
 // durationBuckets spans 1 ms to ≈ 35 min: a tiny model's all-reduce on
@@ -57,6 +58,7 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 		ckptSeconds:   f.histogram("intellect_checkpoint_duration_seconds", "Wall time of writing a checkpoint to disk."),
 		ckptFailures:  f.counter("intellect_checkpoint_failures_total", "Checkpoint writes that failed."),
 		exclusions:    f.counter("intellect_peer_exclusions_total", "Peers this node excluded from the run on evidence of misbehaviour (robust averaging)."),
+		reports:       f.counterVec("intellect_verdict_reports_total", "Segment owners' verdict reports of this node's contributions (robust averaging), by result: consistent, false (the owner is excluded).", "result"),
 		audits:        f.counterVec("intellect_audits_total", "Spot checks of other members' segments by this node (robust averaging), by result: passed, failed (the owner is excluded), unanswered.", "result"),
 		robustFlags:   f.counterVec("intellect_robust_flags_total", "Chunks of other members' contributions this node's segments clipped hard or rejected (robust averaging).", "verdict"),
 	}
@@ -65,6 +67,9 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 	}
 	for _, v := range []string{"passed", "failed", "unanswered"} {
 		m.audits.WithLabelValues(v)
+	}
+	for _, v := range []string{"consistent", "false"} {
+		m.reports.WithLabelValues(v)
 	}
 	for _, c := range []string{"peer", "timeout", "canceled", "other"} {
 		m.arFailures.WithLabelValues(c) // present at 0, so rates and alerts work from the start

@@ -33,6 +33,9 @@ type Node struct {
 	sc   *scatter.Service
 	// offences: members whose contributions this node's segments flagged.
 	offences offenceLog
+	// reports: what this node sent in its last attempts, to check the
+	// owners' verdict reports (report.go).
+	reports reportBook
 	// tamper, set by tests only, wraps the reducer: an attacking member.
 	tamper func(reducer) reducer
 	// auditAlways, set by tests only: audit every owner after every step.
@@ -42,16 +45,19 @@ type Node struct {
 	// scatterWrap, set by tests only, wraps the direct scatter's
 	// transport: an attacking segment owner.
 	scatterWrap func(collective.MeshTransport) collective.MeshTransport
-	ckpt        *ckpt.Server
-	engine      train.Engine
-	data        train.Source
-	run         *runManifest  // the run manifest, fixed by New
-	opts        train.Options // the manifest's training options (Worker: 0)
-	mserv       *p2p.ManifestServer
-	board       board
-	api         *api
-	met         *metrics
-	self        mesh.PeerID
+	// reportTamper, set by tests only, changes this node's verdict reports
+	// before they are published (a lying owner).
+	reportTamper func(*ownerReport)
+	ckpt         *ckpt.Server
+	engine       train.Engine
+	data         train.Source
+	run          *runManifest  // the run manifest, fixed by New
+	opts         train.Options // the manifest's training options (Worker: 0)
+	mserv        *p2p.ManifestServer
+	board        board
+	api          *api
+	met          *metrics
+	self         mesh.PeerID
 
 	cred credentials // the key or ticket this node joins its run with (admission.go)
 
@@ -281,6 +287,10 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.host.SetValidator(func(from peer.ID, data []byte) bool {
+		if len(data) > 0 && data[0] == reportWire {
+			_, err := decodeReport(data)
+			return err == nil
+		}
 		m, err := mesh.Decode(data)
 		return err == nil && m.From == mesh.PeerID(from.String())
 	})

@@ -43,6 +43,8 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 		return stats, attemptErr(actx, err)
 	}
 	n.noteVerdicts(rg, res)
+	n.publishReport(ctx, rg, res.Owned)
+	n.noteSent(rg, segmentOwners(rg), res)
 	n.sc.Keep(rg.ID, res.Owned)
 	n.spotCheck(ctx, rg, cfg, res)
 	return stats, nil
@@ -50,6 +52,18 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 
 func (r scatterReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
 	return ringReducer(r).failed(rg, err)
+}
+
+// segmentOwners returns the member index owning each segment of rg.
+func segmentOwners(rg *mesh.Ring) []int {
+	if rg.Owners != nil {
+		return rg.Owners
+	}
+	owners := make([]int, len(rg.Members))
+	for i := range owners {
+		owners[i] = i
+	}
+	return owners
 }
 
 // scatterConfig is the direct scatter's configuration of a node running

@@ -36,6 +36,9 @@ type Status struct {
 	// Excluded lists the peers this node excluded from the run, with the
 	// evidence (robust averaging: flagged again and again, a weight over H).
 	Excluded []p2p.Excluded `json:"excluded,omitempty"`
+	// Contribution is what the segment owners of the last step reported
+	// of this node's contribution (robust averaging: norm, clip, flags).
+	Contribution *ContributionReport `json:"contribution,omitempty"`
 	// TokensBySource counts the training tokens this node drew from each
 	// source of its data (mixture component) since it started.
 	TokensBySource map[string]int64 `json:"tokens_by_source,omitempty"`

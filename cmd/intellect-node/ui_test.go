@@ -132,6 +132,7 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	b.waitPage(t, "a ring of 3", `document.getElementById("cards").innerText.toLowerCase().includes("members\n3")`, 90*time.Second)
 	b.waitPage(t, "plots of the network", plotsHavePoints(3), 30*time.Second)
+	b.waitPage(t, "what the owners did with this node's update", `/my update\nclip [0-9.]+ · factor [0-9.]+/.test(document.getElementById("cards").innerText.toLowerCase())`, 30*time.Second)
 	b.waitPage(t, "the ring of 3 with this node's links", `document.getElementById("ring").innerText.includes("(this node)") && (document.getElementById("ring").innerText.match(/ ms/g) || []).length >= 2`, 30*time.Second)
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Fatalf("console errors with 3 nodes:\n%s", strings.Join(errs, "\n"))

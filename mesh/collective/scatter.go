@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 )
@@ -132,6 +133,34 @@ type SegmentReport struct {
 	Inputs [][]byte
 }
 
+// MessageNorm returns the L2 norm of the values of one int8 chunk message
+// (header, table, codes) as an owner's Verdict.Norm states it, bit for
+// bit: float64 squares of the table entries summed in code order, +Inf
+// for a non-finite table. ok is false if msg is not such a message.
+func MessageNorm(msg []byte) (norm float32, ok bool) {
+	n, ok := chunkMsgLen(msg)
+	if !ok || n != len(msg) || len(msg) < chunkHeaderSize+int8TableSize || Codec(msg[0]) != CodecInt8 {
+		return 0, false
+	}
+	return messageNorm(msg), true
+}
+
+// messageNorm is MessageNorm of a well-formed message.
+func messageNorm(msg []byte) float32 {
+	var t [256]float32
+	var sq [256]float64
+	p := msg[chunkHeaderSize:]
+	for b := range t {
+		t[b] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*b:]))
+	}
+	squares(&sq, &t)
+	n := math.Sqrt(sumSquares(&sq, p[int8TableSize:]))
+	if math.IsNaN(n) || math.IsInf(n, 0) {
+		return float32(math.Inf(1))
+	}
+	return float32(n)
+}
+
 // ChunkInputs returns the k members' messages of chunk c as the owner
 // combined them (sub-slices of Inputs), or nil if the report holds no
 // such chunk.
@@ -186,6 +215,10 @@ type ScatterResult struct {
 	// each result message it received from it (its own segment's result
 	// included): Sent and Got are commitChunks of them.
 	SentChunks, GotChunks [][]Commitment
+	// SentNorms holds, index shard·o + segment, the norm of each chunk
+	// this member sent as its owner's verdict states it (MessageNorm):
+	// what an owner's published norms are checked against.
+	SentNorms [][]float32
 }
 
 // ScatterAllReduce replaces, on every member of an attempt of k =
@@ -236,6 +269,7 @@ func ScatterAllReduce(ctx context.Context, tr MeshTransport, rank int, weights [
 		res.Sent = append(res.Sent, r.sentHash...)
 		res.Got = append(res.Got, r.gotHash...)
 		res.SentChunks = append(res.SentChunks, r.sentChunks...)
+		res.SentNorms = append(res.SentNorms, r.sentNorms...)
 		res.GotChunks = append(res.GotChunks, r.gotChunks...)
 		if r.owned != nil {
 			res.Owned = append(res.Owned, *r.owned)

@@ -192,3 +192,38 @@ func benchScatter(b *testing.B, ctx context.Context, xs, dst [][]float32, w []fl
 	}
 	return res[0].Stats.BytesSent
 }
+
+// BenchmarkSentNorm prices ScatterResult.SentNorms: per chunk of the
+// default size, a member's MessageNorm of what it sent against the int8
+// encoding of that chunk it does anyway, interleaved in one loop; it
+// reports both and their ratio.
+func BenchmarkSentNorm(b *testing.B) {
+	n := DefaultChunkElems
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	msg := make([]byte, CodecInt8.msgSize(n))
+	putHeader(msg, chunkHeader{codec: CodecInt8, n: uint32(n)})
+	var qz quantizer
+	var tab [256]float32
+	var enc, nrm time.Duration
+	var sink float32
+	for b.Loop() {
+		t0 := time.Now()
+		if err := qz.encodeInt8Scanned(msg[chunkHeaderSize:], &tab, x, prepScan(x, nil, 1)); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		v, _ := MessageNorm(msg)
+		sink += v
+		enc, nrm = enc+t1.Sub(t0), nrm+time.Since(t1)
+	}
+	if sink < 0 {
+		b.Fatal("negative norm")
+	}
+	b.ReportMetric(float64(enc.Nanoseconds())/float64(b.N)/float64(n), "encode-ns/value")
+	b.ReportMetric(float64(nrm.Nanoseconds())/float64(b.N)/float64(n), "norm-ns/value")
+	b.ReportMetric(float64(nrm)/float64(enc), "norm/encode")
+}

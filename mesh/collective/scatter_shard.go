@@ -32,6 +32,7 @@ type scatterShard struct {
 	gotHash  []Commitment // per segment: the result this member received
 	// Per segment and chunk: the same, chunk by chunk.
 	sentChunks, gotChunks [][]Commitment
+	sentNorms             [][]float32 // per segment and chunk: the norm an owner finds (MessageNorm)
 	owned                 *SegmentReport
 
 	mu         sync.Mutex
@@ -57,6 +58,7 @@ func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
 	}
 	r.enc = make([]byte, r.segOff[o])
 	r.sentChunks, r.gotChunks = make([][]Commitment, o), make([][]Commitment, o)
+	r.sentNorms = make([][]float32, o)
 	return r
 }
 
@@ -151,6 +153,15 @@ func (r *scatterShard) encode() error {
 		}
 		r.sentHash[j] = commitChunks(r.sentChunks[j])
 		close(r.ready[j])
+	}
+	// The norms an owner will state (ScatterResult.SentNorms), while the
+	// segments are on their way: not before the first send.
+	for j := range o {
+		r.sentNorms[j] = make([]float32, r.chunks(j))
+		for c := range r.sentNorms[j] {
+			_, _, mlo, mhi := r.chunk(j, c)
+			r.sentNorms[j][c] = messageNorm(r.enc[mlo:mhi])
+		}
 	}
 	return nil
 }

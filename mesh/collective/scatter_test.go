@@ -139,7 +139,54 @@ func TestScatterCommitmentsAudit(t *testing.T) {
 	for j := range k {
 		for s := range cfg.Shards {
 			auditSegment(t, xs, w, cfg, recs, sr.res, j, s)
+			checkSentNorms(t, sr.res, k, j, s)
 		}
+	}
+}
+
+// checkSentNorms: the norm owner j states for each member's chunk of shard
+// s is, bit for bit, the one the member computed of what it sent
+// (ScatterResult.SentNorms: what a published norm is checked against).
+func checkSentNorms(t *testing.T, res []ScatterResult, k, j, s int) {
+	t.Helper()
+	rep := res[j].Owned[s]
+	for i := range k {
+		norms := res[i].SentNorms[s*k+j]
+		if len(norms) != len(rep.Verdicts) {
+			t.Fatalf("member %d: %d norms for owner %d's %d chunks", i, len(norms), j, len(rep.Verdicts))
+		}
+		for c, v := range rep.Verdicts {
+			if math.Float32bits(v[i].Norm) != math.Float32bits(norms[c]) {
+				t.Fatalf("owner %d shard %d chunk %d member %d: verdict norm %v, member's %v", j, s, c, i, v[i].Norm, norms[c])
+			}
+		}
+	}
+}
+
+func TestMessageNorm(t *testing.T) {
+	x := []float32{3, -4, 0, 12}
+	msg := make([]byte, CodecInt8.msgSize(len(x)))
+	var qz quantizer
+	var tab [256]float32
+	if err := qz.encodeInt8Scanned(msg[chunkHeaderSize:], &tab, x, prepScan(x, nil, 1)); err != nil {
+		t.Fatal(err)
+	}
+	putHeader(msg, chunkHeader{codec: CodecInt8, n: uint32(len(x))})
+	got, ok := MessageNorm(msg)
+	dec := make([]float32, len(x))
+	decodeInt8Set(dec, &tab, msg[chunkHeaderSize+int8TableSize:])
+	if want := float32(norm(dec)); !ok || got != want || math.Abs(float64(got)-13) > 0.2 {
+		t.Fatalf("MessageNorm = %v, %v; want %v ≈ 13", got, ok, want)
+	}
+	for _, bad := range [][]byte{nil, msg[:5], msg[:len(msg)-1], append(slices.Clone(msg), 0)} {
+		if _, ok := MessageNorm(bad); ok {
+			t.Fatalf("MessageNorm accepted %d bytes", len(bad))
+		}
+	}
+	inf := slices.Clone(msg)
+	binary.LittleEndian.PutUint32(inf[chunkHeaderSize+4*int(inf[len(inf)-1]):], math.Float32bits(float32(math.NaN())))
+	if n, ok := MessageNorm(inf); !ok || !math.IsInf(float64(n), 1) {
+		t.Fatalf("non-finite table: MessageNorm = %v, %v; want +Inf", n, ok)
 	}
 }
 

@@ -1,0 +1,149 @@
+package node
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/collective"
+)
+
+func testReport() ownerReport {
+	return ownerReport{Ring: "ring-1", Step: 7, Segments: []reportSegment{
+		{Shard: 0, Segment: 1, Chunks: 2, Members: []reportMember{
+			{NormSq: 4, MinClip: 1, MinFactor: 0.5}, {NormSq: 9, MinClip: 0.25, MinFactor: 1, Hard: 1},
+			{NormSq: math.Inf(1), Rejected: 2}}},
+		{Shard: 1, Segment: 1, Chunks: 1, Members: []reportMember{
+			{NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: 2, MinClip: 1, MinFactor: 1}, {NormSq: 3, MinClip: 1, MinFactor: 1}}},
+	}}
+}
+
+func TestReportRoundTrip(t *testing.T) {
+	r := testReport()
+	b, err := encodeReport(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeReport(b)
+	if err != nil || !reflect.DeepEqual(got, r) {
+		t.Fatalf("decode = %+v, %v; want %+v", got, err, r)
+	}
+	for i := range b { // every cut is an error, never a panic
+		if _, err := decodeReport(b[:i]); err == nil {
+			t.Fatalf("a report cut at %d of %d bytes decoded", i, len(b))
+		}
+	}
+	bad := testReport()
+	bad.Segments[0].Members[0].NormSq = math.NaN()
+	if _, err := encodeReport(bad); err == nil {
+		t.Fatal("a NaN norm encoded")
+	}
+	bad = testReport()
+	bad.Segments[0].Members[1].MinClip = 1.5
+	if _, err := encodeReport(bad); err == nil {
+		t.Fatal("a clip scale above 1 encoded")
+	}
+	if _, err := mesh.Decode(b); err == nil {
+		t.Fatal("a verdict report decodes as a mesh message")
+	}
+}
+
+// TestNewOwnerReport: the summary of an owner's segment report per member.
+func TestNewOwnerReport(t *testing.T) {
+	rg := &mesh.Ring{ID: "r", Step: 2, Members: []mesh.PeerID{"a", "b"}}
+	owned := []collective.SegmentReport{{Shard: 1, Segment: 0, Verdicts: [][]collective.Verdict{
+		{{Norm: 3, Clip: 1, Factor: 1}, {Norm: 1, Clip: 0.5, Factor: 0.75, Flag: collective.FlagHard}},
+		{{Norm: 4, Clip: 1, Factor: 0.5}, {Norm: float32(math.Inf(1)), Flag: collective.FlagRejected}},
+	}}}
+	r := newOwnerReport(rg, owned)
+	want := ownerReport{Ring: "r", Step: 3, Segments: []reportSegment{{Shard: 1, Segment: 0, Chunks: 2, Members: []reportMember{
+		{NormSq: 25, MinClip: 1, MinFactor: 0.5},
+		{NormSq: math.Inf(1), MinClip: 0, MinFactor: 0, Hard: 1, Rejected: 1},
+	}}}}
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("report %+v, want %+v", r, want)
+	}
+	if _, err := encodeReport(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReportBookCheck: a member's checks of the owners' reports, including
+// one that arrives before the member ended its attempt.
+func TestReportBookCheck(t *testing.T) {
+	norms := [][]float32{{1, 2}, {3}, {1}, {2, 2}} // shard·o + segment, o = 2
+	attempt := func() sentAttempt {
+		return sentAttempt{ring: "r", step: 5, members: []mesh.PeerID{"a", "b"}, owners: []int{0, 1}, rank: 1, norms: norms}
+	}
+	fromA := func(normSq float64, rejected uint32) ownerReport {
+		return ownerReport{Ring: "r", Step: 5, Segments: []reportSegment{{Shard: 0, Segment: 0, Chunks: 2,
+			Members: []reportMember{{NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: normSq, MinClip: 0.5, MinFactor: 1, Rejected: rejected}}}}}
+	}
+	var b reportBook
+	if ev, mine := b.check("a", fromA(5, 0)); mine || ev != "" {
+		t.Fatalf("a report before the attempt: %q, %v", ev, mine)
+	}
+	outs := b.noteSent(attempt())
+	if len(outs) != 1 || outs[0].from != "a" || outs[0].evidence != "" {
+		t.Fatalf("held report: %+v, want a consistent one from a", outs)
+	}
+	if c := b.lastReport(); c == nil || c.Step != 5 || len(c.Owners) != 1 || c.Owners[0].Norm != math.Sqrt(5) || c.Owners[0].MinClip != 0.5 {
+		t.Fatalf("contribution report %+v", c)
+	}
+	if _, mine := b.check("a", fromA(5, 0)); mine {
+		t.Fatal("a second report of one owner was checked")
+	}
+	for _, tc := range []struct {
+		name string
+		r    ownerReport
+		from mesh.PeerID
+		want string
+	}{
+		{"norm", fromA(5.5, 0), "a", "states a norm²"},
+		{"rejects a finite contribution", fromA(5, 1), "a", "rejects 1 chunks"},
+		{"not its segment", fromA(5, 0), "c", ""},
+		{"another owner's segment", func() ownerReport { r := fromA(5, 0); r.Segments[0].Segment = 1; return r }(), "a", "does not own"},
+		{"chunk count", func() ownerReport { r := fromA(5, 0); r.Segments[0].Chunks = 3; return r }(), "a", "chunks"},
+		{"member count", func() ownerReport {
+			r := fromA(5, 0)
+			r.Segments[0].Members = append(r.Segments[0].Members, reportMember{MinClip: 1, MinFactor: 1})
+			return r
+		}(), "a", "members"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b reportBook
+			b.noteSent(attempt())
+			ev, mine := b.check(tc.from, tc.r)
+			if tc.want == "" {
+				if mine || ev != "" {
+					t.Fatalf("checked: %q, %v", ev, mine)
+				}
+				return
+			}
+			if !mine || !strings.Contains(ev, tc.want) {
+				t.Fatalf("evidence %q, %v; want it to say %q", ev, mine, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzDecodeReport(f *testing.F) {
+	b, _ := encodeReport(testReport())
+	f.Add(b)
+	f.Add([]byte{reportWire})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeReport(data)
+		if err != nil {
+			return
+		}
+		again, err := encodeReport(r)
+		if err != nil {
+			t.Fatalf("a decoded report does not encode: %v", err)
+		}
+		if r2, err := decodeReport(again); err != nil || !reflect.DeepEqual(r2, r) {
+			t.Fatalf("re-encoded report decodes to %+v, %v", r2, err)
+		}
+	})
+}
