@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,47 @@ func TestFalseReportExcludesOwner(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(n.met.reports.WithLabelValues("false")); got != 1 {
 			t.Fatalf("%s counted %g false reports, want 1", n.self, got)
+		}
+	}
+}
+
+// TestFalseAccuserKeepsNobodyOut: one member names every other member in
+// the X of each of its votes (and leaves them out of its proposed ring).
+// Under the old union of the votes' X it trained each step alone and the
+// honest members fetched its model; now its accusations are disputed, it
+// sits out every step, and the honest three train on together with one
+// model, every step in one ring of the three.
+func TestFalseAccuserKeepsNobodyOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4 nodes, 4 outer steps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const k, steps = 4, 4
+	nodes := robustNodes(ctx, t, k, steps, "accuser-test")
+	bad := nodes[k-1]
+	var others []mesh.PeerID
+	for _, n := range nodes[:k-1] {
+		others = append(others, n.self)
+	}
+	slices.Sort(others)
+	bad.meshTamper = func(m *mesh.Message) {
+		if m.Type != mesh.MsgPropose {
+			return
+		}
+		m.Excluded = slices.Clone(others)
+		m.Members = slices.DeleteFunc(m.Members, func(mb mesh.Member) bool { return slices.Contains(others, mb.ID) })
+		m.Links = nil
+	}
+	runHonest(ctx, t, nodes)
+	honest := nodes[:k-1]
+	for _, n := range honest {
+		if n.model.hash != honest[0].model.hash || n.model.step != steps {
+			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
+		}
+		st := n.board.snapshot()
+		if len(st.Members) != len(honest) || slices.Contains(st.Members, string(bad.self)) {
+			t.Fatalf("%s: last ring %v, want the %d honest members", n.self, st.Members, len(honest))
 		}
 	}
 }

@@ -76,6 +76,9 @@ var errSpoofed = errors.New("node: mesh message From is not its signer")
 // carryOut does what one Ready asks, then advances the state machine.
 func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *slog.Logger) {
 	for _, msg := range rd.Messages {
+		if n.meshTamper != nil {
+			n.meshTamper(&msg)
+		}
 		b, err := mesh.Encode(msg)
 		if err != nil {
 			log.Warn("encode mesh message", "type", msg.Type, "err", err)

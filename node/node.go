@@ -48,16 +48,19 @@ type Node struct {
 	// reportTamper, set by tests only, changes this node's verdict reports
 	// before they are published (a lying owner).
 	reportTamper func(*ownerReport)
-	ckpt         *ckpt.Server
-	engine       train.Engine
-	data         train.Source
-	run          *runManifest  // the run manifest, fixed by New
-	opts         train.Options // the manifest's training options (Worker: 0)
-	mserv        *p2p.ManifestServer
-	board        board
-	api          *api
-	met          *metrics
-	self         mesh.PeerID
+	// meshTamper, set by tests only, changes this node's mesh messages
+	// before they are published (a member lying in its votes).
+	meshTamper func(*mesh.Message)
+	ckpt       *ckpt.Server
+	engine     train.Engine
+	data       train.Source
+	run        *runManifest  // the run manifest, fixed by New
+	opts       train.Options // the manifest's training options (Worker: 0)
+	mserv      *p2p.ManifestServer
+	board      board
+	api        *api
+	met        *metrics
+	self       mesh.PeerID
 
 	cred credentials // the key or ticket this node joins its run with (admission.go)
 
