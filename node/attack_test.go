@@ -73,13 +73,8 @@ func (f forgingOwner) Send(ctx context.Context, to, lane int, msg []byte) error 
 // catch it in an audit, exclude it with the evidence, and end with one
 // model.
 func TestAuditExcludesForgingOwner(t *testing.T) {
-	if testing.Short() {
-		t.Skip("4 nodes, 5 outer steps")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	const k, steps = 4, 5
-	nodes := robustNodes(ctx, t, k, steps, "audit-test")
+	ctx, nodes := attackNodes(t, k, steps, "audit-test")
 	bad := nodes[k-1]
 	sc := scatterConfig(bad.cfg)
 	if err := sc.Validate(); err != nil {
@@ -90,6 +85,18 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	checkHonest(t, honest, bad, steps, "forger")
+}
+
+// attackNodes is robustNodes for an attack test of 2 minutes at most,
+// skipped with -short.
+func attackNodes(t *testing.T, k int, steps uint64, run string) (context.Context, []*Node) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%d nodes, %d outer steps", k, steps)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, robustNodes(ctx, t, k, steps, run)
 }
 
 // robustNodes makes k in-process nodes of one run with robust averaging,
@@ -157,13 +164,8 @@ func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what str
 // their /v1/status shows what the honest owners reported of their
 // contributions.
 func TestFalseReportExcludesOwner(t *testing.T) {
-	if testing.Short() {
-		t.Skip("4 nodes, 4 outer steps")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	const k, steps = 4, 4
-	nodes := robustNodes(ctx, t, k, steps, "report-test")
+	ctx, nodes := attackNodes(t, k, steps, "report-test")
 	bad := nodes[k-1]
 	bad.reportTamper = func(r *ownerReport) {
 		for _, s := range r.Segments {
@@ -201,13 +203,8 @@ func TestFalseReportExcludesOwner(t *testing.T) {
 // sits out every step, and the honest three train on together with one
 // model, every step in one ring of the three.
 func TestFalseAccuserKeepsNobodyOut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("4 nodes, 4 outer steps")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	const k, steps = 4, 4
-	nodes := robustNodes(ctx, t, k, steps, "accuser-test")
+	ctx, nodes := attackNodes(t, k, steps, "accuser-test")
 	bad := nodes[k-1]
 	var others []mesh.PeerID
 	for _, n := range nodes[:k-1] {
