@@ -66,6 +66,9 @@ const (
 	// worker's own share of the coming average plus the others' shares
 	// predicted by the last update.
 	OverlapFromPredicted
+	// OverlapFromMidpoint: from (G_{t−1} + E)/2, halfway back from the
+	// worker's end to the last global model.
+	OverlapFromMidpoint
 )
 
 // DiLoCoRecord is the state after one outer step.
@@ -100,7 +103,7 @@ func RunDiLoCo(ctx context.Context, cfg DiLoCoConfig, data Source, each func(DiL
 	if len(cfg.Workers) < 1 || cfg.Inner < 1 || cfg.Outer < 1 {
 		return nil, fmt.Errorf("%w: diloco: %d workers, inner %d, outer %d", ErrConfig, len(cfg.Workers), cfg.Inner, cfg.Outer)
 	}
-	if cfg.OverlapStart < OverlapFromEnd || cfg.OverlapStart > OverlapFromPredicted {
+	if cfg.OverlapStart < OverlapFromEnd || cfg.OverlapStart > OverlapFromMidpoint {
 		return nil, fmt.Errorf("%w: diloco: overlap start %d", ErrConfig, cfg.OverlapStart)
 	}
 	if cfg.OverlapSteps < 0 || cfg.OverlapSteps > cfg.Inner {
@@ -236,6 +239,8 @@ func (d *diloco) start(w *Trainer) {
 			p[j] = d.last[j] + d.upd[j]
 		case OverlapFromPredicted:
 			p[j] = d.last[j] + (p[j]-d.last[j])/m + d.upd[j]*(m-1)/m
+		case OverlapFromMidpoint:
+			p[j] = d.last[j] + (p[j]-d.last[j])/2
 		}
 	}
 }

@@ -37,9 +37,10 @@ type sweepRun struct {
 	LR      float32 `json:"outer_lr"`                // DiLoCo outer learning rate
 	Mu      float32 `json:"outer_mu"`                // DiLoCo outer momentum
 	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
+	Beta1   float64 `json:"inner_beta1,omitempty"`   // inner AdamW β1; 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
 	// OverlapStart is where an overlapped worker computes its steps before
-	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict".
+	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid".
 	OverlapStart string `json:"overlap_start,omitempty"`
 	Codec        string `json:"codec"`            // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
 	Attack       string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
@@ -61,7 +62,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict]][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid]][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -115,6 +116,9 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	opts.TotalSteps = steps
 	if r.InnerLR > 0 {
 		opts.LR, opts.MinLR = r.InnerLR, r.InnerLR/10
+	}
+	if r.Beta1 > 0 {
+		opts.Beta1 = r.Beta1
 	}
 	res := sweepResult{Run: r, Seed: seed}
 	start := time.Now()
@@ -191,8 +195,10 @@ func overlapStart(s string) (train.OverlapStart, error) {
 		return train.OverlapFromExtrapolated, nil
 	case "predict":
 		return train.OverlapFromPredicted, nil
+	case "mid":
+		return train.OverlapFromMidpoint, nil
 	}
-	return 0, fmt.Errorf("overlap start %q: want end, prev, extrap or predict", s)
+	return 0, fmt.Errorf("overlap start %q: want end, prev, extrap, predict or mid", s)
 }
 
 // finalEvalBatches is the size of the final evaluation, in batches: the
@@ -292,6 +298,8 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				r.Mu = float32(f)
 			case "ilr":
 				r.InnerLR = f
+			case "b1":
+				r.Beta1 = f
 			case "ov":
 				r.Overlap = int(f)
 			case "f":
