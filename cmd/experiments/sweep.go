@@ -38,6 +38,7 @@ type sweepRun struct {
 	Mu      float32 `json:"outer_mu"`                // DiLoCo outer momentum
 	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
 	Beta1   float64 `json:"inner_beta1,omitempty"`   // inner AdamW β1; 0: the preset's
+	Warmup  int     `json:"inner_warmup,omitempty"`  // inner warmup steps; 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
 	// OverlapStart is where an overlapped worker computes its steps before
 	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid".
@@ -62,7 +63,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid]][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid]][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -119,6 +120,9 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	}
 	if r.Beta1 > 0 {
 		opts.Beta1 = r.Beta1
+	}
+	if r.Warmup > 0 {
+		opts.WarmupSteps = r.Warmup
 	}
 	res := sweepResult{Run: r, Seed: seed}
 	start := time.Now()
@@ -300,6 +304,8 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				r.InnerLR = f
 			case "b1":
 				r.Beta1 = f
+			case "wu":
+				r.Warmup = int(f)
 			case "ov":
 				r.Overlap = int(f)
 			case "f":
