@@ -69,6 +69,9 @@ const (
 	// OverlapFromMidpoint: from (G_{t−1} + E)/2, halfway back from the
 	// worker's end to the last global model.
 	OverlapFromMidpoint
+	// OverlapFromBeyond: from G_{t−1} + 1.5·(E − G_{t−1}), past the end
+	// along the worker's own last phase.
+	OverlapFromBeyond
 )
 
 // DiLoCoRecord is the state after one outer step.
@@ -103,7 +106,7 @@ func RunDiLoCo(ctx context.Context, cfg DiLoCoConfig, data Source, each func(DiL
 	if len(cfg.Workers) < 1 || cfg.Inner < 1 || cfg.Outer < 1 {
 		return nil, fmt.Errorf("%w: diloco: %d workers, inner %d, outer %d", ErrConfig, len(cfg.Workers), cfg.Inner, cfg.Outer)
 	}
-	if cfg.OverlapStart < OverlapFromEnd || cfg.OverlapStart > OverlapFromMidpoint {
+	if cfg.OverlapStart < OverlapFromEnd || cfg.OverlapStart > OverlapFromBeyond {
 		return nil, fmt.Errorf("%w: diloco: overlap start %d", ErrConfig, cfg.OverlapStart)
 	}
 	if cfg.OverlapSteps < 0 || cfg.OverlapSteps > cfg.Inner {
@@ -241,6 +244,8 @@ func (d *diloco) start(w *Trainer) {
 			p[j] = d.last[j] + (p[j]-d.last[j])/m + d.upd[j]*(m-1)/m
 		case OverlapFromMidpoint:
 			p[j] = d.last[j] + (p[j]-d.last[j])/2
+		case OverlapFromBeyond:
+			p[j] = d.last[j] + (p[j]-d.last[j])*1.5
 		}
 	}
 }

@@ -165,12 +165,12 @@ func TestDiLoCoOverlapStart(t *testing.T) {
 			t.Errorf("step %d: predicted start eval %.6f, blocking %.6f", i+1, predicted[i], blocking[i])
 		}
 	}
-	for _, s := range []OverlapStart{OverlapFromPrev, OverlapFromExtrapolated, OverlapFromMidpoint} {
+	for _, s := range []OverlapStart{OverlapFromPrev, OverlapFromExtrapolated, OverlapFromMidpoint, OverlapFromBeyond} {
 		if got, err := run(s, 2); err != nil || len(got) != 4 {
 			t.Errorf("start %d: %d records, %v", s, len(got), err)
 		}
 	}
-	if _, err := run(OverlapFromMidpoint+1, 1); err == nil {
+	if _, err := run(OverlapFromBeyond+1, 1); err == nil {
 		t.Error("unknown overlap start: no error")
 	}
 }

@@ -41,7 +41,7 @@ type sweepRun struct {
 	Warmup  int     `json:"inner_warmup,omitempty"`  // inner warmup steps; 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
 	// OverlapStart is where an overlapped worker computes its steps before
-	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid".
+	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid", "beyond".
 	OverlapStart string `json:"overlap_start,omitempty"`
 	Codec        string `json:"codec"`            // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
 	Attack       string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
@@ -63,7 +63,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid]][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid|beyond]][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -201,8 +201,10 @@ func overlapStart(s string) (train.OverlapStart, error) {
 		return train.OverlapFromPredicted, nil
 	case "mid":
 		return train.OverlapFromMidpoint, nil
+	case "beyond":
+		return train.OverlapFromBeyond, nil
 	}
-	return 0, fmt.Errorf("overlap start %q: want end, prev, extrap, predict or mid", s)
+	return 0, fmt.Errorf("overlap start %q: want end, prev, extrap, predict, mid or beyond", s)
 }
 
 // finalEvalBatches is the size of the final evaluation, in batches: the
