@@ -39,7 +39,40 @@ type DiLoCoConfig struct {
 	// new global model keeping its progress since (Rebase). Global model t
 	// is then made during phase t+1.
 	OverlapSteps int
+	// OverlapStart is where an overlapped worker computes the inner steps
+	// it makes before the rebase (the global model they will be applied to
+	// is not known yet); the zero value is OverlapFromEnd, what node/ does.
+	OverlapStart OverlapStart
 }
+
+// OverlapStart chooses the point at which an overlapped worker computes
+// its first OverlapSteps inner steps of a phase, before it rebases onto the
+// new global model G_t (the rebase keeps the progress made since that point,
+// so the point matters only through the gradients computed there). Every
+// choice uses only what the worker knows then: its own end E of the last
+// phase, the last global model G_{t−1} and the update u = G_{t−1} − G_{t−2}
+// that made it.
+type OverlapStart int
+
+const (
+	// OverlapFromEnd: from E, where the worker's last phase ended (node/).
+	OverlapFromEnd OverlapStart = iota
+	// OverlapFromPrev: from G_{t−1}, the same point for every worker.
+	OverlapFromPrev
+	// OverlapFromExtrapolated: from G_{t−1} + u, the same point for every
+	// worker (the last global update repeated).
+	OverlapFromExtrapolated
+	// OverlapFromPredicted: from G_{t−1} + (E − G_{t−1})/M + u·(M−1)/M, the
+	// worker's own share of the coming average plus the others' shares
+	// predicted by the last update.
+	OverlapFromPredicted
+	// OverlapFromMidpoint: from (G_{t−1} + E)/2, halfway back from the
+	// worker's end to the last global model.
+	OverlapFromMidpoint
+	// OverlapFromBeyond: from G_{t−1} + 1.5·(E − G_{t−1}), past the end
+	// along the worker's own last phase.
+	OverlapFromBeyond
+)
 
 // DiLoCoRecord is the state after one outer step.
 type DiLoCoRecord struct {
@@ -73,6 +106,9 @@ func RunDiLoCo(ctx context.Context, cfg DiLoCoConfig, data Source, each func(DiL
 	if len(cfg.Workers) < 1 || cfg.Inner < 1 || cfg.Outer < 1 {
 		return nil, fmt.Errorf("%w: diloco: %d workers, inner %d, outer %d", ErrConfig, len(cfg.Workers), cfg.Inner, cfg.Outer)
 	}
+	if cfg.OverlapStart < OverlapFromEnd || cfg.OverlapStart > OverlapFromBeyond {
+		return nil, fmt.Errorf("%w: diloco: overlap start %d", ErrConfig, cfg.OverlapStart)
+	}
 	if cfg.OverlapSteps < 0 || cfg.OverlapSteps > cfg.Inner {
 		return nil, fmt.Errorf("%w: diloco: overlap steps %d, want 0..H (%d)", ErrConfig, cfg.OverlapSteps, cfg.Inner)
 	}
@@ -99,6 +135,8 @@ type diloco struct {
 	outer  *Outer
 	theta0 []float32
 	ends   [][]float32 // overlapped: each worker's end of its last phase, the base of its rebase
+	last   []float32   // overlapped, OverlapStart ≠ OverlapFromEnd: G_{t−1}
+	upd    []float32   // ... and u = G_{t−1} − G_{t−2} (0 before there are two)
 	deltas [][]float32
 	avg    []float32
 }
@@ -152,6 +190,9 @@ func (d *diloco) overlapped(ctx context.Context, reduce Reducer, weights []float
 	for t := 0; t <= d.cfg.Outer; t++ {
 		rebase := t > 0
 		if t > 0 {
+			if d.cfg.OverlapStart != OverlapFromEnd {
+				d.remember()
+			}
 			// Global model t, from the average of phase t−1 (made here, before
 			// the workers run phase t: it depends on nothing they do now).
 			d.outer.Apply(d.theta0, d.theta0, d.avg)
@@ -172,6 +213,41 @@ func (d *diloco) overlapped(ctx context.Context, reduce Reducer, weights []float
 		}
 	}
 	return d.theta0, nil
+}
+
+// remember keeps G_{t−1} (d.theta0, before the outer step that makes G_t)
+// and the update that made it from G_{t−2}.
+func (d *diloco) remember() {
+	if d.last == nil {
+		d.last = append([]float32(nil), d.theta0...)
+		d.upd = make([]float32, len(d.theta0))
+		return
+	}
+	for j, g := range d.theta0 {
+		d.upd[j] = g - d.last[j]
+	}
+	copy(d.last, d.theta0)
+}
+
+// start moves overlapped worker w from E (its params) to the point chosen
+// by OverlapStart, which is then the base of its rebase.
+func (d *diloco) start(w *Trainer) {
+	p := w.Params()
+	m := float32(len(d.ws))
+	for j := range p {
+		switch d.cfg.OverlapStart {
+		case OverlapFromPrev:
+			p[j] = d.last[j]
+		case OverlapFromExtrapolated:
+			p[j] = d.last[j] + d.upd[j]
+		case OverlapFromPredicted:
+			p[j] = d.last[j] + (p[j]-d.last[j])/m + d.upd[j]*(m-1)/m
+		case OverlapFromMidpoint:
+			p[j] = d.last[j] + (p[j]-d.last[j])/2
+		case OverlapFromBeyond:
+			p[j] = d.last[j] + (p[j]-d.last[j])*1.5
+		}
+	}
 }
 
 // record reports global model t (d.theta0), which folds in `tokens`.
@@ -206,6 +282,10 @@ func (d *diloco) phase(ctx context.Context, weights []float32, tokens *int64, ov
 			if err := w.SetParams(d.theta0); err != nil {
 				return 0, err
 			}
+		}
+		if rebase && d.cfg.OverlapStart != OverlapFromEnd && d.cfg.OverlapSteps > 0 {
+			d.start(w)
+			d.ends[i] = append(d.ends[i][:0], w.Params()...)
 		}
 		for s := 1; s <= d.cfg.Inner; s++ {
 			if err := ctx.Err(); err != nil {

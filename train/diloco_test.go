@@ -139,3 +139,38 @@ func TestDiLoCoOverlapOneWorker(t *testing.T) {
 		}
 	}
 }
+
+// With one worker the predicted start is the worker's own end (its share of
+// the average is all of it), so it trains as blocking does; the other
+// starts are accepted, and an unknown one is refused.
+func TestDiLoCoOverlapStart(t *testing.T) {
+	o := testOptions(t)
+	o.GradAccum = 1
+	run := func(start OverlapStart, overlap int) ([]float64, error) {
+		var out []float64
+		cfg := DiLoCoConfig{Options: o, Workers: []uint64{4}, Inner: 4, Outer: 4, OuterLR: 1, OverlapSteps: overlap, OverlapStart: start}
+		_, err := RunDiLoCo(context.Background(), cfg, DefaultSource(), func(r DiLoCoRecord) { out = append(out, r.EvalLoss) })
+		return out, err
+	}
+	blocking, err := run(OverlapFromEnd, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	predicted, err := run(OverlapFromPredicted, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range blocking {
+		if math.Abs(predicted[i]-blocking[i]) > 1e-4*blocking[i] {
+			t.Errorf("step %d: predicted start eval %.6f, blocking %.6f", i+1, predicted[i], blocking[i])
+		}
+	}
+	for _, s := range []OverlapStart{OverlapFromPrev, OverlapFromExtrapolated, OverlapFromMidpoint, OverlapFromBeyond} {
+		if got, err := run(s, 2); err != nil || len(got) != 4 {
+			t.Errorf("start %d: %d records, %v", s, len(got), err)
+		}
+	}
+	if _, err := run(OverlapFromBeyond+1, 1); err == nil {
+		t.Error("unknown overlap start: no error")
+	}
+}

@@ -37,10 +37,15 @@ type sweepRun struct {
 	LR      float32 `json:"outer_lr"`                // DiLoCo outer learning rate
 	Mu      float32 `json:"outer_mu"`                // DiLoCo outer momentum
 	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
+	Beta1   float64 `json:"inner_beta1,omitempty"`   // inner AdamW β1; 0: the preset's
+	Warmup  int     `json:"inner_warmup,omitempty"`  // inner warmup steps; 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
-	Codec   string  `json:"codec"`                   // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
-	Attack  string  `json:"attack,omitempty"`        // DiLoCo: the last F workers attack (attack.go)
-	F       int     `json:"f,omitempty"`
+	// OverlapStart is where an overlapped worker computes its steps before
+	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid", "beyond".
+	OverlapStart string `json:"overlap_start,omitempty"`
+	Codec        string `json:"codec"`            // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
+	Attack       string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
+	F            int    `json:"f,omitempty"`
 }
 
 // sweepResult is one run of one seed.
@@ -58,7 +63,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid|beyond]][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -113,6 +118,12 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	if r.InnerLR > 0 {
 		opts.LR, opts.MinLR = r.InnerLR, r.InnerLR/10
 	}
+	if r.Beta1 > 0 {
+		opts.Beta1 = r.Beta1
+	}
+	if r.Warmup > 0 {
+		opts.WarmupSteps = r.Warmup
+	}
 	res := sweepResult{Run: r, Seed: seed}
 	start := time.Now()
 	defer func() { res.Secs = time.Since(start).Seconds() }()
@@ -142,6 +153,9 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 		return res, err
 	}
 	cfg := train.DiLoCoConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, OverlapSteps: r.Overlap}
+	if cfg.OverlapStart, err = overlapStart(r.OverlapStart); err != nil {
+		return res, err
+	}
 	switch r.Codec {
 	case "int8": // as a node does
 		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards})
@@ -172,6 +186,25 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	res.Final, err = finalEval(opts, src, params)
 	res.Secs = time.Since(start).Seconds()
 	return res, err
+}
+
+// overlapStart parses a sweep's ovs= value.
+func overlapStart(s string) (train.OverlapStart, error) {
+	switch s {
+	case "", "end":
+		return train.OverlapFromEnd, nil
+	case "prev":
+		return train.OverlapFromPrev, nil
+	case "extrap":
+		return train.OverlapFromExtrapolated, nil
+	case "predict":
+		return train.OverlapFromPredicted, nil
+	case "mid":
+		return train.OverlapFromMidpoint, nil
+	case "beyond":
+		return train.OverlapFromBeyond, nil
+	}
+	return 0, fmt.Errorf("overlap start %q: want end, prev, extrap, predict, mid or beyond", s)
 }
 
 // finalEvalBatches is the size of the final evaluation, in batches: the
@@ -240,6 +273,13 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				r.Codec = v
 				continue
 			}
+			if k == "ovs" {
+				if _, err := overlapStart(v); err != nil {
+					return nil, fmt.Errorf("run %q: %w", spec, err)
+				}
+				r.OverlapStart = v
+				continue
+			}
 			if k == "atk" {
 				if _, ok := attacks[v]; !ok {
 					return nil, fmt.Errorf("run %q: attack %q: want one of %v", spec, v, attackNames())
@@ -264,6 +304,10 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 				r.Mu = float32(f)
 			case "ilr":
 				r.InnerLR = f
+			case "b1":
+				r.Beta1 = f
+			case "wu":
+				r.Warmup = int(f)
 			case "ov":
 				r.Overlap = int(f)
 			case "f":
