@@ -476,6 +476,14 @@ func (qz *quantizer) accumulate(codes []byte, src []float32) {
 	}
 }
 
+// rawTable decodes a chunk's table whatever it holds (non-finite entries
+// included: the robust rule rejects contributions that use them).
+func rawTable(t *[256]float32, payload []byte) {
+	for b := range t {
+		t[b] = math.Float32frombits(binary.LittleEndian.Uint32(payload[4*b:]))
+	}
+}
+
 // readTable decodes a chunk's table, rejecting non-finite entries.
 func readTable(t *[256]float32, payload []byte) error {
 	for b := range 256 {

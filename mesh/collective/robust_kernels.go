@@ -1,7 +1,6 @@
 package collective
 
 import (
-	"encoding/binary"
 	"math"
 	"sync"
 )
@@ -116,11 +115,8 @@ func (cw *codedWork) load(msgs [][]byte, m int) {
 	}
 	cw.tabs, cw.codes = cw.tabs[:k], cw.codes[:k]
 	for i, msg := range msgs {
-		t := &cw.tabs[i]
 		p := msg[chunkHeaderSize : chunkHeaderSize+int8TableSize+m]
-		for b := range t {
-			t[b] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*b:]))
-		}
+		rawTable(&cw.tabs[i], p)
 		cw.codes[i] = p[int8TableSize:]
 	}
 }
@@ -147,9 +143,15 @@ func (cw *codedWork) norms(norms []float64, done []int) {
 			done = done[1:]
 			continue
 		}
-		squares(&cw.sq, &cw.tabs[i])
-		norms[i] = math.Sqrt(sumSquares(&cw.sq, cw.codes[i]))
+		norms[i] = codedNorm(&cw.sq, &cw.tabs[i], cw.codes[i])
 	}
+}
+
+// codedNorm is norm of the values the codes decode to with table t (sq is
+// scratch): the norm an owner's verdict states (Verdict.Norm, MessageNorm).
+func codedNorm(sq *[256]float64, t *[256]float32, codes []byte) float64 {
+	squares(sq, t)
+	return math.Sqrt(sumSquares(sq, codes))
 }
 
 // sumSquares returns Σ sq[c] over the codes c, in order.

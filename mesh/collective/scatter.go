@@ -150,11 +150,8 @@ func messageNorm(msg []byte) float32 {
 	var t [256]float32
 	var sq [256]float64
 	p := msg[chunkHeaderSize:]
-	for b := range t {
-		t[b] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*b:]))
-	}
-	squares(&sq, &t)
-	n := math.Sqrt(sumSquares(&sq, p[int8TableSize:]))
+	rawTable(&t, p)
+	n := codedNorm(&sq, &t, p[int8TableSize:])
 	if math.IsNaN(n) || math.IsInf(n, 0) {
 		return float32(math.Inf(1))
 	}

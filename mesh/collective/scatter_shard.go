@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"sync"
 )
 
@@ -441,8 +440,6 @@ func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte,
 // (non-finite entries included: the rule rejects such contributions).
 func decodeRaw(x []float32, payload []byte) {
 	var t [256]float32
-	for b := range t {
-		t[b] = math.Float32frombits(binary.LittleEndian.Uint32(payload[4*b:]))
-	}
+	rawTable(&t, payload)
 	decodeInt8Set(x, &t, payload[int8TableSize:int8TableSize+len(x)])
 }
