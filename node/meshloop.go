@@ -34,7 +34,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 			if !ok {
 				return
 			}
-			if len(msg.Data) > 0 && msg.Data[0] == reportWire {
+			if isReport(msg.Data) {
 				n.onReport(mesh.PeerID(msg.From.String()), msg.Data)
 				break
 			}

@@ -290,7 +290,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.host.SetValidator(func(from peer.ID, data []byte) bool {
-		if len(data) > 0 && data[0] == reportWire {
+		if isReport(data) {
 			_, err := decodeReport(data)
 			return err == nil
 		}

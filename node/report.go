@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,7 +77,7 @@ func newOwnerReport(rg *mesh.Ring, owned []collective.SegmentReport) ownerReport
 					continue
 				}
 				v := chunk[i]
-				m.NormSq += float64(v.Norm) * float64(v.Norm)
+				m.NormSq = addNormSq(m.NormSq, v.Norm)
 				m.MinClip, m.MinFactor = min(m.MinClip, v.Clip), min(m.MinFactor, v.Factor)
 				switch v.Flag {
 				case collective.FlagHard:
@@ -92,15 +93,23 @@ func newOwnerReport(rg *mesh.Ring, owned []collective.SegmentReport) ownerReport
 	return rep
 }
 
+// addNormSq adds one chunk's norm² to a report's NormSq: the owner's
+// report (newOwnerReport) and the member's check (sentNormSq) sum alike.
+func addNormSq(s float64, norm float32) float64 { return s + float64(norm)*float64(norm) }
+
 // sentNormSq is what a report's NormSq must be for chunk norms (as in
-// ScatterResult.SentNorms), computed alike.
+// ScatterResult.SentNorms), in chunk order.
 func sentNormSq(norms []float32) float64 {
 	var s float64
 	for _, n := range norms {
-		s += float64(n) * float64(n)
+		s = addNormSq(s, n)
 	}
 	return s
 }
+
+// isReport reports whether gossip data is a verdict report (else a mesh
+// message).
+func isReport(data []byte) bool { return len(data) > 0 && data[0] == reportWire }
 
 func encodeReport(r ownerReport) ([]byte, error) {
 	if len(r.Ring) > maxReportRingID || len(r.Segments) > maxReportSegments {
@@ -274,7 +283,7 @@ func (b *reportBook) noteSent(a sentAttempt) []reportOutcome {
 		if h.r.Ring != a.ring || h.r.Step != a.step {
 			return time.Since(h.at) > heldFor
 		}
-		if ev, mine := b.checkLocked(h.from, h.r); mine {
+		if ev, mine := b.checkAttempt(&b.attempts[len(b.attempts)-1], h.from, h.r); mine {
 			out = append(out, reportOutcome{h.from, ev})
 		}
 		return true
@@ -288,22 +297,19 @@ func (b *reportBook) noteSent(a sentAttempt) []reportOutcome {
 func (b *reportBook) check(from mesh.PeerID, r ownerReport) (evidence string, mine bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !slices.ContainsFunc(b.attempts, func(a sentAttempt) bool { return a.ring == r.Ring && a.step == r.Step }) {
+	i := slices.IndexFunc(b.attempts, func(a sentAttempt) bool { return a.ring == r.Ring && a.step == r.Step })
+	if i < 0 {
 		// Not (yet) an attempt of this node: hold it a while, bounded.
 		if len(b.pending) < maxHeldReports {
 			b.pending = append(b.pending, heldReport{from, r, time.Now()})
 		}
 		return "", false
 	}
-	return b.checkLocked(from, r)
+	return b.checkAttempt(&b.attempts[i], from, r)
 }
 
-func (b *reportBook) checkLocked(from mesh.PeerID, r ownerReport) (evidence string, mine bool) {
-	i := slices.IndexFunc(b.attempts, func(a sentAttempt) bool { return a.ring == r.Ring && a.step == r.Step })
-	if i < 0 {
-		return "", false
-	}
-	a := &b.attempts[i]
+// checkAttempt is check of a report of attempt a; b.mu is held.
+func (b *reportBook) checkAttempt(a *sentAttempt, from mesh.PeerID, r ownerReport) (evidence string, mine bool) {
 	ow := slices.Index(a.members, from)
 	if ow < 0 || a.seen[from] || ow == a.rank {
 		return "", false // not a member, a second report, or this node's own
@@ -340,15 +346,7 @@ func (b *reportBook) checkLocked(from mesh.PeerID, r ownerReport) (evidence stri
 		b.last = &ContributionReport{Step: r.Step}
 	}
 	b.last.Owners = append(b.last.Owners, entry)
-	slices.SortFunc(b.last.Owners, func(x, y OwnerReport) int {
-		switch {
-		case x.Owner < y.Owner:
-			return -1
-		case x.Owner > y.Owner:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(b.last.Owners, func(x, y OwnerReport) int { return strings.Compare(x.Owner, y.Owner) })
 	return "", true
 }
 
