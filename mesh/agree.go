@@ -145,15 +145,19 @@ func (m *Mesh) mergeVote(voter PeerID, v *meshVote) {
 		}
 	}
 	for _, id := range v.excluded {
-		if id == voter {
-			continue
-		}
-		a := meshAccusation{by: voter, of: id}
-		if r, ok := m.ag.accused[a]; !ok || v.round < r {
-			m.ag.accused[a] = v.round
+		if id != voter {
+			m.noteAccusation(voter, id, v.round)
 		}
 	}
 	m.exclusions()
+}
+
+// noteAccusation records that by named of in a vote of round.
+func (m *Mesh) noteAccusation(by, of PeerID, round uint32) {
+	a := meshAccusation{by: by, of: of}
+	if r, ok := m.ag.accused[a]; !ok || round < r {
+		m.ag.accused[a] = round
+	}
 }
 
 // meshAccusation: peer `by` named peer `of` in the X of a vote.
@@ -192,10 +196,7 @@ func (m *Mesh) exclude(id PeerID) {
 // appear (the refuted votes are replaced, as always).
 func (m *Mesh) exclusions() {
 	ag := &m.ag
-	n := len(ag.known)
-	if _, in := ag.known[m.cfg.ID]; !in {
-		n++
-	}
+	f := m.faultBound()
 	accusers := make(map[PeerID]int)
 	void := func(by PeerID) bool {
 		// proven to break the protocol, or gone (dead, left, restarted,
@@ -214,7 +215,7 @@ func (m *Mesh) exclusions() {
 		if void(a.by) {
 			continue
 		}
-		if accusers[a.of] > (n-1)/2 || a.by != m.cfg.ID && ag.local[a.of] {
+		if accusers[a.of] > f || a.by != m.cfg.ID && ag.local[a.of] {
 			continue // confirmed
 		}
 		if v := m.latestVote(a.of); v != nil && v.round >= r || a.of == m.cfg.ID && ag.voted && ag.round >= r {
@@ -261,13 +262,20 @@ func (m *Mesh) roundFloor() uint32 {
 	if len(rounds) == 0 {
 		return 0
 	}
+	slices.Sort(rounds)
+	slices.Reverse(rounds)
+	return rounds[min(m.faultBound(), len(rounds)-1)]
+}
+
+// faultBound is f = ⌊(n−1)/2⌋ for the n peers known in this step (this
+// node included): the most faulty peers the step can hold with an honest
+// majority.
+func (m *Mesh) faultBound() int {
 	n := len(m.ag.known)
 	if _, in := m.ag.known[m.cfg.ID]; !in {
 		n++
 	}
-	slices.Sort(rounds)
-	slices.Reverse(rounds)
-	return rounds[min((n-1)/2, len(rounds)-1)]
+	return (n - 1) / 2
 }
 
 // isEquivocator reports whether id was caught voting twice in one round.
@@ -408,20 +416,20 @@ func (m *Mesh) vote(round uint32) {
 		m.setState(StateExcluded) // excluded by a peer, or truncated away
 		return
 	}
-	m.ag.voted = true
-	m.ag.round = round
-	m.ag.maxRound = max(m.ag.maxRound, m.ag.round)
-	m.ag.vote = members
+	m.cast(round, members)
 	for id := range m.ag.local {
-		a := meshAccusation{by: m.cfg.ID, of: id}
-		if r, ok := m.ag.accused[a]; !ok || round < r {
-			m.ag.accused[a] = round
-		}
+		m.noteAccusation(m.cfg.ID, id, round)
 	}
-	m.ag.links = m.linkRow(members)
-	m.ag.roundAt = m.tick
 	m.setState(StateAgreeing)
 	m.send(m.proposeMsg())
+}
+
+// cast makes members this node's vote of round (vote, contest).
+func (m *Mesh) cast(round uint32, members []Member) {
+	m.ag.voted, m.ag.round, m.ag.vote = true, round, members
+	m.ag.maxRound = max(m.ag.maxRound, round)
+	m.ag.links = m.linkRow(members)
+	m.ag.roundAt = m.tick
 }
 
 // contest: a peer's vote names this node in its X, and this node has not
@@ -448,10 +456,7 @@ func (m *Mesh) contest() {
 	if i, in := slices.BinarySearchFunc(members, m.cfg.ID, meshCmpMember); !in {
 		members = slices.Insert(members, i, Member{ID: m.cfg.ID, InnerSteps: m.inner})
 	}
-	m.ag.voted, m.ag.round, m.ag.vote = true, round, members
-	m.ag.maxRound = max(m.ag.maxRound, round)
-	m.ag.links = m.linkRow(members)
-	m.ag.roundAt = m.tick
+	m.cast(round, members)
 	m.send(m.proposeMsg())
 	m.exclusions()
 }
