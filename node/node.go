@@ -233,6 +233,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if err == nil {
 		err = n.trainLoop(ctx)
 	}
+	if err == nil {
+		n.awaitReports(ctx)
+	}
 	n.leave()
 	if cerr := n.saveCheckpoint(); cerr != nil {
 		n.log.Error("final checkpoint", "err", cerr)

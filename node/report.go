@@ -350,6 +350,48 @@ func (b *reportBook) checkAttempt(a *sentAttempt, from mesh.PeerID, r ownerRepor
 	return "", true
 }
 
+// outstanding is how many owners of this node's last attempt have not
+// reported on it yet.
+func (b *reportBook) outstanding() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.attempts) == 0 {
+		return 0
+	}
+	a := &b.attempts[len(b.attempts)-1]
+	owners := make(map[int]bool)
+	for _, o := range a.owners {
+		if o != a.rank && !a.seen[a.members[o]] {
+			owners[o] = true
+		}
+	}
+	return len(owners)
+}
+
+// reportWait bounds how long a node that reached its last outer step waits
+// for the owners' verdict reports of that step, so that a lie in the last
+// report is caught and /v1/status shows the whole last step.
+const reportWait = 3 * time.Second
+
+// awaitReports waits, at most reportWait, until every owner of this node's
+// last attempt has reported on it (an excluded or departed owner never
+// does).
+func (n *Node) awaitReports(ctx context.Context) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(reportWait)
+	for n.reports.outstanding() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			n.log.Debug("verdict reports of the last step missing", "owners", n.reports.outstanding())
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // lastReport returns a copy of what the owners of the last step reported.
 func (b *reportBook) lastReport() *ContributionReport {
 	b.mu.Lock()
