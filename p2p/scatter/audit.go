@@ -143,7 +143,8 @@ func (svc *Service) Keep(id string, reports []collective.SegmentReport) {
 const keepWait = 10 * time.Second
 
 // waitInputs returns chunkInputs(r), waiting up to keepWait while r's
-// attempt is open or finished but not kept yet.
+// attempt is open or finished but not kept yet, and the service open
+// (Close wakes it: a closed node leaves no handler behind).
 func (svc *Service) waitInputs(r auditRequest) ([][]byte, string) {
 	deadline := time.NewTimer(keepWait)
 	defer deadline.Stop()
@@ -153,7 +154,7 @@ func (svc *Service) waitInputs(r auditRequest) ([][]byte, string) {
 			return in, why
 		}
 		svc.mu.Lock()
-		pending := svc.attempts[r.id] != nil || svc.done[r.id]
+		pending := (svc.attempts[r.id] != nil || svc.done[r.id]) && !svc.closed
 		if svc.keptWake == nil {
 			svc.keptWake = make(chan struct{})
 		}

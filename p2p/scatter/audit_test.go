@@ -107,3 +107,35 @@ func FuzzDecodeAudit(f *testing.F) {
 		}
 	})
 }
+
+// TestAuditWaitEndsOnClose: an audit of an attempt the owner finished but
+// has not kept yet waits for Keep (keepWait, 10 s) — unless the service
+// closes: a node that stops leaves no audit handler waiting behind it.
+func TestAuditWaitEndsOnClose(t *testing.T) {
+	_, svcs, _ := mesh(t, 1, Config{})
+	svc := svcs[0]
+	svc.mu.Lock()
+	svc.done["finished"] = true
+	svc.mu.Unlock()
+	got := make(chan string, 1)
+	start := time.Now()
+	go func() {
+		_, why := svc.waitInputs(auditRequest{id: "finished"})
+		got <- why
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case why := <-got:
+		t.Fatalf("the wait for Keep ended before it: %q", why)
+	default:
+	}
+	svc.Close()
+	select {
+	case why := <-got:
+		if why != whyNotKept || time.Since(start) > 2*time.Second {
+			t.Fatalf("after Close: %q in %v", why, time.Since(start))
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the audit still waits after Close")
+	}
+}

@@ -223,6 +223,10 @@ func (svc *Service) Close() error {
 		delete(svc.pending, id)
 	}
 	svc.npending = 0
+	if svc.keptWake != nil { // audits waiting for an attempt to be kept
+		close(svc.keptWake)
+		svc.keptWake = nil
+	}
 	svc.mu.Unlock()
 	for _, ps := range drop {
 		ps.timer.Stop()
