@@ -88,7 +88,8 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 		return
 	}
 	if msg.Step >= p.step { // else a late copy: the peer moved on
-		p.state, p.step, p.hash = StateAgreeing, msg.Step, msg.Hash
+		p.moved(msg.Step, msg.Hash)
+		p.state = StateAgreeing
 		if msg.State == StateReducing {
 			p.state = StateReducing
 		}
@@ -190,6 +191,11 @@ func (m *Mesh) exclude(id PeerID) {
 //     accuser costs a step at most one member besides itself.
 //   - The accusations of an accuser with no dispute stand (a crashed peer,
 //     a failed transfer: the accused does not vote on).
+//   - A newcomer (admit.go) has no standing: the word of one not admitted
+//     to the step is void; an admitted one's accusations do not count
+//     towards the f + 1 that confirm one, and a disputed one excludes the
+//     newcomer alone — else each of a thousand made-up peers would take
+//     an honest member out of the step with it.
 //
 // Every input grows during a step and every node sees the same votes, so
 // the views converge to the same X; until they do, X can shrink as disputes
@@ -198,15 +204,17 @@ func (m *Mesh) exclusions() {
 	ag := &m.ag
 	f := m.faultBound()
 	accusers := make(map[PeerID]int)
+	admitted := m.admitted()
 	void := func(by PeerID) bool {
 		// proven to break the protocol, or gone (dead, left, restarted,
 		// sitting the step out, silent): a gone accuser no longer
 		// re-broadcasts its vote, so nodes that missed it would never
 		// converge with those that heard it
-		return by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by))
+		return by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by) ||
+			admitted != nil && m.newcomer(by) && !admitted[by]) // not in the step at all
 	}
 	for a := range ag.accused {
-		if a.by != a.of && !void(a.by) {
+		if a.by != a.of && !void(a.by) && !m.newcomer(a.by) {
 			accusers[a.of]++
 		}
 	}
@@ -229,7 +237,7 @@ func (m *Mesh) exclusions() {
 	clear(ag.disputants)
 	for by, of := range disputes {
 		ag.excluded[by], ag.disputants[by] = true, true
-		if len(of) == 1 {
+		if len(of) == 1 && !m.newcomer(by) {
 			ag.excluded[of[0]], ag.disputants[of[0]] = true, true
 		}
 	}
@@ -255,7 +263,7 @@ func (m *Mesh) roundFloor() uint32 {
 		rounds = append(rounds, m.ag.round)
 	}
 	for id := range m.peers {
-		if v := m.latestVote(id); v != nil && !m.isEquivocator(id) {
+		if v := m.latestVote(id); v != nil && !m.isEquivocator(id) && !m.newcomer(id) {
 			rounds = append(rounds, v.round)
 		}
 	}
@@ -268,12 +276,14 @@ func (m *Mesh) roundFloor() uint32 {
 }
 
 // faultBound is f = ⌊(n−1)/2⌋ for the n peers known in this step (this
-// node included): the most faulty peers the step can hold with an honest
-// majority.
+// node included, newcomers not): the most faulty peers the step can hold
+// with an honest majority.
 func (m *Mesh) faultBound() int {
-	n := len(m.ag.known)
-	if _, in := m.ag.known[m.cfg.ID]; !in {
-		n++
+	n := 1 // this node
+	for id := range m.ag.known {
+		if id != m.cfg.ID && !m.newcomer(id) {
+			n++
+		}
 	}
 	return (n - 1) / 2
 }
@@ -353,7 +363,11 @@ func (m *Mesh) canVote() bool {
 	if m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
 		return true
 	}
+	full := m.newcomersFull()
 	for id, p := range m.peers {
+		if full && m.newcomer(id) {
+			continue
+		}
 		if !p.dead && m.ag.step >= p.noWaitEnd && m.awaits(p) && !m.ag.excluded[id] && (m.linkCost[id] != LinkUnreachable || m.cfg.AllDirect) {
 			if _, ok := m.ag.known[id]; !ok {
 				return false
@@ -385,12 +399,14 @@ func (m *Mesh) awaits(p *meshPeer) bool {
 	return false
 }
 
-// viewMembers returns sorted M − X − dead, at most MaxMembers (the first
-// ones by id, so that every node truncates alike).
+// viewMembers returns sorted M − X − dead, newcomers limited (admit), at
+// most MaxMembers (the first ones by id, so that every node truncates
+// alike).
 func (m *Mesh) viewMembers() []Member {
 	var out []Member
+	admitted := m.admitted()
 	for id, inner := range m.ag.known {
-		if m.ag.excluded[id] {
+		if m.ag.excluded[id] || admitted != nil && m.newcomer(id) && !admitted[id] {
 			continue
 		}
 		if p := m.peers[id]; p != nil && p.dead {
@@ -596,14 +612,20 @@ func (m *Mesh) roundTimeout() {
 }
 
 // maybeRejoinStep: an Excluded node whose step has no other live holder
-// left (every peer that excluded it is gone) starts the step's agreement
-// afresh rather than wait for a next step that nobody will produce.
+// left, and no live peer ahead of it (every peer that excluded it is
+// gone), starts the step's agreement afresh rather than wait for a next
+// step that nobody will produce.
 func (m *Mesh) maybeRejoinStep() {
 	for _, p := range m.peers {
 		if p.dead || !p.state.hasModel() {
 			continue
 		}
-		if (p.step == m.step && p.hash == m.hash) || (p.step == m.step+1 && p.prevHash == m.hash) {
+		if (p.step == m.step && p.hash == m.hash) || p.step > m.step {
+			// A holder of its step, or a peer ahead: the line lives on,
+			// and checkLineage fetches or adopts. A peer two steps ahead
+			// cannot be told to be on this line (one PrevHash), and
+			// treating it as gone made a newcomer left out of a fast step
+			// train the step alone: a fork of one.
 			return
 		}
 	}

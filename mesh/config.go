@@ -47,6 +47,16 @@ type Config struct {
 	// Seed seeds the RNG (heartbeat phase, donor order). Same seed, same
 	// inputs: same outputs.
 	Seed int64
+	// AdmitRate limits newcomers — peers that made none of the line's last
+	// MadeWindow models — to max(1, ⌊AdmitRate · established members⌋)
+	// per step, so that peers made up by the thousand join a run a few at
+	// a time, not as its majority at once; their accusations are void and
+	// they do not count towards the fault bound until they made a step.
+	// 0 admits everyone (a private run). At most 1.
+	AdmitRate float64
+	// History is the membership history of the model passed to New (a
+	// checkpoint's Mesh.History); nil if unknown.
+	History []Made
 	// Incarnation must grow each time this peer id restarts (node uses the
 	// process start time in ns). Peers then drop what they knew of the
 	// previous run — its votes and its Ready for the current step — and
@@ -101,6 +111,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DeadTicks <= 2*c.HeartbeatTicks {
 		return fmt.Errorf("%w: DeadTicks %d must exceed 2·HeartbeatTicks %d", ErrConfig, c.DeadTicks, c.HeartbeatTicks)
+	}
+	if !(c.AdmitRate >= 0 && c.AdmitRate <= 1) {
+		return fmt.Errorf("%w: AdmitRate %g not in [0, 1]", ErrConfig, c.AdmitRate)
 	}
 	if c.MinMembers > MaxMembers {
 		return fmt.Errorf("%w: MinMembers %d > %d", ErrConfig, c.MinMembers, MaxMembers)

@@ -68,6 +68,12 @@
 // accusations only grow within a step and every node hears the same votes,
 // so views converge.
 //
+// With Config.AdmitRate, newcomers — peers that made none of the line's
+// last MadeWindow models (History, handed to joiners with the model by
+// Synced) — are admitted max(1, ⌊AdmitRate · established⌋) a step, chosen
+// by a hash of the step's model and their ids; their accusations carry no
+// weight (admit.go). Limits apply once the line is MadeWindow steps old.
+//
 // A node decides when the latest vote of every other member of its vote is
 // its vote, same round: the ring is P, its id hash(t, round, P). A vote is
 // refuted — and the node votes again, in the next round or the highest seen

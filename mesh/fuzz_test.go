@@ -75,7 +75,7 @@ func FuzzStep(f *testing.F) {
 				st := m.Status()
 				m.Completed(st.Step, st.Hash+"+")
 			case 7:
-				m.Synced(uint64(op/8%3), "h1")
+				m.Synced(uint64(op/8%3), "h1", nil)
 			}
 			simCheckReady(t, m)
 		}

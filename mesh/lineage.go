@@ -144,7 +144,16 @@ func (m *Mesh) checkMember() {
 			best, bestC = k, c
 		}
 	}
-	if bestC == 0 || !meshBetter(bestC, best, myC, mine) {
+	if bestC == 0 {
+		return
+	}
+	// A node that holds only the run's initial model and never was in a
+	// ring is a joiner: any side that made progress is better than the
+	// other fresh nodes it sees. Else three nodes started together beside
+	// a running pair were the larger side, trained a fork of their own
+	// from step 0, and the pair later adopted it, losing its steps.
+	fresh := m.step == 0 && !m.established && best.step > 0
+	if !fresh && !meshBetter(bestC, best, myC, mine) {
 		return
 	}
 	target, from, prev := l.advance(best)

@@ -83,6 +83,21 @@ type meshPeer struct {
 	restarts    uint64
 }
 
+// moved records that the peer holds the model (step, hash), learnt from a
+// Ready or a vote, which carry no PrevHash: one step past the model it
+// held, the model it held is its predecessor. Else its PrevHash stayed
+// that of its last heartbeat, and an Excluded node whose peers had all
+// voted on in the next step thought them gone and trained the step alone
+// (maybeRejoinStep): a fork of one.
+func (p *meshPeer) moved(step uint64, hash string) {
+	if step == p.step+1 && p.hash != "" {
+		p.prevHash = p.hash
+	} else if step != p.step || hash != p.hash {
+		p.prevHash = "" // unknown until its next heartbeat
+	}
+	p.step, p.hash = step, hash
+}
+
 // meshVote is one peer's vote of an agreement round.
 type meshVote struct {
 	step     uint64
@@ -109,6 +124,8 @@ type Mesh struct {
 	inner       uint32
 	established bool              // took part in a completed ring, or synced from peers
 	line        map[uint64]string // this node's line: the hashes of its recent steps (meshLineDepth)
+	history     []Made            // who made the line's last MadeWindow models (admit.go)
+	lineMembers map[PeerID]bool   // the members named in history
 
 	peers      map[PeerID]*meshPeer
 	ag         meshAgreement
@@ -146,6 +163,10 @@ func New(cfg Config, step uint64, modelHash string) (*Mesh, error) {
 		step:  step,
 		hash:  modelHash,
 	}
+	if err := ValidateHistory(step, cfg.History); err != nil {
+		return nil, fmt.Errorf("%w: history: %w", ErrConfig, err)
+	}
+	m.setHistory(step, cfg.History)
 	m.hbDue = 1 + uint64(m.rng.IntN(cfg.HeartbeatTicks))
 	m.resetAgreement()
 	if modelHash == "" {
@@ -216,7 +237,8 @@ func (m *Mesh) Step(msg Message) error {
 		p.state = StateLeft
 	case MsgReady:
 		if msg.Step >= p.step { // else a late copy: the peer moved on
-			p.state, p.step, p.hash, p.inner = StateReady, msg.Step, msg.Hash, msg.InnerSteps
+			p.moved(msg.Step, msg.Hash)
+			p.state, p.inner = StateReady, msg.InnerSteps
 		}
 		m.noteReady(msg.From, msg.Step, msg.Hash, msg.InnerSteps)
 	case MsgPropose:
@@ -370,15 +392,21 @@ func (m *Mesh) Completed(step uint64, newHash string) {
 	if m.state != StateReducing || step != m.step || newHash == "" || len(newHash) > MaxHashLen {
 		return
 	}
+	if m.ring != nil {
+		m.madeStep(step+1, m.ring.Members)
+	}
 	m.moveTo(step+1, newHash, m.hash)
 }
 
 // Synced tells the mesh that node now holds the model of `step` whose θ₀
-// hash is hash (after a Fetch or Adopt, or a checkpoint loaded on its own).
-func (m *Mesh) Synced(step uint64, hash string) {
+// hash is hash (after a Fetch or Adopt, or a checkpoint loaded on its own),
+// and the membership history that came with it (History of the donor; an
+// invalid one is ignored, as none: ValidateHistory tells node why).
+func (m *Mesh) Synced(step uint64, hash string, history []Made) {
 	if m.state == StateLeft || hash == "" || len(hash) > MaxHashLen {
 		return
 	}
+	m.setHistory(step, history)
 	prev := ""
 	if m.fetch != nil && m.fetch.Step == step && m.fetch.Hash == hash {
 		prev = m.fetch.PrevHash

@@ -24,6 +24,8 @@ func TestConfigValidate(t *testing.T) {
 		{ID: "a", MinMembers: MaxMembers + 1},
 		{ID: "a", Addrs: make([]string, MaxAddrs+1)},
 		{ID: "a", Addrs: []string{strings.Repeat("x", MaxAddrLen+1)}},
+		{ID: "a", AdmitRate: -0.1},
+		{ID: "a", AdmitRate: 1.5},
 	}
 	for i, c := range bad {
 		if err := c.Validate(); !errors.Is(err, ErrConfig) {
@@ -202,7 +204,7 @@ func TestJoinerFetchesLargestSide(t *testing.T) {
 	if f == nil || f.Step != 6 || f.Hash != "y6" || f.PrevHash != "y5" || !slices.Equal(f.From, []PeerID{"d"}) {
 		t.Fatalf("fetch %+v", f)
 	}
-	m.Synced(6, "y6")
+	m.Synced(6, "y6", nil)
 	if st := m.Status(); st.State != StateTraining || st.Step != 6 || st.PrevHash != "y5" {
 		t.Fatalf("after Synced: %+v", st)
 	}
@@ -262,7 +264,7 @@ func TestSyncFailedChoosesAgain(t *testing.T) {
 		t.Fatalf("fetch after SyncFailed %+v", f)
 	}
 	m.SyncFailed()
-	m.Synced(4, "x4")
+	m.Synced(4, "x4", nil)
 	m.Tick()
 	if f := fetches(); len(f) != 0 || m.State() != StateTraining {
 		t.Fatalf("after Synced: %v, fetches %+v", m.State(), f)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,7 @@ type simNode struct {
 
 	ckStep uint64 // disk checkpoint
 	ckHash string
+	ckHist []Made
 	rings  int // rings completed
 	syncs  int // models fetched: completions before a sync were discarded
 }
@@ -105,7 +107,7 @@ func simConfig(id PeerID, seed int64) Config {
 	return Config{
 		ID: id, Addrs: []string{"/ip4/127.0.0.1/tcp/4001/p2p/" + string(id)},
 		HeartbeatTicks: 3, DeadTicks: 15, StragglerTicks: 30, ProposeTimeoutTicks: 40,
-		SyncTimeoutTicks: 30, Seed: seed, Incarnation: 1,
+		SyncTimeoutTicks: 30, Seed: seed, Incarnation: 1, AdmitRate: 0.25,
 	}
 }
 
@@ -147,6 +149,7 @@ func (s *simNet) crash(id PeerID) {
 func (s *simNet) restart(id PeerID) {
 	n := s.nodes[id]
 	n.cfg.Incarnation++
+	n.cfg.History = n.ckHist
 	m, err := New(n.cfg, n.ckStep, n.ckHash)
 	if err != nil {
 		s.t.Fatal(err)
@@ -281,8 +284,8 @@ func (s *simNet) finishFetch(n *simNode) {
 		// A donor serves the θ₀ it holds now; node fetches exactly the
 		// model named (step and hash) or fails and says SyncFailed.
 		if step, hash := dn.m.Model(); hash == f.Hash && dn.m.State().hasModel() && step == f.Step {
-			n.m.Synced(step, hash)
-			n.ckStep, n.ckHash = step, hash
+			n.m.Synced(step, hash, dn.m.History())
+			n.ckStep, n.ckHash, n.ckHist = step, hash, n.m.History()
 			n.syncs++
 			s.logf("%s synced step %d", n.id, step)
 			return
@@ -437,7 +440,7 @@ func (s *simNet) complete(r Ring) {
 		}
 		n.ring = nil
 		n.m.Completed(r.Step, newHash)
-		n.ckStep, n.ckHash = r.Step+1, newHash
+		n.ckStep, n.ckHash, n.ckHist = r.Step+1, newHash, n.m.History()
 		n.rings++
 		s.flush(n)
 	}
@@ -622,6 +625,12 @@ func TestSimFalseAccusers(t *testing.T) {
 		one   bool // each attacker accuses one honest peer (else all)
 		// minHonest: honest members of every ring after the first steps
 		minHonest int
+		// lateHonest: honest members of every ring from step 15 on, once
+		// the honest peers the disputes kept out came back as newcomers
+		// (admit.go); 0: minHonest
+		lateHonest int
+		// pace bounds the run's ticks against a clean run's; 0: 1.25
+		pace float64
 	}{
 		{name: "1of4-accuses-all", k: 4, f: 1, minHonest: 3},
 		{name: "1of4-accuses-all-rounds-ahead", k: 4, f: 1, ahead: 3, minHonest: 3},
@@ -629,10 +638,19 @@ func TestSimFalseAccusers(t *testing.T) {
 		{name: "1of4-accuses-all-max-round", k: 4, f: 1, ahead: MaxRound, minHonest: 3},
 		{name: "1of4-accuses-one", k: 4, f: 1, one: true, minHonest: 2},
 		{name: "3of8-accuse-all", k: 8, f: 3, minHonest: 5},
-		{name: "3of8-accuse-one-each", k: 8, f: 3, one: true, minHonest: 2},
+		// Each accuser takes one honest peer out with itself in every
+		// step: rings of the 2 others for 10 steps; then the 6 have made
+		// no recent step, come back as newcomers one a step, and the 3
+		// honest ones stay (the accusers' word as newcomers costs only
+		// themselves): all 5 honest in every ring from step 12 on. The
+		// rings wait for the newcomers' fetch each step meanwhile.
+		{name: "3of8-accuse-one-each", k: 8, f: 3, one: true, minHonest: 2, lateHonest: 5, pace: 1.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSimNet(t, 31)
+			if os.Getenv("SIMTRACE") != "" {
+				s.trace = func(l string) { t.Log(l) }
+			}
 			s.addN(tc.k, nil)
 			honest, bad := s.ids[:tc.k-tc.f], s.ids[tc.k-tc.f:]
 			s.simAccuse(bad, tc.ahead, func(from PeerID) []PeerID {
@@ -660,8 +678,12 @@ func TestSimFalseAccusers(t *testing.T) {
 						n++
 					}
 				}
-				if n < tc.minHonest && d.step >= 2 {
-					t.Fatalf("step %d ring %v holds %d honest members, want ≥ %d", d.step, d.ring.Members, n, tc.minHonest)
+				want := tc.minHonest
+				if d.step >= 15 && tc.lateHonest > 0 {
+					want = tc.lateHonest
+				}
+				if n < want && d.step >= 2 {
+					t.Fatalf("step %d ring %v holds %d honest members, want ≥ %d", d.step, d.ring.Members, n, want)
 				}
 				honestRings[d.step]++
 			}
@@ -674,10 +696,126 @@ func TestSimFalseAccusers(t *testing.T) {
 			c := newSimNet(t, 31)
 			c.addN(tc.k, nil)
 			c.runUntil(20000, "20 steps done", func() bool { return len(c.done) >= 20 })
-			if s.now > c.now*5/4 {
+			pace := tc.pace
+			if pace == 0 {
+				pace = 1.25
+			}
+			if float64(s.now) > float64(c.now)*pace {
 				t.Fatalf("20 steps took %d ticks, %d without attackers", s.now, c.now)
 			}
 			t.Logf("20 steps in %d ticks; last ring %v", s.now, s.done[len(s.done)-1].ring.Members)
 		})
 	}
+}
+
+// TestSimNewcomerFlood: 12 peers join a run of 4 at once, once its history
+// is MadeWindow steps old. Newcomers are admitted max(1, ⌊¼ · established⌋)
+// a step, so the peers that made the run stay the majority of every ring.
+// Newcomers that name every member in their votes (a Sybil flood that
+// lies) are out of the steps they are not admitted to, and out of the one
+// they are admitted to by their own word: the members' rings go on whole.
+func TestSimNewcomerFlood(t *testing.T) {
+	for _, lie := range []bool{false, true} {
+		t.Run(map[bool]string{false: "follow-protocol", true: "accuse-members"}[lie], func(t *testing.T) {
+			s := newSimNet(t, 41)
+			if os.Getenv("SIMTRACE") != "" {
+				s.trace = func(l string) { t.Log(l) }
+			}
+			s.addN(4, nil)
+			members := slices.Clone(s.ids)
+			s.runUntil(5000, "step 10", func() bool { return s.minStep() >= 10 })
+			var fresh []PeerID
+			for i := 4; i < 16; i++ {
+				s.add(simID(i), 0, "", nil)
+				fresh = append(fresh, simID(i))
+			}
+			if lie {
+				s.simAccuse(fresh, 0, func(PeerID) []PeerID { return members })
+			}
+			start := len(s.done)
+			startTick := s.now
+			s.runUntil(20000, "rings after the flood", func() bool {
+				if lie {
+					return len(s.done) >= start+30
+				}
+				return len(s.done[len(s.done)-1].ring.Members) == 16
+			})
+			// Who made each of the line's steps, to tell newcomers.
+			made := map[uint64][]PeerID{}
+			for _, d := range s.done[:start] {
+				made[d.step+1] = d.ring.Members
+			}
+			steps := 0
+			for _, d := range s.done[start:] {
+				steps++
+				est := map[PeerID]bool{}
+				for st := d.step + 1 - MadeWindow; st <= d.step; st++ {
+					for _, id := range made[st] {
+						est[id] = true
+					}
+				}
+				var e, n int
+				for _, id := range d.ring.Members {
+					if est[id] {
+						e++
+					} else {
+						n++
+					}
+				}
+				if quota := max(1, e/4); n > quota {
+					t.Fatalf("step %d ring %v admits %d newcomers beside %d established, quota %d", d.step, d.ring.Members, n, e, quota)
+				}
+				for _, id := range members {
+					if !slices.Contains(d.ring.Members, id) {
+						t.Fatalf("step %d ring %v lacks member %s", d.step, d.ring.Members, id)
+					}
+				}
+				made[d.step+1] = d.ring.Members
+			}
+			// The pace: the same steps without newcomers, same seed.
+			c := newSimNet(t, 41)
+			c.addN(4, nil)
+			c.runUntil(5000, "step 10", func() bool { return c.minStep() >= 10 })
+			cStart, cTick := len(c.done), c.now
+			c.runUntil(20000, "as many steps", func() bool { return len(c.done) >= cStart+steps })
+			t.Logf("%d steps after the flood in %d ticks (%d without it); last ring %v",
+				steps, s.now-startTick, c.now-cTick, s.done[len(s.done)-1].ring.Members)
+			// Each step waits for the first newcomer's fetch of the model it
+			// missed (5 of a step's 17 ticks here): a flood that lies costs
+			// 1.42× in this simulation; in the node, one model download a
+			// step, while the flood lasts.
+			if lie && float64(s.now-startTick) > 1.5*float64(c.now-cTick) {
+				t.Fatalf("the lying flood slowed the run: %d ticks against %d", s.now-startTick, c.now-cTick)
+			}
+		})
+	}
+}
+
+// TestSimFreshNodesJoinRunningPair: three nodes started fresh (the run's
+// initial model, step 0) beside a pair that trained 6 steps fetch the
+// pair's model and join its rings. Before, the three were the larger side:
+// they trained a fork of their own from step 0, and the pair then adopted
+// it, losing its steps.
+func TestSimFreshNodesJoinRunningPair(t *testing.T) {
+	s := newSimNet(t, 51)
+	s.addN(2, nil)
+	s.runUntil(5000, "step 6", func() bool { return s.minStep() >= 6 })
+	for i := 2; i < 5; i++ {
+		s.add(simID(i), 0, simGenesis, nil)
+	}
+	s.runUntil(5000, "a ring of all five", func() bool {
+		for _, id := range s.ids[:2] {
+			st, _ := s.nodes[id].m.Model()
+			if st < 6 {
+				t.Fatalf("founder %s went back to step %d", id, st)
+			}
+		}
+		return len(s.done[len(s.done)-1].ring.Members) == 5
+	})
+	for _, d := range s.done {
+		if d.step < 6 && len(d.ring.Members) > 2 {
+			t.Fatalf("a ring of the fresh nodes completed step %d: %v", d.step, d.ring.Members)
+		}
+	}
+	t.Logf("all five in the ring of step %d", s.done[len(s.done)-1].step)
 }

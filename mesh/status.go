@@ -21,6 +21,10 @@ type Status struct {
 	Fetch *Fetch
 	// Failures counts ReportFailure calls; Adoptions counts Adopt requests.
 	Failures, Adoptions uint64
+	// Newcomer: this node made none of its line's last MadeWindow models
+	// while newcomers are limited (Config.AdmitRate); it is admitted to a
+	// step when its turn comes.
+	Newcomer bool
 	// Peers, sorted by ID.
 	Peers []PeerStatus
 }
@@ -44,6 +48,7 @@ func (m *Mesh) Status() Status {
 	s := Status{
 		ID: m.cfg.ID, State: m.state, Step: m.step, Hash: m.hash, PrevHash: m.prevHash,
 		Round: m.ag.round, Tick: m.tick, Failures: m.failures, Adoptions: m.adoptions,
+		Newcomer: m.Newcomer(),
 	}
 	if m.last != nil {
 		r := *m.last

@@ -55,6 +55,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 		for m.HasReady() {
 			n.carryOut(ctx, m, m.Ready(), log)
 		}
+		n.noteHistory(m)
 		if done != nil {
 			close(done)
 		}
@@ -103,6 +104,16 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 	}
 	if rd.StateChanged {
 		n.board.update(func(s *Status) { s.State = rd.State.String() })
+		switch {
+		case rd.State == mesh.StateExcluded && m.Newcomer() && !n.awaitingAdmission:
+			n.awaitingAdmission = true
+			step, _ := m.Model()
+			log.Info("waiting for admission: this node made none of the run's last steps, and newcomers join a few per step",
+				"step", step, "window", mesh.MadeWindow)
+		case rd.State == mesh.StateReducing && n.awaitingAdmission:
+			n.awaitingAdmission = false
+			log.Info("admitted to a ring")
+		}
 	}
 	if rd.Ring != nil {
 		n.sendEvent(ctx, meshEvent{ring: rd.Ring})
@@ -152,6 +163,7 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 		}
 		s.Reachability = reach
 		s.Excluded = n.host.Excluded()
+		s.Newcomer = st.Newcomer
 		tr := n.host.TotalBandwidth()
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,8 +72,14 @@ type Node struct {
 	events   chan meshEvent
 	sendRate *p2p.Limiter // nil: unlimited
 
-	snapMu sync.Mutex
-	snap   *ckpt.Snapshot // cached donor snapshot, encoded on first request of a step
+	snapMu   sync.Mutex
+	snap     *ckpt.Snapshot // cached donor snapshot, encoded on first request of a step
+	snapHist bool           // snap carries the line history
+
+	history     lineHistory // who made the line's last models (lineage.go)
+	resumedHist []mesh.Made // the checkpoint's history, for the mesh's start
+
+	awaitingAdmission bool // a newcomer left out of a step, not yet in a ring (mesh goroutine)
 
 	inflight inflight // the all-reduce attempt running now, if any
 	retry    backoff  // of failed model fetches (training goroutine)
@@ -309,6 +316,8 @@ func (n *Node) start(ctx context.Context) error {
 		Seed:      int64(workerID(n.host.ID())),
 		// A restarted node's old votes and Ready are dropped by its peers.
 		Incarnation: uint64(time.Now().UnixNano()),
+		AdmitRate:   n.run.admitRate(),
+		History:     n.resumedHist,
 	}, n.model.step, n.model.hash)
 	if err != nil {
 		return err
@@ -355,9 +364,11 @@ func (n *Node) snapshot() *ckpt.Snapshot {
 	defer n.snapMu.Unlock()
 	n.model.mu.RLock()
 	defer n.model.mu.RUnlock()
-	if n.snap == nil || n.snap.Step != n.model.step || n.snap.Hash != n.model.hash {
-		state := fmt.Appendf(nil, `{"run":%q,"manifest":%q,"step":%d,"params":%d}`, n.cfg.Run, n.runID(), n.model.step, n.params)
+	hist, histOK := n.history.of(n.model.step, n.model.hash)
+	if n.snap == nil || n.snap.Step != n.model.step || n.snap.Hash != n.model.hash || histOK && !n.snapHist {
+		state, _ := json.Marshal(snapshotState{Run: n.cfg.Run, Manifest: n.runID(), Step: n.model.step, Params: n.params, History: hist})
 		n.snap = ckpt.EncodeSnapshot(n.model.step, n.model.theta0, n.model.outer.V, state)
+		n.snapHist = histOK
 	}
 	return n.snap
 }

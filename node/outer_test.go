@@ -129,7 +129,7 @@ func (f *fakeMesh) tellFetch(i int, step uint64) {
 	f.events[i] <- meshEvent{fetch: &mesh.Fetch{Step: step}}
 }
 
-func (p fakePort) Synced(step uint64, hash string) {
+func (p fakePort) Synced(step uint64, hash string, _ []mesh.Made) {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	p.f.live[p.rank] = true
@@ -327,7 +327,7 @@ func (m *member) fetch(ctx context.Context, ev meshEvent) error {
 				if err := m.eng.SetParams(model); err != nil {
 					return err
 				}
-				fakePort{m.group.f, slices.Index(m.group.members, m)}.Synced(ev.fetch.Step, m.l.model.hash)
+				fakePort{m.group.f, slices.Index(m.group.members, m)}.Synced(ev.fetch.Step, m.l.model.hash, nil)
 				return nil
 			}
 		}

@@ -16,8 +16,9 @@ type meshPort interface {
 	Completed(step uint64, hash string)
 	// Failed reports a failed attempt of step, blaming culprit.
 	Failed(step uint64, culprit mesh.PeerID)
-	// Synced tells it a fetched model (step, hash) is now this node's.
-	Synced(step uint64, hash string)
+	// Synced tells it a fetched model (step, hash) is now this node's, and
+	// who made the line's last models (the donor's word, validated).
+	Synced(step uint64, hash string, history []mesh.Made)
 	// SyncFailed tells it a fetch failed: it picks donors again.
 	SyncFailed()
 	// SetStragglerTicks sets how long a ring waits for a late member.
@@ -59,6 +60,7 @@ type meshCmd struct {
 	n     int // inner steps (cmdReady) or ticks (cmdStragglerTicks)
 	hash  string
 	peer  mesh.PeerID
+	hist  []mesh.Made // cmdSynced
 	reply chan bool
 	done  chan struct{}
 }
@@ -73,7 +75,7 @@ func (c meshCmd) apply(m *mesh.Mesh) {
 	case cmdFailed:
 		m.ReportFailure(c.step, c.peer)
 	case cmdSynced:
-		m.Synced(c.step, c.hash)
+		m.Synced(c.step, c.hash, c.hist)
 	case cmdSyncFailed:
 		m.SyncFailed()
 	case cmdStragglerTicks:
@@ -128,8 +130,8 @@ func (p nodePort) Completed(step uint64, hash string) {
 func (p nodePort) Failed(step uint64, bad mesh.PeerID) {
 	p.send(meshCmd{kind: cmdFailed, step: step, peer: bad})
 }
-func (p nodePort) Synced(step uint64, hash string) {
-	p.send(meshCmd{kind: cmdSynced, step: step, hash: hash})
+func (p nodePort) Synced(step uint64, hash string, history []mesh.Made) {
+	p.send(meshCmd{kind: cmdSynced, step: step, hash: hash, hist: history})
 }
 func (p nodePort) SyncFailed()                 { p.send(meshCmd{kind: cmdSyncFailed}) }
 func (p nodePort) SetStragglerTicks(ticks int) { p.send(meshCmd{kind: cmdStragglerTicks, n: ticks}) }

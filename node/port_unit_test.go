@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -345,7 +346,7 @@ func TestNodePortSends(t *testing.T) {
 		{func() { p.Ready(3, 7) }, meshCmd{kind: cmdReady, step: 3, n: 7}},
 		{func() { p.Completed(3, "h4") }, meshCmd{kind: cmdCompleted, step: 3, hash: "h4"}},
 		{func() { p.Failed(3, "bad") }, meshCmd{kind: cmdFailed, step: 3, peer: "bad"}},
-		{func() { p.Synced(9, "h9") }, meshCmd{kind: cmdSynced, step: 9, hash: "h9"}},
+		{func() { p.Synced(9, "h9", []mesh.Made{{Step: 9, Members: []mesh.PeerID{"a"}}}) }, meshCmd{kind: cmdSynced, step: 9, hash: "h9", hist: []mesh.Made{{Step: 9, Members: []mesh.PeerID{"a"}}}}},
 		{func() { p.SyncFailed() }, meshCmd{kind: cmdSyncFailed}},
 		{func() { p.SetStragglerTicks(42) }, meshCmd{kind: cmdStragglerTicks, n: 42}},
 	}
@@ -353,7 +354,7 @@ func TestNodePortSends(t *testing.T) {
 		c.call()
 		select {
 		case got := <-n.meshCmds:
-			if got.kind != c.want.kind || got.step != c.want.step || got.n != c.want.n || got.hash != c.want.hash || got.peer != c.want.peer {
+			if got.kind != c.want.kind || got.step != c.want.step || got.n != c.want.n || got.hash != c.want.hash || got.peer != c.want.peer || !reflect.DeepEqual(got.hist, c.want.hist) {
 				t.Errorf("case %d: sent %+v, want %+v", i, got, c.want)
 			}
 		default:

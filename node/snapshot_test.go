@@ -2,9 +2,11 @@ package node
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
+	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 )
@@ -31,8 +33,37 @@ func TestSnapshotLazyAndConsistent(t *testing.T) {
 	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(nd.model.theta0) {
 		t.Fatalf("stale snapshot after the model changed: step %d", s2.Step)
 	}
-	th, _, _, err := ckpt.DecodeSnapshot(s2.Data)
+	th, _, state, err := ckpt.DecodeSnapshot(s2.Data)
 	if err != nil || !slices.Equal(th, nd.model.theta0) {
 		t.Fatalf("decoded θ₀ differs: %v", err)
+	}
+	if h, err := fetchedHistory(state, 4); h != nil || err != nil {
+		t.Fatalf("history before the mesh recorded one: %v, %v", h, err)
+	}
+	// Once the mesh records who made the step's model, the snapshot is
+	// encoded again with it, once, and a joiner reads it back.
+	hist := []mesh.Made{{Step: 3, Members: []mesh.PeerID{"a", "b"}}, {Step: 4, Members: []mesh.PeerID{"b", "c"}}}
+	nd.history.set(4, nd.model.hash, hist)
+	s3 := nd.snapshot()
+	if s3 == s2 || nd.snapshot() != s3 {
+		t.Fatal("the snapshot was not encoded exactly once more with the history")
+	}
+	if _, _, state, err = ckpt.DecodeSnapshot(s3.Data); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := fetchedHistory(state, 4); err != nil || !reflect.DeepEqual(h, hist) {
+		t.Fatalf("history %+v (%v), want %+v", h, err, hist)
+	}
+	// A donor's history is its word: one that breaks the rules is refused.
+	for _, bad := range []string{
+		`{"history":[{"step":5,"members":["a"]}]}`,                            // beyond the model's step
+		`{"history":[{"step":4,"members":["b","a"]}]}`,                        // unsorted
+		`{"history":[{"step":4,"members":[]}]}`,                               // empty ring
+		`{"history":[{"step":4,"members":["a"]},{"step":4,"members":["b"]}]}`, // one step twice
+		`{"history":`, // not JSON
+	} {
+		if h, err := fetchedHistory([]byte(bad), 4); err == nil {
+			t.Errorf("history %s accepted: %+v", bad, h)
+		}
 	}
 }

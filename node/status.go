@@ -36,6 +36,9 @@ type Status struct {
 	// Excluded lists the peers this node excluded from the run, with the
 	// evidence (robust averaging: flagged again and again, a weight over H).
 	Excluded []p2p.Excluded `json:"excluded,omitempty"`
+	// Newcomer: this node made none of the run's last steps (mesh.MadeWindow)
+	// and the run admits newcomers a few per step: it waits for its turn.
+	Newcomer bool `json:"newcomer,omitempty"`
 	// Contribution is what the segment owners of the last step reported
 	// of this node's contribution (robust averaging: norm, clip, flags).
 	Contribution *ContributionReport `json:"contribution,omitempty"`

@@ -41,9 +41,15 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 		}
 		return n.fetchFailed(ctx, f, "download", "model fetch failed; the mesh picks donors again", err)
 	}
-	theta0, v, err := n.decodeFetched(data, f)
+	theta0, v, state, err := n.decodeFetched(data, f)
 	if err != nil {
 		return n.fetchFailed(ctx, f, "unusable", "fetched model unusable", err)
+	}
+	hist, herr := fetchedHistory(state, f.Step)
+	if herr != nil {
+		// The model is verified; its history is the donor's word. Without
+		// it this node admits as if the line had none, until its first ring.
+		n.log.Warn("the donors' line history is unusable; newcomers are judged without it", "step", f.Step, "err", herr)
 	}
 	n.retry.succeeded()
 	if err := n.engine.SetParams(theta0); err != nil {
@@ -51,7 +57,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) error {
 	}
 	n.model.set(f.Step, func() { n.model.theta0, n.model.outer.V = theta0, v })
 	step, hash := n.model.step, n.model.hash
-	nodePort{n}.Synced(step, hash)
+	nodePort{n}.Synced(step, hash, hist)
 	n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
 	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
 	n.log.Info("model synced", "step", step, "hash", short(hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
@@ -160,15 +166,15 @@ func (n *Node) fetchProgress() func(ckpt.Progress) {
 
 // decodeFetched decodes a fetched snapshot and checks it fits this model
 // and hashes to what the mesh named.
-func (n *Node) decodeFetched(data []byte, f *mesh.Fetch) (theta0, v []float32, err error) {
-	theta0, v, _, err = ckpt.DecodeSnapshot(data)
+func (n *Node) decodeFetched(data []byte, f *mesh.Fetch) (theta0, v []float32, state []byte, err error) {
+	theta0, v, state, err = ckpt.DecodeSnapshot(data)
 	if err == nil && (int64(len(theta0)) != n.params || len(v) != len(theta0)) {
 		err = fmt.Errorf("model of %d params (momentum %d), ours has %d: different model config", len(theta0), len(v), n.params)
 	}
 	if err == nil && train.Hash(theta0) != f.Hash {
 		err = errors.New("hash mismatch after verification")
 	}
-	return theta0, v, err
+	return theta0, v, state, err
 }
 
 // Checkpoint layout under <home>/checkpoints/step-NNNNNNNN:
@@ -192,6 +198,9 @@ type nodeState struct {
 	Manifest string `json:"manifest,omitempty"`
 	Step     uint64 `json:"step"`
 	Hash     string `json:"hash"`
+	// History is who made the line's last models (mesh.History); absent
+	// in checkpoints written before admission limits.
+	History []mesh.Made `json:"history,omitempty"`
 }
 
 // saveCheckpoint writes a durable checkpoint of the current outer step.
@@ -222,7 +231,8 @@ func (n *Node) writeCheckpoint() error {
 		if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": n.model.hash}); err != nil {
 			return err
 		}
-		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Manifest: n.runID(), Step: n.model.step, Hash: n.model.hash}, "", "  ")
+		hist, _ := n.history.of(n.model.step, n.model.hash)
+		b, _ := json.MarshalIndent(nodeState{Format: nodeStateMagic, Run: n.cfg.Run, Manifest: n.runID(), Step: n.model.step, Hash: n.model.hash, History: hist}, "", "  ")
 		return os.WriteFile(filepath.Join(tmp, nodeStateFile), b, 0o600)
 	}, n.cfg.KeepCheckpoints)
 }
@@ -263,6 +273,9 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 	if theta0 == nil || len(v) != len(theta0) || train.Hash(theta0) != st.Hash {
 		return bad(errors.New("outer state missing or does not match its hash"))
 	}
+	if err := mesh.ValidateHistory(st.Step, st.History); err != nil {
+		return bad(fmt.Errorf("%s: %w", nodeStateFile, err))
+	}
 	eng, err := n.resumeEngine(filepath.Join(dir, engineSubdir), opts)
 	if err != nil {
 		return bad(err)
@@ -276,6 +289,7 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 		return bad(err)
 	}
 	n.engine, n.model.theta0, n.model.step = eng, theta0, st.Step
+	n.resumedHist = st.History
 	n.model.outer = &train.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: v}
 	n.log.Info("resumed from checkpoint", "dir", dir, "outer_step", st.Step)
 	return true, nil

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,8 @@ func ckptDir(home string, step uint64) string {
 func TestCheckpointResumeRoundTrip(t *testing.T) {
 	home := t.TempDir()
 	nd := newCkptNode(t, home, 17, 3)
+	hist := []mesh.Made{{Step: 16, Members: []mesh.PeerID{"a", "b"}}, {Step: 17, Members: []mesh.PeerID{"a", "c"}}}
+	nd.history.set(17, nd.model.hash, hist)
 	if err := nd.saveCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +94,20 @@ func TestCheckpointResumeRoundTrip(t *testing.T) {
 	}
 	var st nodeState
 	b, _ := os.ReadFile(filepath.Join(ckptDir(home, 17), nodeStateFile))
-	if err := json.Unmarshal(b, &st); err != nil || st != (nodeState{Format: nodeStateMagic, Run: "r", Step: 17, Hash: nd.model.hash}) {
+	if err := json.Unmarshal(b, &st); err != nil || !reflect.DeepEqual(st, nodeState{Format: nodeStateMagic, Run: "r", Step: 17, Hash: nd.model.hash, History: hist}) {
 		t.Fatalf("node.json %+v (%v)", st, err)
+	}
+	if !reflect.DeepEqual(r.resumedHist, hist) {
+		t.Fatalf("resumed history %+v, want %+v", r.resumedHist, hist)
+	}
+	// A history that breaks the mesh's rules is a corrupt checkpoint.
+	st.History = []mesh.Made{{Step: 18, Members: []mesh.PeerID{"a"}}}
+	b, _ = json.Marshal(st)
+	if err := os.WriteFile(filepath.Join(ckptDir(home, 17), nodeStateFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := freshNode(nd).resume(simOptions(21, 1)); err == nil || !strings.Contains(err.Error(), "history entry 0 is of step 18") {
+		t.Fatalf("resume with a history from the future: %v", err)
 	}
 }
 

@@ -1,0 +1,167 @@
+package mesh
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Made is one step of a line's membership history: the members of the ring
+// whose all-reduce made the model of Step (θ₀(Step)), sorted.
+type Made struct {
+	Step    uint64   `json:"step"`
+	Members []PeerID `json:"members"`
+}
+
+// MadeWindow is how many steps of its line's history a node keeps: a peer
+// that made one of the last MadeWindow models of the line is established;
+// any other is a newcomer, admitted a few per step (Config.AdmitRate).
+const MadeWindow = 8
+
+// History returns the membership history of the line of this node's model,
+// oldest first: what a donor hands a joiner with the model, and what a
+// checkpoint keeps (Config.History). It shares nothing with the Mesh.
+func (m *Mesh) History() []Made {
+	out := make([]Made, len(m.history))
+	for i, h := range m.history {
+		out[i] = Made{Step: h.Step, Members: slices.Clone(h.Members)}
+	}
+	return out
+}
+
+// ValidateHistory checks a history received with the model of step (a
+// donor's bytes): at most MadeWindow entries, steps increasing and at most
+// step, members sorted, unique, valid ids, at most MaxMembers.
+func ValidateHistory(step uint64, h []Made) error {
+	if len(h) > MadeWindow {
+		return fmt.Errorf("%w: %d history entries > %d", ErrInvalid, len(h), MadeWindow)
+	}
+	for i, e := range h {
+		if e.Step > step || e.Step == 0 || i > 0 && e.Step <= h[i-1].Step {
+			return fmt.Errorf("%w: history entry %d is of step %d (model at step %d)", ErrInvalid, i, e.Step, step)
+		}
+		if len(e.Members) == 0 || len(e.Members) > MaxMembers {
+			return fmt.Errorf("%w: history of step %d has %d members", ErrInvalid, e.Step, len(e.Members))
+		}
+		for j, id := range e.Members {
+			if id == "" || len(id) > MaxPeerIDLen || j > 0 && e.Members[j-1] >= id {
+				return fmt.Errorf("%w: history of step %d: members not valid, sorted and unique", ErrInvalid, e.Step)
+			}
+		}
+	}
+	return nil
+}
+
+// setHistory makes h (valid or ignored) the history of the model of step.
+func (m *Mesh) setHistory(step uint64, h []Made) {
+	m.history = nil
+	if ValidateHistory(step, h) != nil {
+		return
+	}
+	for _, e := range h {
+		m.history = append(m.history, Made{Step: e.Step, Members: slices.Clone(e.Members)})
+	}
+	m.trimHistory(step)
+}
+
+// madeStep records that ring members made the model of step.
+func (m *Mesh) madeStep(step uint64, members []PeerID) {
+	if len(m.history) > 0 && m.history[len(m.history)-1].Step >= step {
+		m.history = nil // not this line's next step: start afresh
+	}
+	m.history = append(m.history, Made{Step: step, Members: slices.Sorted(slices.Values(members))})
+	m.trimHistory(step)
+}
+
+// trimHistory drops entries older than MadeWindow steps before step and
+// recomputes the established set.
+func (m *Mesh) trimHistory(step uint64) {
+	m.history = slices.DeleteFunc(m.history, func(e Made) bool { return e.Step+MadeWindow <= step })
+	m.lineMembers = make(map[PeerID]bool)
+	for _, e := range m.history {
+		for _, id := range e.Members {
+			m.lineMembers[id] = true
+		}
+	}
+}
+
+// Newcomer reports whether this node made none of its line's last
+// MadeWindow models while newcomers are limited: it waits for a slot.
+func (m *Mesh) Newcomer() bool { return m.newcomer(m.cfg.ID) }
+
+// admitting reports whether newcomers are limited in this step: a rate is
+// set, the line is at least MadeWindow steps old and its history is known.
+// A run's first steps admit everyone: its first members are all newcomers,
+// and those an accuser kept out of the first ring would otherwise queue
+// for slots beside the accusers, one a step, behind the one or two members
+// the first ring made established (TestSimFalseAccusers, 3 of 8 naming one
+// each). A line whose history is lost admits everyone too.
+func (m *Mesh) admitting() bool {
+	return m.cfg.AdmitRate > 0 && m.step >= MadeWindow && len(m.lineMembers) > 0
+}
+
+// newcomer reports whether id made none of the last MadeWindow models of
+// this line while newcomers are limited. A newcomer's accusations are void
+// and it does not count towards the fault bound: peers made up by the
+// thousand would otherwise outvote and out-accuse the members.
+func (m *Mesh) newcomer(id PeerID) bool {
+	return m.admitting() && !m.lineMembers[id]
+}
+
+// admitted returns the newcomers admitted to this step: of the peers known
+// Ready in it (M, excluded ones too: a newcomer excluded from the step
+// keeps its slot, or one accuser would take every newcomer out in turn),
+// at most max(1, ⌊AdmitRate · established⌋), chosen by a hash of the
+// step's model and their ids, so that a peer cannot choose an id that is
+// always first. M only grows during a step and every node with the same
+// history and M admits the same ones. Nil when not admitting.
+func (m *Mesh) admitted() map[PeerID]bool {
+	fresh, quota := m.newcomers()
+	if quota < 0 {
+		return nil
+	}
+	if len(fresh) > quota {
+		rank := func(id PeerID) [32]byte {
+			return sha256.Sum256([]byte("intellect/mesh/admit/1\x00" + m.ag.hash + "\x00" + string(id)))
+		}
+		slices.SortFunc(fresh, func(a, b PeerID) int {
+			ra, rb := rank(a), rank(b)
+			return slices.Compare(ra[:], rb[:])
+		})
+		fresh = fresh[:quota]
+	}
+	out := make(map[PeerID]bool, len(fresh))
+	for _, id := range fresh {
+		out[id] = true
+	}
+	return out
+}
+
+// newcomers returns the newcomers known Ready in this step and how many
+// of them the step admits; quota −1 when not admitting.
+func (m *Mesh) newcomers() (fresh []PeerID, quota int) {
+	if !m.admitting() {
+		return nil, -1
+	}
+	var est int
+	for id := range m.ag.known {
+		if m.lineMembers[id] {
+			est++
+		} else {
+			fresh = append(fresh, id)
+		}
+	}
+	if _, in := m.ag.known[m.cfg.ID]; !in && m.lineMembers[m.cfg.ID] {
+		est++
+	}
+	return fresh, max(1, int(math.Floor(m.cfg.AdmitRate*float64(est))))
+}
+
+// newcomersFull reports whether the newcomers Ready in this step fill its
+// quota: a Ready node then does not wait for more (canVote) — else every
+// step would wait for the newcomers that fetch each model it missed.
+func (m *Mesh) newcomersFull() bool {
+	fresh, quota := m.newcomers()
+	return quota >= 0 && len(fresh) >= quota
+}
