@@ -67,3 +67,28 @@ func TestSnapshotLazyAndConsistent(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFetchedHistory: a donor's snapshot state is a peer's bytes. Whatever
+// they are, reading the history never panics, and what it accepts the
+// mesh accepts as the history of the fetched step.
+func FuzzFetchedHistory(f *testing.F) {
+	f.Add([]byte(`{"step":4,"history":[{"step":3,"members":["a","b"]},{"step":4,"members":["b"]}]}`), uint64(4))
+	f.Add([]byte(`{"history":[{"step":9,"members":["a"]}]}`), uint64(4))
+	f.Add([]byte(`{"history":null}`), uint64(0))
+	f.Fuzz(func(t *testing.T, state []byte, step uint64) {
+		h, err := fetchedHistory(state, step)
+		if err != nil {
+			return
+		}
+		if err := mesh.ValidateHistory(step, h); err != nil {
+			t.Fatalf("accepted a history the mesh refuses: %v", err)
+		}
+		m, err := mesh.New(mesh.Config{ID: "x", History: h, AdmitRate: openAdmitRate}, step, "h")
+		if err != nil {
+			t.Fatalf("mesh.New refused an accepted history: %v", err)
+		}
+		if got := m.History(); len(got) > len(h) {
+			t.Fatalf("history grew: %d entries from %d", len(got), len(h))
+		}
+	})
+}
