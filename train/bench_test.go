@@ -2,6 +2,7 @@ package train
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -111,4 +112,54 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkTinyOptimizer times whole steps of the tiny preset (B=16, T=64,
+// as the convergence sweeps run it) with AdamW and with Muon, at the 1× and
+// the 4× batch, and the optimizer update alone ("update": AdamW over every
+// tensor, or Muon's Newton–Schulz on the hidden matrices plus AdamW on the
+// rest).
+func BenchmarkTinyOptimizer(b *testing.B) {
+	for _, opt := range []string{OptimizerAdamW, OptimizerMuon} {
+		for _, k := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/k=%d", opt, k), func(b *testing.B) {
+				o, err := DefaultOptions("tiny")
+				if err != nil {
+					b.Fatal(err)
+				}
+				o.Optimizer, o.GradAccum = opt, k
+				tr, err := NewTrainer(o, DefaultSource())
+				if err != nil {
+					b.Fatal(err)
+				}
+				tr.Step() // warm up
+				for b.Loop() {
+					if _, err := tr.Step(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e3, "ms/step")
+			})
+		}
+		b.Run(opt+"/update", func(b *testing.B) {
+			o, err := DefaultOptions("tiny")
+			if err != nil {
+				b.Fatal(err)
+			}
+			o.Optimizer = opt
+			tr, err := NewTrainer(o, DefaultSource())
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr.Step() // gradients and state to update
+			for b.Loop() {
+				if tr.muon != nil {
+					tr.muonStep(1e-6, 1)
+				} else {
+					tr.adamw(1e-6, 1)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e3, "ms/update")
+		})
+	}
 }

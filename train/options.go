@@ -24,7 +24,20 @@ type Options struct {
 	Seed        uint64  `json:"seed"`         // parameter init and data sampling
 	Worker      uint64  `json:"worker"`       // worker id: different workers draw different data
 	EvalBatches int     `json:"eval_batches"` // held-out batches (Batch rows each) per Eval, ≥ 1
+	// Optimizer is OptimizerAdamW ("" means it too) or OptimizerMuon.
+	Optimizer string `json:"optimizer,omitempty"`
 }
+
+// The optimizers Options.Optimizer names.
+const (
+	// OptimizerAdamW is AdamW on every tensor (the default; "" means it too).
+	OptimizerAdamW = "adamw"
+	// OptimizerMuon is Muon (muon.go) on the hidden matrices — attention
+	// q, k, v, o and the MLP's gate, up, down — and AdamW on the rest
+	// (embeddings, output head, norm gains), at the same learning rate,
+	// schedule and decoupled weight decay. CPU engine only.
+	OptimizerMuon = "muon"
+)
 
 // DefaultOptions returns the model preset with training hyperparameters that
 // suit it on this project's machines.
@@ -76,6 +89,8 @@ func (o Options) Validate() error {
 		return bad("eps/clip_norm", [2]float64{o.Eps, o.ClipNorm})
 	case o.EvalBatches < 1 || o.EvalBatches > maxDim:
 		return bad("eval_batches", o.EvalBatches)
+	case o.Optimizer != "" && o.Optimizer != OptimizerAdamW && o.Optimizer != OptimizerMuon:
+		return fmt.Errorf("%w: optimizer %q: want %q or %q", ErrConfig, o.Optimizer, OptimizerAdamW, OptimizerMuon)
 	}
 	return nil
 }

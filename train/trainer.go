@@ -18,8 +18,9 @@ type Trainer struct {
 	opts    Options
 	data    Source
 	m       *model
-	mom     []float32 // AdamW first moment
-	vel     []float32 // AdamW second moment
+	mom     []float32  // AdamW first moment; Muon's momentum buffer on hidden matrices
+	vel     []float32  // AdamW second moment
+	muon    *muonState // Muon's scratch when opts.Optimizer is OptimizerMuon, else nil
 	step    int
 	lay     []TensorInfo
 	rows    []int32 // (Batch, Seq+1) tokens of one micro-batch
@@ -55,11 +56,15 @@ func newTrainer(opts Options, data Source) (*Trainer, error) {
 		return nil, err
 	}
 	B, T := opts.Batch, opts.Seq
-	return &Trainer{
+	t := &Trainer{
 		opts: opts, data: data, m: m, lay: opts.Model.Layout(),
 		mom: make([]float32, len(m.params)), vel: make([]float32, len(m.params)),
 		rows: make([]int32, B*(T+1)), inputs: make([]int32, B*T), targets: make([]int32, B*T),
-	}, nil
+	}
+	if opts.Optimizer == OptimizerMuon {
+		t.muon = newMuonState(t.lay)
+	}
+	return t, nil
 }
 
 // Options returns the trainer's options.
@@ -88,7 +93,8 @@ func (t *Trainer) StepCount() int { return t.step }
 func (t *Trainer) Close() error { return nil }
 
 // Step runs one optimizer step: GradAccum micro-batches of forward and
-// backward, global-norm clipping, then AdamW at the scheduled learning rate.
+// backward, global-norm clipping, then AdamW (or Muon on the hidden
+// matrices, Options.Optimizer) at the scheduled learning rate.
 func (t *Trainer) Step() (StepStats, error) {
 	start := time.Now()
 	o := t.opts
@@ -117,7 +123,11 @@ func (t *Trainer) Step() (StepStats, error) {
 	}
 	lr := o.LRAt(t.step)
 	t.step++
-	t.adamw(lr, gscale)
+	if t.muon != nil {
+		t.muonStep(lr, gscale)
+	} else {
+		t.adamw(lr, gscale)
+	}
 	return StepStats{Step: t.step, Loss: loss, Tokens: o.Batch * o.Seq * o.GradAccum, LR: lr, GradNorm: norm, Compute: time.Since(start)}, nil
 }
 

@@ -20,7 +20,15 @@ func TestParseRuns(t *testing.T) {
 		rs[1].Mu != 0 || rs[1].Codec != "fp32" || rs[1].Overlap != 1 {
 		t.Fatalf("parsed %+v", rs)
 	}
-	for _, bad := range []string{"dilo:m=2", "diloco:m", "diloco:m=x", "diloco:q=1", "diloco:m=0", "diloco:codec=int4"} {
+	// the inner optimizer applies to the single baselines as to DiLoCo
+	rs, err = parseRuns("single:k=1,opt=muon; single:k=4,opt=muon; diloco:m=4,h=5,lr=1,mu=0,codec=robust,opt=muon; single:k=4", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 || rs[0].Optimizer != "muon" || rs[1].Optimizer != "muon" || rs[1].K != 4 || rs[2].Optimizer != "muon" || rs[3].Optimizer != "" {
+		t.Fatalf("parsed %+v", rs)
+	}
+	for _, bad := range []string{"dilo:m=2", "diloco:m", "diloco:m=x", "diloco:q=1", "diloco:m=0", "diloco:codec=int4", "single:k=4,opt=sgd", "diloco:m=4,opt="} {
 		if _, err := parseRuns(bad, 20); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

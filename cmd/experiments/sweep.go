@@ -40,6 +40,9 @@ type sweepRun struct {
 	Beta1   float64 `json:"inner_beta1,omitempty"`   // inner AdamW β1; 0: the preset's
 	Warmup  int     `json:"inner_warmup,omitempty"`  // inner warmup steps; 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
+	// Optimizer is the inner optimizer (of a single run: its only one),
+	// train.Options.Optimizer: "adamw" or "muon"; "": the preset's (AdamW).
+	Optimizer string `json:"inner_optimizer,omitempty"`
 	// OverlapStart is where an overlapped worker computes its steps before
 	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid", "beyond".
 	OverlapStart string `json:"overlap_start,omitempty"`
@@ -63,7 +66,7 @@ type sweepResult struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid|beyond]][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon] | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid|beyond]][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -123,6 +126,9 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	}
 	if r.Warmup > 0 {
 		opts.WarmupSteps = r.Warmup
+	}
+	if r.Optimizer != "" {
+		opts.Optimizer = r.Optimizer
 	}
 	res := sweepResult{Run: r, Seed: seed}
 	start := time.Now()
@@ -271,6 +277,13 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 					return nil, fmt.Errorf("run %q: codec %q: want fp32, int8, int8-ef or robust", spec, v)
 				}
 				r.Codec = v
+				continue
+			}
+			if k == "opt" {
+				if v != train.OptimizerAdamW && v != train.OptimizerMuon {
+					return nil, fmt.Errorf("run %q: optimizer %q: want %s or %s", spec, v, train.OptimizerAdamW, train.OptimizerMuon)
+				}
+				r.Optimizer = v
 				continue
 			}
 			if k == "ovs" {

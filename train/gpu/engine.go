@@ -81,6 +81,9 @@ func New(opts train.Options, data train.Source, dc Config) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Optimizer == train.OptimizerMuon {
+		return nil, fmt.Errorf("%w: optimizer %q runs on the CPU engine only", train.ErrConfig, opts.Optimizer)
+	}
 	if data == nil {
 		return nil, fmt.Errorf("%w: no source", train.ErrData)
 	}

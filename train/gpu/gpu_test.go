@@ -8,6 +8,7 @@ package gpu
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -292,4 +293,13 @@ func exportHF(e *Engine, dir string) error {
 		ts = append(ts, train.Tensor{Name: ti.Name, Shape: ti.Shape, Data: p[ti.Offset : ti.Offset+ti.Size()]})
 	}
 	return train.WriteSafetensors(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"})
+}
+
+// TestRejectsMuon: Muon (train.OptimizerMuon) is a CPU-engine optimizer.
+func TestRejectsMuon(t *testing.T) {
+	o := smallOpts(t, "tiny", 2, 16)
+	o.Optimizer = train.OptimizerMuon
+	if _, err := New(o, train.DefaultSource(), Config{}); !errors.Is(err, train.ErrConfig) {
+		t.Fatalf("New with muon: %v, want ErrConfig", err)
+	}
 }
