@@ -9,6 +9,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"github.com/intellect-node/intellect-node/train"
 	"log/slog"
 	"net"
 	"os"
@@ -108,6 +109,10 @@ type Config struct {
 	// weighted mean). Default DefaultAveraging. Every member of a run must
 	// use the same.
 	Averaging string
+	// Optimizer is the inner optimizer: train.OptimizerAdamW or
+	// train.OptimizerMuon (docs/convergence.md). Default DefaultOptimizer.
+	// Recorded in the run manifest (train.optimizer; AdamW as "").
+	Optimizer string
 	// Tick is the period of the mesh state machine's clock. Default
 	// DefaultTick.
 	Tick time.Duration
@@ -208,6 +213,7 @@ const (
 	AveragingMean           = "mean"
 	AveragingRobust         = "robust"
 	DefaultAveraging        = AveragingRobust
+	DefaultOptimizer        = train.OptimizerAdamW
 	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
 	DefaultAllReduceTimeout = 60 * time.Second
 	DefaultCheckpointEvery  = 10
@@ -279,6 +285,7 @@ func (c *Config) fillDefaults() error {
 		defString(&c.Averaging, AveragingMean) // robust averaging sends int8
 	}
 	defString(&c.Averaging, DefaultAveraging)
+	defString(&c.Optimizer, DefaultOptimizer)
 	defString(&c.Tokenizer, DefaultTokenizer)
 	defString(&c.Admission, AdmissionOpen)
 	defInt(&c.InnerSteps, DefaultInnerSteps)
@@ -330,6 +337,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
 	case c.MinMembers < 1:
 		return fmt.Errorf("%w: --min-members must be ≥ 1, got %d", ErrBadConfig, c.MinMembers)
+	case c.Optimizer != "" && c.Optimizer != train.OptimizerAdamW && c.Optimizer != train.OptimizerMuon:
+		return fmt.Errorf("%w: --optimizer %q: want %s or %s", ErrBadConfig, c.Optimizer, train.OptimizerAdamW, train.OptimizerMuon)
 	case c.Shards < 1 || c.Shards > collective.MaxShards:
 		return fmt.Errorf("%w: shards must be in 1..%d, got %d", ErrBadConfig, collective.MaxShards, c.Shards)
 	case !(c.OuterLR > 0 && c.OuterLR <= 10) || !(*c.OuterMomentum >= 0 && *c.OuterMomentum < 1):

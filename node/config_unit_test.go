@@ -31,6 +31,7 @@ func TestConfigDefaultsTable(t *testing.T) {
 		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}},
 		{"Reachability", c.Reachability, "auto"},
 		{"Averaging", c.Averaging, "robust"},
+		{"Optimizer", c.Optimizer, DefaultOptimizer},
 		{"Run", c.Run, "default"},
 		{"Preset", c.Preset, "tiny"},
 		{"Device", c.Device, "cpu"},
@@ -63,7 +64,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
-		Reachability: "private", Averaging: "robust", Tokenizer: "bpe-x", Admission: AdmissionAllowlist}
+		Reachability: "private", Averaging: "robust", Tokenizer: "bpe-x", Admission: AdmissionAllowlist, Optimizer: "muon"}
 	want := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -108,6 +109,7 @@ func TestConfigRejectsTable(t *testing.T) {
 		{"send rate negative", func(c *Config) { c.MaxSendRate = -1 }, "send rate"},
 		{"keep negative", func(c *Config) { c.KeepCheckpoints = -2 }, "checkpoint"},
 		{"admission unknown", func(c *Config) { c.Admission = "vip" }, "--admission"},
+		{"optimizer unknown", func(c *Config) { c.Optimizer = "sgd" }, "--optimizer"},
 		{"status addr without port", func(c *Config) { c.StatusAddr = "127.0.0.1" }, "--status"},
 		{"status addr open without token", func(c *Config) { c.StatusAddr = "0.0.0.0:8642" }, "--status-token-file"},
 		{"status addr on a LAN ip without token", func(c *Config) { c.StatusAddr = "192.168.1.5:8642" }, "reachable"},

@@ -153,6 +153,18 @@ func TestManifestDiffAndCheck(t *testing.T) {
 	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "outer_lr") {
 		t.Fatalf("got %v\nwant it to contain %q and not outer_lr", err, want)
 	}
+	// --optimizer muon against a run of AdamW (recorded as no optimizer),
+	// and --optimizer adamw against it: the first contradicts, the second
+	// does not.
+	mine = testManifest(t)
+	mine.Train.Optimizer = train.OptimizerMuon
+	err = checkAgainst(mine, rm, map[string]string{"train.optimizer": "--optimizer muon"})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--optimizer muon contradicts") || !strings.Contains(err.Error(), "train.optimizer = (absent)") {
+		t.Fatalf("--optimizer muon on an AdamW run: %v", err)
+	}
+	if err := checkAgainst(testManifest(t), rm, map[string]string{"train.optimizer": "--optimizer adamw"}); err != nil {
+		t.Fatalf("--optimizer adamw on an AdamW run: %v", err)
+	}
 	mine = testManifest(t)
 	mine.Data = []train.MixtureEntry{{Name: "web.tok", Weight: 1}}
 	if err := checkAgainst(mine, rm, nil); err == nil || !strings.Contains(err.Error(), "other data") {

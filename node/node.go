@@ -185,6 +185,10 @@ func trainOptions(cfg Config, self peer.ID) (train.Options, error) {
 	if opts.Seed == 0 {
 		opts.Seed = RunSeed(cfg.Run)
 	}
+	opts.Optimizer = cfg.Optimizer
+	if opts.Optimizer == train.OptimizerAdamW {
+		opts.Optimizer = "" // canonical: manifests before Muon say nothing
+	}
 	opts.Worker = workerID(self)
 	if cfg.MaxOuterSteps > 0 {
 		// Let the schedule's decay end with the run.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -56,7 +57,7 @@ func (n *Node) initManifest(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("run manifest "+how, "run", rm.m.Run, "manifest", rm.id, "preset", rm.m.Preset,
-		"inner_steps", rm.m.InnerSteps, "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
+		"inner_steps", rm.m.InnerSteps, "optimizer", cmp.Or(rm.m.Train.Optimizer, train.OptimizerAdamW), "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
 	return nil
 }
 
@@ -241,6 +242,7 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	c.OuterLR, c.OuterMomentum = m.OuterLR, new(m.OuterMomentum)
 	c.Shards, c.FP32, c.ErrorFeedback = m.Compression.Shards, m.Compression.Codec == "fp32", m.Compression.ErrorFeedback
 	c.Averaging = m.Averaging
+	c.Optimizer = m.Train.Optimizer
 	c.Seed = m.Train.Seed
 	n.opts = m.Train
 	n.run = rm

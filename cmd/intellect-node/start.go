@@ -62,6 +62,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.BoolVar(&c.FP32, "fp32", false, "all-reduce in float32 instead of int8 (4× the traffic; for comparisons)")
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient")
 	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md) or mean (the ring's weighted mean; the default with --fp32); recorded in the run manifest")
+	fs.StringVar(&c.Optimizer, "optimizer", node.DefaultOptimizer, "inner `optimizer`: adamw, or muon (Muon on the hidden matrices, AdamW on the rest; docs/convergence.md); recorded in the run manifest")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps (0: only at exit)")
@@ -114,7 +115,7 @@ var runFlags = map[string]string{
 	"run": "run", "preset": "preset", "config": "train.model", "data": "data", "tokenizer": "tokenizer",
 	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum",
 	"shards": "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
-	"averaging": "averaging", "admission": "admission.policy",
+	"averaging": "averaging", "admission": "admission.policy", "optimizer": "train.optimizer",
 }
 
 // givenRunFlags returns the run-manifest flags the user actually set

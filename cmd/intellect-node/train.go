@@ -23,6 +23,7 @@ type trainFlags struct {
 	lr                         float64
 	seed, worker               uint64
 	resume, json, info         bool
+	optimizer                  string
 	logEvery, evalEvery        int
 	saveEvery, keep            int
 }
@@ -39,6 +40,7 @@ func runTrain(args []string) error {
 	fs.IntVar(&f.seq, "seq", 0, "tokens per row (default: preset)")
 	fs.IntVar(&f.accum, "grad-accum", 0, "micro-batches per step (default: preset)")
 	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: preset)")
+	fs.StringVar(&f.optimizer, "optimizer", "", "inner optimizer: adamw (default) or muon (Muon on the hidden matrices, AdamW on the rest)")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of init and data sampling")
 	fs.Uint64Var(&f.worker, "worker", 0, "worker id (selects this worker's data stream)")
 	fs.BoolVar(&f.resume, "resume", false, "continue from the newest checkpoint under --home")
@@ -87,6 +89,9 @@ func (f trainFlags) runConfig() (train.RunConfig, error) {
 	setIf(&o.TotalSteps, f.steps)
 	if f.lr > 0 {
 		o.LR, o.MinLR = f.lr, f.lr/10
+	}
+	if f.optimizer != "" && f.optimizer != train.OptimizerAdamW {
+		o.Optimizer = f.optimizer
 	}
 	o.Seed, o.Worker = f.seed, f.worker
 	return train.RunConfig{
