@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,7 @@ type benchOptions struct {
 	seeds, ms, corpora    string
 	steps, h, parallel    int
 	replot, fp32, dryPlan bool
+	opt                   string // inner optimizer of every run (node.DefaultOptimizer)
 }
 
 func benchMain(args []string) error { return benchRun(args, os.Stdout, os.Stderr) }
@@ -56,6 +58,7 @@ func benchRun(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.steps, "steps", 600, "inner steps per node (the baselines' optimizer steps)")
 	fs.IntVar(&o.h, "h", node.DefaultInnerSteps, "inner steps per outer step (H)")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
+	fs.StringVar(&o.opt, "opt", node.DefaultOptimizer, "inner optimizer of every run: adamw or muon; runs of another than adamw carry it in their names")
 	fs.BoolVar(&o.fp32, "fp32", true, "also run DiLoCo with an fp32 all-reduce for the largest M ≤ 4 (the int8 cost)")
 	fs.BoolVar(&o.replot, "replot", false, "do not train: rebuild summary and plots from the results file")
 	fs.BoolVar(&o.dryPlan, "plan", false, "print the runs that would be made and exit")
@@ -64,6 +67,9 @@ func benchRun(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.results == "" {
 		o.results = filepath.Join(o.out, "results.jsonl")
+	}
+	if o.opt != train.OptimizerAdamW && o.opt != train.OptimizerMuon {
+		return fmt.Errorf("-opt %q: want %s or %s", o.opt, train.OptimizerAdamW, train.OptimizerMuon)
 	}
 	plan, err := benchPlan(o)
 	if err != nil {
@@ -94,6 +100,7 @@ func (j benchJob) key() string { return fmt.Sprintf("%s|%d|%s", j.corpus, j.seed
 // for each M the M× baseline and DiLoCo with the defaults (shippedCodec),
 // plus, at the largest M ≤ 4, DiLoCo with fp32 (plain mean) and overlapped.
 func benchPlan(o benchOptions) ([]benchJob, error) {
+	o.opt = cmp.Or(o.opt, train.OptimizerAdamW)
 	seeds, err := parseSeeds(o.seeds)
 	if err != nil {
 		return nil, err
@@ -106,16 +113,16 @@ func benchPlan(o benchOptions) ([]benchJob, error) {
 		}
 		ms = append(ms, m)
 	}
-	runs := []sweepRun{singleRun(1, o.h)}
+	runs := []sweepRun{singleRun(1, o.h, o.opt)}
 	fp32M := 0
 	for _, m := range ms {
-		runs = append(runs, singleRun(m, o.h), defaultDiLoCo(m, o.h, shippedCodec()))
+		runs = append(runs, singleRun(m, o.h, o.opt), defaultDiLoCo(m, o.h, shippedCodec(), o.opt))
 		if m <= 4 {
 			fp32M = m
 		}
 	}
 	if o.fp32 && fp32M > 0 {
-		runs = append(runs, defaultDiLoCo(fp32M, o.h, "fp32"), overlapDiLoCo(fp32M, o.h, shippedCodec()))
+		runs = append(runs, defaultDiLoCo(fp32M, o.h, "fp32", o.opt), overlapDiLoCo(fp32M, o.h, shippedCodec(), o.opt))
 	}
 	var plan []benchJob
 	for _, c := range strings.Split(o.corpora, ",") {
@@ -128,8 +135,18 @@ func benchPlan(o benchOptions) ([]benchJob, error) {
 	return plan, nil
 }
 
-func singleRun(k, h int) sweepRun {
-	return sweepRun{Name: fmt.Sprintf("single-%dx", k), Kind: "single", M: 1, K: k, H: h}
+func singleRun(k, h int, opt string) sweepRun {
+	return withOpt(sweepRun{Name: fmt.Sprintf("single-%dx", k), Kind: "single", M: 1, K: k, H: h}, opt)
+}
+
+// withOpt makes r run the inner optimizer opt: AdamW runs keep the names
+// the benchmark always gave them; others carry the optimizer ("-muon").
+func withOpt(r sweepRun, opt string) sweepRun {
+	if opt != "" && opt != train.OptimizerAdamW {
+		r.Name += "-" + opt
+		r.Optimizer = opt
+	}
+	return r
 }
 
 // shippedCodec is the sweep codec of a node's default averaging
@@ -151,18 +168,18 @@ const plainCodec = "int8"
 // codec: shippedCodec() by default, "fp32" as --fp32 does (plain mean).
 // The run's name carries the codec, so that rows of one averaging are never
 // read as another's.
-func defaultDiLoCo(m, h int, codec string) sweepRun {
-	return sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
-		LR: node.DefaultOuterLR, Mu: node.DefaultOuterMomentum, Codec: codec}
+func defaultDiLoCo(m, h int, codec, opt string) sweepRun {
+	return withOpt(sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
+		LR: node.DefaultOuterLR, Mu: node.DefaultOuterMomentum, Codec: codec}, opt)
 }
 
 // overlapDiLoCo is DiLoCo as a node runs it with --overlap on a link fast
 // enough for the average to arrive within one inner step (the default,
 // --overlap-steps 0, applies it then), averaging with codec.
-func overlapDiLoCo(m, h int, codec string) sweepRun {
-	r := defaultDiLoCo(m, h, codec)
+func overlapDiLoCo(m, h int, codec, opt string) sweepRun {
+	r := defaultDiLoCo(m, h, codec, train.OptimizerAdamW)
 	r.Name, r.Overlap, r.Mu = fmt.Sprintf("diloco-%d-%s-overlap1", m, codec), 1, node.DefaultOverlapOuterMomentum
-	return r
+	return withOpt(r, opt)
 }
 
 // runPlan runs the jobs not yet in the results file, appending each result.
@@ -276,6 +293,7 @@ func statOf(rs []sweepResult) stat {
 // plain int8 mean's rows of the same corpora and seeds, when the results file
 // has them (the default before robust averaging), follow as a reference.
 func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w io.Writer) error {
+	o.opt = cmp.Or(o.opt, train.OptimizerAdamW)
 	var corpora []string
 	seen, planned := map[string]bool{}, map[string]bool{}
 	for _, j := range plan {
@@ -299,10 +317,10 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	}
 	// row is a table row of DiLoCo ×m with codec on corpus c: every column
 	// over the seeds its DiLoCo run has; ok when all columns have them.
-	row := func(c string, m int, codec string) (one, big, dl stat, ok bool) {
-		dlRuns := byRun[c+"|"+defaultDiLoCo(m, o.h, codec).Name]
+	row := func(c string, m int, codec, opt string) (one, big, dl stat, ok bool) {
+		dlRuns := byRun[c+"|"+defaultDiLoCo(m, o.h, codec, opt).Name]
 		same := func(run string) stat { return statOf(sameSeeds(byRun[c+"|"+run], dlRuns)) }
-		one, big, dl = same("single-1x"), same(singleRun(m, o.h).Name), statOf(dlRuns)
+		one, big, dl = same(singleRun(1, o.h, opt).Name), same(singleRun(m, o.h, opt).Name), statOf(dlRuns)
 		return one, big, dl, dl.n > 0 && big.n == dl.n && one.n == dl.n
 	}
 	// pair compares runs a and b of corpus c over the seeds both have.
@@ -312,23 +330,23 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	}
 	codec := shippedCodec()
 	var b strings.Builder
-	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v, %s), H = %d, %d inner steps per node.\n\n",
-		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, codecText(codec), o.h, o.steps)
+	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v, %s), H = %d, %d inner steps per node, inner optimizer %s (the baselines' too).\n\n",
+		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, codecText(codec), o.h, o.steps, o.opt)
 	b.WriteString("| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | seeds |\n|---|---|---|---|---|---|---|---|\n")
 	var notes strings.Builder
 	for _, c := range corpora {
 		for _, m := range msOf(plan) {
-			one, big, dl, ok := row(c, m, codec)
+			one, big, dl, ok := row(c, m, codec, o.opt)
 			if !ok {
 				continue
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %d |\n", c, m, fmtStat(one), fmtStat(big), fmtStat(dl),
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), dl.n)
-			blocking := defaultDiLoCo(m, o.h, codec).Name
-			if d, fp := pair(c, blocking, defaultDiLoCo(m, o.h, "fp32").Name); fp.n > 0 {
+			blocking := defaultDiLoCo(m, o.h, codec, o.opt).Name
+			if d, fp := pair(c, blocking, defaultDiLoCo(m, o.h, "fp32", o.opt).Name); fp.n > 0 {
 				fmt.Fprintf(&notes, "- %s, M = %d: %s %s vs fp32 (plain mean) %s: **%s** (%s)\n", c, m, codecName(codec), fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
 			}
-			if ov, d := pair(c, overlapDiLoCo(m, o.h, codec).Name, blocking); ov.n > 0 {
+			if ov, d := pair(c, overlapDiLoCo(m, o.h, codec, o.opt).Name, blocking); ov.n > 0 {
 				fmt.Fprintf(&notes, "- %s, M = %d: overlapped (average applied after 1 inner step) %s vs blocking %s: **%s** (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
 			}
 		}
@@ -336,7 +354,9 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	if notes.Len() > 0 {
 		b.WriteString("\n" + notes.String())
 	}
-	if codec != plainCodec {
+	if o.opt != train.OptimizerAdamW {
+		b.WriteString(adamwReference(o, plan, corpora, codec, row, pair))
+	} else if codec != plainCodec {
 		b.WriteString(plainReference(o, plan, corpora, codec, row, pair))
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -360,27 +380,27 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 // int8 mean (before robust averaging became the default) that the results
 // have, with the shipped codec's loss relative to them over common seeds.
 func plainReference(o benchOptions, plan []benchJob, corpora []string, codec string,
-	row func(c string, m int, codec string) (one, big, dl stat, ok bool),
+	row func(c string, m int, codec, opt string) (one, big, dl stat, ok bool),
 	pair func(c, a, b string) (sa, sb stat)) string {
 	var b, notes strings.Builder
 	for _, c := range corpora {
 		for _, m := range msOf(plan) {
-			one, big, dl, ok := row(c, m, plainCodec)
+			one, big, dl, ok := row(c, m, plainCodec, o.opt)
 			if !ok {
 				continue
 			}
-			plain := defaultDiLoCo(m, o.h, plainCodec).Name
-			sh, pl := pair(c, defaultDiLoCo(m, o.h, codec).Name, plain)
+			plain := defaultDiLoCo(m, o.h, plainCodec, o.opt).Name
+			sh, pl := pair(c, defaultDiLoCo(m, o.h, codec, o.opt).Name, plain)
 			vs := "—"
 			if pl.n > 0 {
 				vs = fmt.Sprintf("%s (%s)", pct(sh.mean/pl.mean-1), seedsText(pl.n))
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d |\n", c, m, fmtStat(dl),
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), vs, dl.n)
-			if d, fp := pair(c, plain, defaultDiLoCo(m, o.h, "fp32").Name); fp.n > 0 {
+			if d, fp := pair(c, plain, defaultDiLoCo(m, o.h, "fp32", o.opt).Name); fp.n > 0 {
 				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
 			}
-			if ov, d := pair(c, overlapDiLoCo(m, o.h, plainCodec).Name, plain); ov.n > 0 {
+			if ov, d := pair(c, overlapDiLoCo(m, o.h, plainCodec, o.opt).Name, plain); ov.n > 0 {
 				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: overlapped %s vs blocking %s: %s (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
 			}
 		}
@@ -390,6 +410,44 @@ func plainReference(o benchOptions, plan []benchJob, corpora []string, codec str
 	}
 	return fmt.Sprintf("\nReference: plain int8 mean (before %s became the default; ring all-reduce, otherwise the same runs):\n\n", codecName(codec)) +
 		"| corpus | M | DiLoCo ×M, plain int8 mean | vs M× batch | vs 1× | " + codecName(codec) + " vs plain int8 mean | seeds |\n|---|---|---|---|---|---|---|\n" +
+		b.String() + "\n" + notes.String()
+}
+
+// adamwReference is the summary's reference section when the runs use
+// another inner optimizer than AdamW: the same table with AdamW (the
+// results file's rows without an optimizer in their names), each against
+// AdamW's own baselines, and the shipped optimizer's loss relative to it.
+func adamwReference(o benchOptions, plan []benchJob, corpora []string, codec string,
+	row func(c string, m int, codec, opt string) (one, big, dl stat, ok bool),
+	pair func(c, a, b string) (sa, sb stat)) string {
+	var b, notes strings.Builder
+	for _, c := range corpora {
+		for _, m := range msOf(plan) {
+			one, big, dl, ok := row(c, m, codec, train.OptimizerAdamW)
+			if !ok {
+				continue
+			}
+			ref := defaultDiLoCo(m, o.h, codec, train.OptimizerAdamW).Name
+			sh, rf := pair(c, defaultDiLoCo(m, o.h, codec, o.opt).Name, ref)
+			vs := "—"
+			if rf.n > 0 {
+				vs = fmt.Sprintf("%s (%s)", pct(sh.mean/rf.mean-1), seedsText(rf.n))
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", c, m, fmtStat(one), fmtStat(big), fmtStat(dl),
+				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), vs, dl.n)
+			if ov, d := pair(c, overlapDiLoCo(m, o.h, codec, train.OptimizerAdamW).Name, ref); ov.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d, AdamW: overlapped %s vs blocking %s: %s (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
+			}
+			if d, fp := pair(c, ref, defaultDiLoCo(m, o.h, "fp32", train.OptimizerAdamW).Name); fp.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d, AdamW: %s %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, codecName(codec), fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\nReference: AdamW as the inner optimizer (before %s; the same runs, AdamW's own baselines):\n\n", o.opt) +
+		"| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | " + o.opt + " DiLoCo vs AdamW DiLoCo | seeds |\n|---|---|---|---|---|---|---|---|---|\n" +
 		b.String() + "\n" + notes.String()
 }
 
@@ -471,6 +529,7 @@ func corpusFile(c string) string {
 // benchPlot draws the mean eval curves of corpus c against inner steps per
 // node: the baselines dashed, DiLoCo solid, one colour per M.
 func benchPlot(c string, o benchOptions, plan []benchJob, byRun map[string][]sweepResult) plot {
+	o.opt = cmp.Or(o.opt, train.OptimizerAdamW)
 	colors := map[int]string{1: "#7f7f7f", 2: "#2ca02c", 4: "#1f77b4", 8: "#d62728", 16: "#9467bd"}
 	p := plot{Title: fmt.Sprintf("Held-out loss, %s (mean over seeds)", c), XLabel: "inner steps per node",
 		YLabel: "eval loss", XMin: float64(o.steps) / 10}
@@ -485,10 +544,10 @@ func benchPlot(c string, o benchOptions, plan []benchJob, byRun map[string][]swe
 		}
 		p.Lines = append(p.Lines, l)
 	}
-	add("1 node, 1× batch", colors[1], "single-1x", true)
+	add("1 node, 1× batch", colors[1], singleRun(1, o.h, o.opt).Name, true)
 	for _, m := range msOf(plan) {
-		add(fmt.Sprintf("1 node, %d× batch", m), colors[m], singleRun(m, o.h).Name, true)
-		add(fmt.Sprintf("DiLoCo ×%d (%s)", m, codecName(shippedCodec())), colors[m], defaultDiLoCo(m, o.h, shippedCodec()).Name, false)
+		add(fmt.Sprintf("1 node, %d× batch", m), colors[m], singleRun(m, o.h, o.opt).Name, true)
+		add(fmt.Sprintf("DiLoCo ×%d (%s)", m, codecName(shippedCodec())), colors[m], defaultDiLoCo(m, o.h, shippedCodec(), o.opt).Name, false)
 	}
 	return p
 }

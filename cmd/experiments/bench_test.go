@@ -233,3 +233,46 @@ func TestBenchEndToEnd(t *testing.T) {
 		t.Errorf("second run trained again: results grew from %d to %d bytes", before.Size(), after.Size())
 	}
 }
+
+// TestBenchReportOtherOptimizer: with -opt muon every run of the plan
+// carries the optimizer in its name and its sweep run, the table is Muon's
+// against Muon's own baselines, and AdamW's rows of the results file are
+// the reference, each against AdamW's baselines.
+func TestBenchReportOtherOptimizer(t *testing.T) {
+	o := benchOptions{out: t.TempDir(), seeds: "1", ms: "4", corpora: "gosrc", h: 5, steps: 10, fp32: true, opt: "muon"}
+	plan, err := benchPlan(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range plan {
+		if !strings.HasSuffix(j.run.Name, "-muon") || j.run.Optimizer != "muon" {
+			t.Fatalf("planned run %+v", j.run)
+		}
+	}
+	res := map[string]sweepResult{}
+	add := func(run string, final float64) {
+		r := sweepResult{Run: sweepRun{Name: run}, Seed: 1, Data: "gosrc", Tokens: []int64{1, 2}, Eval: []float64{3, final}, Final: final}
+		res[benchJob{corpus: r.Data, seed: 1, run: r.Run}.key()] = r
+	}
+	add("single-1x-muon", 2.2)
+	add("single-4x-muon", 1.85)
+	add("diloco-4-robust-muon", 1.887)
+	add("single-1x", 2.4)
+	add("single-4x", 2.0)
+	add("diloco-4-robust", 2.06)
+	var w strings.Builder
+	if err := benchReport(o, plan, res, &w); err != nil {
+		t.Fatal(err)
+	}
+	sum := w.String()
+	for _, s := range []string{
+		"inner optimizer muon (the baselines' too)",
+		"| gosrc | 4 | 2.2000 | 1.8500 | 1.8870 | +2.00 % | -14.23 % | 1 |",
+		"Reference: AdamW as the inner optimizer",
+		"| gosrc | 4 | 2.4000 | 2.0000 | 2.0600 | +3.00 % | -14.17 % | -8.40 % (1 seed) | 1 |",
+	} {
+		if !strings.Contains(sum, s) {
+			t.Errorf("summary lacks %q:\n%s", s, sum)
+		}
+	}
+}
