@@ -355,9 +355,11 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 		b.WriteString("\n" + notes.String())
 	}
 	if o.opt != train.OptimizerAdamW {
-		b.WriteString(adamwReference(o, plan, corpora, codec, row, pair))
+		b.WriteString(reference(o, plan, corpora, codec, codec, train.OptimizerAdamW, "AdamW",
+			fmt.Sprintf("AdamW as the inner optimizer (before %s; the same runs, AdamW's own baselines)", o.opt), row, pair))
 	} else if codec != plainCodec {
-		b.WriteString(plainReference(o, plan, corpora, codec, row, pair))
+		b.WriteString(reference(o, plan, corpora, codec, plainCodec, o.opt, "plain int8 mean",
+			fmt.Sprintf("plain int8 mean (before %s became the default; ring all-reduce, otherwise the same runs)", codecName(codec)), row, pair))
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -376,78 +378,41 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	return err
 }
 
-// plainReference is the summary's reference section: the rows of the plain
-// int8 mean (before robust averaging became the default) that the results
-// have, with the shipped codec's loss relative to them over common seeds.
-func plainReference(o benchOptions, plan []benchJob, corpora []string, codec string,
+// reference is the summary's reference section: the rows of an earlier
+// default — refCodec with refOpt, each against its own baselines — that
+// the results have, with the shipped runs' loss relative to them over
+// common seeds. what names the earlier default in the text.
+func reference(o benchOptions, plan []benchJob, corpora []string, codec, refCodec, refOpt, what, title string,
 	row func(c string, m int, codec, opt string) (one, big, dl stat, ok bool),
 	pair func(c, a, b string) (sa, sb stat)) string {
 	var b, notes strings.Builder
 	for _, c := range corpora {
 		for _, m := range msOf(plan) {
-			one, big, dl, ok := row(c, m, plainCodec, o.opt)
+			one, big, dl, ok := row(c, m, refCodec, refOpt)
 			if !ok {
 				continue
 			}
-			plain := defaultDiLoCo(m, o.h, plainCodec, o.opt).Name
-			sh, pl := pair(c, defaultDiLoCo(m, o.h, codec, o.opt).Name, plain)
-			vs := "—"
-			if pl.n > 0 {
-				vs = fmt.Sprintf("%s (%s)", pct(sh.mean/pl.mean-1), seedsText(pl.n))
-			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d |\n", c, m, fmtStat(dl),
-				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), vs, dl.n)
-			if d, fp := pair(c, plain, defaultDiLoCo(m, o.h, "fp32", o.opt).Name); fp.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
-			}
-			if ov, d := pair(c, overlapDiLoCo(m, o.h, plainCodec, o.opt).Name, plain); ov.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d, plain int8 mean: overlapped %s vs blocking %s: %s (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
-			}
-		}
-	}
-	if b.Len() == 0 {
-		return ""
-	}
-	return fmt.Sprintf("\nReference: plain int8 mean (before %s became the default; ring all-reduce, otherwise the same runs):\n\n", codecName(codec)) +
-		"| corpus | M | DiLoCo ×M, plain int8 mean | vs M× batch | vs 1× | " + codecName(codec) + " vs plain int8 mean | seeds |\n|---|---|---|---|---|---|---|\n" +
-		b.String() + "\n" + notes.String()
-}
-
-// adamwReference is the summary's reference section when the runs use
-// another inner optimizer than AdamW: the same table with AdamW (the
-// results file's rows without an optimizer in their names), each against
-// AdamW's own baselines, and the shipped optimizer's loss relative to it.
-func adamwReference(o benchOptions, plan []benchJob, corpora []string, codec string,
-	row func(c string, m int, codec, opt string) (one, big, dl stat, ok bool),
-	pair func(c, a, b string) (sa, sb stat)) string {
-	var b, notes strings.Builder
-	for _, c := range corpora {
-		for _, m := range msOf(plan) {
-			one, big, dl, ok := row(c, m, codec, train.OptimizerAdamW)
-			if !ok {
-				continue
-			}
-			ref := defaultDiLoCo(m, o.h, codec, train.OptimizerAdamW).Name
+			ref := defaultDiLoCo(m, o.h, refCodec, refOpt).Name
 			sh, rf := pair(c, defaultDiLoCo(m, o.h, codec, o.opt).Name, ref)
 			vs := "—"
 			if rf.n > 0 {
 				vs = fmt.Sprintf("%s (%s)", pct(sh.mean/rf.mean-1), seedsText(rf.n))
 			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", c, m, fmtStat(one), fmtStat(big), fmtStat(dl),
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d |\n", c, m, fmtStat(dl),
 				pct(dl.mean/big.mean-1), pct(dl.mean/one.mean-1), vs, dl.n)
-			if ov, d := pair(c, overlapDiLoCo(m, o.h, codec, train.OptimizerAdamW).Name, ref); ov.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d, AdamW: overlapped %s vs blocking %s: %s (%s)\n", c, m, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
+			if d, fp := pair(c, ref, defaultDiLoCo(m, o.h, "fp32", refOpt).Name); fp.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d, %s: %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, what, fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
 			}
-			if d, fp := pair(c, ref, defaultDiLoCo(m, o.h, "fp32", train.OptimizerAdamW).Name); fp.n > 0 {
-				fmt.Fprintf(&notes, "- %s, M = %d, AdamW: %s %s vs fp32 (plain mean) %s: %s (%s)\n", c, m, codecName(codec), fmtStat(d), fmtStat(fp), pct(d.mean/fp.mean-1), seedsText(fp.n))
+			if ov, d := pair(c, overlapDiLoCo(m, o.h, refCodec, refOpt).Name, ref); ov.n > 0 {
+				fmt.Fprintf(&notes, "- %s, M = %d, %s: overlapped %s vs blocking %s: %s (%s)\n", c, m, what, fmtStat(ov), fmtStat(d), pct(ov.mean/d.mean-1), seedsText(ov.n))
 			}
 		}
 	}
 	if b.Len() == 0 {
 		return ""
 	}
-	return fmt.Sprintf("\nReference: AdamW as the inner optimizer (before %s; the same runs, AdamW's own baselines):\n\n", o.opt) +
-		"| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | " + o.opt + " DiLoCo vs AdamW DiLoCo | seeds |\n|---|---|---|---|---|---|---|---|---|\n" +
+	return "\nReference: " + title + ":\n\n" +
+		"| corpus | M | DiLoCo ×M, " + what + " | vs M× batch | vs 1× | shipped vs " + what + " | seeds |\n|---|---|---|---|---|---|---|\n" +
 		b.String() + "\n" + notes.String()
 }
 
