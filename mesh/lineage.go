@@ -147,12 +147,15 @@ func (m *Mesh) checkMember() {
 	if bestC == 0 {
 		return
 	}
-	// A node that holds only the run's initial model and never was in a
-	// ring is a joiner: any side that made progress is better than the
-	// other fresh nodes it sees. Else three nodes started together beside
-	// a running pair were the larger side, trained a fork of their own
-	// from step 0, and the pair later adopted it, losing its steps.
-	fresh := m.step == 0 && !m.established && best.step > 0
+	// A node that has not been in a ring or synced since it started —
+	// fresh with the run's initial model, or restarted from a checkpoint —
+	// takes any side ahead of it, whatever its size. Else three nodes
+	// started together beside a running pair were the larger side,
+	// trained a fork of their own from step 0, and the pair later adopted
+	// it, losing its steps; and nodes restarted from old checkpoints
+	// trained again a step their line had long completed (a second ring
+	// of step 10 beside the one that made it, 12 steps later).
+	fresh := !m.established && best.step > m.step
 	if !fresh && !meshBetter(bestC, best, myC, mine) {
 		return
 	}

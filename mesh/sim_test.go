@@ -819,3 +819,35 @@ func TestSimFreshNodesJoinRunningPair(t *testing.T) {
 	}
 	t.Logf("all five in the ring of step %d", s.done[len(s.done)-1].step)
 }
+
+// TestSimRestartFromOldCheckpoints: three of five members crash at step 3
+// and come back from their step-3 checkpoints while the other two are at
+// step 12. The three take the two's line (they have not been in a ring or
+// synced since they started); before, they were the larger side, trained
+// step 3 again beside the ring that made it, and the two adopted their
+// model, losing 9 steps.
+func TestSimRestartFromOldCheckpoints(t *testing.T) {
+	s := newSimNet(t, 61)
+	s.addN(5, nil)
+	s.runUntil(5000, "step 3", func() bool { return s.minStep() >= 3 })
+	for _, id := range s.ids[2:] {
+		s.crash(id)
+	}
+	s.runUntil(5000, "step 12", func() bool {
+		st, _ := s.nodes[s.ids[0]].m.Model()
+		return st >= 12
+	})
+	for _, id := range s.ids[2:] {
+		s.restart(id)
+	}
+	s.runUntil(5000, "all five in a ring", func() bool {
+		for _, id := range s.ids[:2] {
+			if st, _ := s.nodes[id].m.Model(); st < 12 {
+				t.Fatalf("%s went back to step %d", id, st)
+			}
+		}
+		return len(s.done[len(s.done)-1].ring.Members) == 5
+	})
+	s.checkNoStepLost()
+	t.Logf("all five in the ring of step %d", s.done[len(s.done)-1].step)
+}
