@@ -315,9 +315,9 @@ func muonOpts(t testing.TB) train.Options {
 // TestMuonMatchesCPU: with train.OptimizerMuon the GPU engine (Newton–Schulz
 // on cuBLAS fp32 GEMMs, element-wise steps in muon_* kernels) follows the
 // CPU trainer's Muon within TestMatchesCPU's tolerances. The hidden shapes
-// include both sides of Newton–Schulz's transpose (gate|up has more rows
-// than columns, down fewer). It must also be Muon, not AdamW: the CPU
-// trainer with AdamW from the same bits ends much farther away.
+// include both sides of Newton–Schulz's transpose (in tiny, gate and up are
+// 448 × 128, down 128 × 448, q and o square). It must also be Muon, not
+// AdamW: the CPU trainer with AdamW from the same bits ends much farther away.
 func TestMuonMatchesCPU(t *testing.T) {
 	o := muonOpts(t)
 	cpu, gpu := matchCPU(t, o, muonCase)
