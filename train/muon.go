@@ -38,9 +38,10 @@ const (
 	lmHeadTensorName = "lm_head.weight"
 )
 
-// isHidden reports whether a tensor is a hidden weight matrix (attention or
+// IsHidden reports whether a tensor is a hidden weight matrix (attention or
 // MLP), the tensors Muon updates; embeddings, the head and norms are not.
-func (t TensorInfo) isHidden() bool {
+// The CUDA engine (train/gpu) picks Muon's tensors with it too.
+func (t TensorInfo) IsHidden() bool {
 	return len(t.Shape) == 2 && t.Name != embedTensorName && t.Name != lmHeadTensorName
 }
 
@@ -53,7 +54,7 @@ type muonState struct {
 func newMuonState(lay []TensorInfo) *muonState {
 	n, r := 0, 0
 	for _, ti := range lay {
-		if ti.isHidden() {
+		if ti.IsHidden() {
 			n = max(n, ti.Size())
 			r = max(r, min(ti.Shape[0], ti.Shape[1]))
 		}
@@ -77,7 +78,7 @@ func (t *Trainer) muonStep(lr float64, gscale float32) {
 	o := t.opts
 	for _, ti := range t.lay {
 		s, e := ti.Offset, ti.Offset+ti.Size()
-		if !ti.isHidden() {
+		if !ti.IsHidden() {
 			wd := o.WeightDecay
 			if ti.isNorm() {
 				wd = 0

@@ -77,7 +77,7 @@ func TestNewtonSchulzNearOrthogonal(t *testing.T) {
 	c, _ := Preset("tiny")
 	var shapes [][2]int
 	for _, ti := range c.Layout()[:10] {
-		if ti.isHidden() {
+		if ti.IsHidden() {
 			shapes = append(shapes, [2]int{ti.Shape[0], ti.Shape[1]})
 		}
 	}

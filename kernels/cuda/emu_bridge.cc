@@ -42,6 +42,11 @@ static std::unordered_map<std::string, std::function<void(const u64*)>> table() 
 		adamw(PT(float*, 0), PT(bf16*, 1), PT(const float*, 2), PT(float*, 3), PT(float*, 4), LL(5), FL(6), FL(7), FL(8), FL(9),
 			FL(10), FL(11), FL(12), FL(13), FL(14), FL(15));
 	};
+	t["muon_momentum"] = [](const u64* a) { muon_momentum(PT(float*, 0), PT(float*, 1), PT(const float*, 2), LL(3), FL(4), FL(5)); };
+	t["muon_normalize"] = [](const u64* a) { muon_normalize(PT(float*, 0), LL(1), PT(const double*, 2)); };
+	t["muon_update"] = [](const u64* a) {
+		muon_update(PT(float*, 0), PT(bf16*, 1), PT(const float*, 2), LL(3), FL(4), FL(5), FL(6));
+	};
 	t["sumsq_partial"] = [](const u64* a) { sumsq_partial(PT(double*, 0), PT(const float*, 1), LL(2)); };
 	t["sum_f64"] = [](const u64* a) { sum_f64(PT(double*, 0), PT(const double*, 1), IN(2)); };
 	t["scale_f32"] = [](const u64* a) { scale_f32(PT(float*, 0), LL(1), FL(2)); };
@@ -96,6 +101,7 @@ extern "C" int ic_emu_launch(const char* name, unsigned gx, unsigned gy, unsigne
 	static const std::unordered_map<std::string, bool> seq = {
 		{"cast_f32_bf16", true}, {"cast_bf16_f32", true}, {"embed_forward", true}, {"embed_backward", true},
 		{"swiglu_forward", true}, {"swiglu_backward", true}, {"rope", true}, {"adamw", true}, {"scale_f32", true},
+		{"muon_momentum", true}, {"muon_normalize", true}, {"muon_update", true},
 		{"rmsnorm_backward_dw", true}, {"attn_bwd_d", true}, {"dequant_int8", true}};
 	if (seq.count(name)) {
 		emu_launch_seq(dim3{gx, gy, gz}, dim3{bx, by, bz}, [&] { call(a.data()); });

@@ -285,6 +285,40 @@ func TestEmuAdamW(t *testing.T) {
 	emuCheck(t, "bf16 copy", got[3], emuRound(pw), 0)
 }
 
+// TestEmuMuon checks that Muon's element-wise kernels (muon_momentum,
+// muon_normalize, muon_update) give exactly the bits of the CPU trainer's
+// float32 steps (train/muon.go's muonMatrix and newtonSchulz, restated here:
+// package kernels must not import train).
+func TestEmuMuon(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 1))
+	const n = 3001
+	p, g, m, o := emuRandn(r, n, 1), emuRandn(r, n, 1), emuRandn(r, n, 0.1), emuRandn(r, n, 1)
+	var mu, gscale, lr, scale, wd float32 = 0.95, 0.5, 1e-3, 0.2 * 21.166, 0.1
+	u, mw, x, pw := make([]float32, n), append([]float32(nil), m...), make([]float32, n), append([]float32(nil), p...)
+	var ss float64
+	for i := range u {
+		gi := g[i] * gscale
+		mi := float32(mu*mw[i]) + gi
+		mw[i] = mi
+		u[i] = gi + float32(mu*mi)
+		ss += float64(u[i]) * float64(u[i])
+	}
+	inv := float32(1 / (math.Sqrt(ss) + 1e-7))
+	for i := range x {
+		x[i] = u[i] * inv
+		pw[i] -= float32(lr * (float32(scale*o[i]) + float32(wd*pw[i])))
+	}
+	got := runEmu(t, itoa("muon", n, mu, gscale, lr, scale, wd), []any{p, g, m, o}, n, n, n, n, n)
+	for k, pair := range [][2][]float32{{got[0], u}, {got[1], mw}, {got[2], x}, {got[3], pw}} {
+		for i := range pair[1] {
+			if math.Float32bits(pair[0][i]) != math.Float32bits(pair[1][i]) {
+				t.Fatalf("muon output %d [%d] = %v, CPU gives %v: must be bit-identical", k, i, pair[0][i], pair[1][i])
+			}
+		}
+	}
+	emuCheck(t, "bf16 copy", got[4], emuRound(pw), 0)
+}
+
 // TestEmuQuantInt8 checks the GPU int8 encoder's codes against mesh's
 // bucket rule (sqrtCodeRef) and the round-trip error of its tables.
 func TestEmuQuantInt8(t *testing.T) {

@@ -26,6 +26,7 @@ var ErrUnsupported = errors.New("cuda: unsupported")
 var Kernels = []string{
 	"cast_f32_bf16", "cast_bf16_f32", "embed_forward", "embed_backward",
 	"swiglu_forward", "swiglu_backward", "rope", "adamw", "sumsq_partial", "sum_f64", "scale_f32",
+	"muon_momentum", "muon_normalize", "muon_update",
 	"rmsnorm_forward", "rmsnorm_backward_dx", "rmsnorm_backward_dw",
 	"xent", "sum_f32", "attn_bwd_d",
 	"attn_fwd_hd32", "attn_bwd_dq_hd32", "attn_bwd_dkdv_hd32",

@@ -95,8 +95,10 @@ func carveActs(a *arena, c train.Config, B, T int) acts {
 
 // tensor is one entry of the flat parameter layout, by element offset.
 type tensor struct {
-	off, size int
-	norm      bool
+	off, size  int
+	norm       bool
+	hidden     bool // a hidden matrix: Muon's with train.OptimizerMuon (TensorInfo.IsHidden)
+	rows, cols int  // its shape when 2-D
 }
 
 // layerT are the offsets of one block's tensors, fused where adjacent (q|k|v, gate|up).
@@ -112,7 +114,11 @@ func newLayout(c train.Config) layout {
 	ts := c.Layout()
 	var l layout
 	for _, t := range ts {
-		l.all = append(l.all, tensor{off: t.Offset, size: t.Size(), norm: len(t.Shape) == 1})
+		x := tensor{off: t.Offset, size: t.Size(), norm: len(t.Shape) == 1, hidden: t.IsHidden()}
+		if len(t.Shape) == 2 {
+			x.rows, x.cols = t.Shape[0], t.Shape[1]
+		}
+		l.all = append(l.all, x)
 	}
 	l.wte, l.lnf, l.lm = ts[0].Offset, ts[len(ts)-2].Offset, ts[len(ts)-1].Offset
 	for i := 0; i < c.Layers; i++ {

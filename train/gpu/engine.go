@@ -55,7 +55,8 @@ type Engine struct {
 	B, T     int
 	n        int            // parameters
 	p, pb, g cuda.DevicePtr // fp32 master, bf16 copy, fp32 gradient
-	m, v     cuda.DevicePtr // AdamW moments
+	m, v     cuda.DevicePtr // AdamW moments; m is Muon's momentum on the hidden matrices
+	muon     *muonBufs      // Muon's scratch when opts.Optimizer is train.OptimizerMuon, else nil
 	a        acts
 	host     []float32 // pinned mirror of p, handed out by Params
 	dirty    bool      // host was handed out and may have changed
@@ -80,9 +81,6 @@ var _ train.Engine = (*Engine)(nil)
 func New(opts train.Options, data train.Source, dc Config) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
-	}
-	if opts.Optimizer == train.OptimizerMuon {
-		return nil, fmt.Errorf("%w: optimizer %q runs on the CPU engine only", train.ErrConfig, opts.Optimizer)
 	}
 	if data == nil {
 		return nil, fmt.Errorf("%w: no source", train.ErrData)
@@ -151,6 +149,11 @@ func (e *Engine) alloc() error {
 	}
 	if err = e.dev.Zero(e.v, 4*n); err != nil {
 		return err
+	}
+	if e.opts.Optimizer == train.OptimizerMuon {
+		if e.muon, err = e.allocMuon(); err != nil {
+			return err
+		}
 	}
 	if e.host, err = e.dev.HostF32(e.n); err != nil {
 		return err
@@ -278,7 +281,8 @@ func (e *Engine) loadBatch() error {
 }
 
 // Step runs one optimizer step: GradAccum micro-batches of forward and
-// backward, global-norm clipping, then AdamW at the scheduled learning rate.
+// backward, global-norm clipping, then AdamW (or Muon on the hidden
+// matrices, Options.Optimizer) at the scheduled learning rate.
 func (e *Engine) Step() (train.StepStats, error) {
 	if e.closed {
 		return train.StepStats{}, ErrClosed
@@ -347,7 +351,11 @@ func (e *Engine) stepLocked() (train.StepStats, error) {
 	}
 	lr := o.LRAt(e.step)
 	e.step++
-	if err := e.adamw(lr, gscale); err != nil {
+	update := e.adamw
+	if e.muon != nil {
+		update = e.muonStep
+	}
+	if err := update(lr, gscale); err != nil {
 		return train.StepStats{}, err
 	}
 	if err := e.dev.Sync(); err != nil {
@@ -359,23 +367,28 @@ func (e *Engine) stepLocked() (train.StepStats, error) {
 // adamw updates every tensor (norm gains without weight decay) and refreshes
 // the bf16 copy, with the CPU trainer's float32 constants (kernels.AdamW).
 func (e *Engine) adamw(lr float64, gscale float32) error {
-	o := e.opts
-	b1, b2 := float32(o.Beta1), float32(o.Beta2)
-	ib1 := 1 / float32(1-math.Pow(float64(b1), float64(e.step)))
-	ib2 := 1 / float32(1-math.Pow(float64(b2), float64(e.step)))
-	var a cuda.Args
 	for _, t := range e.lay.all {
-		wd := float32(o.WeightDecay)
-		if t.norm {
-			wd = 0
-		}
-		a.Reset().P(at(e.p, t.off)).P(e.pb + cuda.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
-			L(int64(t.size)).F(float32(lr)).F(b1).F(1 - b1).F(b2).F(1 - b2).F(ib1).F(ib2).F(float32(o.Eps)).F(wd).F(gscale)
-		if err := e.dev.Launch("adamw", cuda.Dim3{X: cuda.Grid1D(int64(t.size), ewBlock, maxBlocks)}, cuda.Dim3{X: ewBlock}, 0, &a); err != nil {
+		if err := e.adamwTensor(t, lr, gscale); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// adamwTensor is adamw's step on one tensor.
+func (e *Engine) adamwTensor(t tensor, lr float64, gscale float32) error {
+	o := e.opts
+	b1, b2 := float32(o.Beta1), float32(o.Beta2)
+	ib1 := 1 / float32(1-math.Pow(float64(b1), float64(e.step)))
+	ib2 := 1 / float32(1-math.Pow(float64(b2), float64(e.step)))
+	wd := float32(o.WeightDecay)
+	if t.norm {
+		wd = 0
+	}
+	var a cuda.Args
+	a.P(at(e.p, t.off)).P(e.pb + cuda.DevicePtr(2*t.off)).P(at(e.g, t.off)).P(at(e.m, t.off)).P(at(e.v, t.off)).
+		L(int64(t.size)).F(float32(lr)).F(b1).F(1 - b1).F(b2).F(1 - b2).F(ib1).F(ib2).F(float32(o.Eps)).F(wd).F(gscale)
+	return e.dev.Launch("adamw", cuda.Dim3{X: cuda.Grid1D(int64(t.size), ewBlock, maxBlocks)}, cuda.Dim3{X: ewBlock}, 0, &a)
 }
 
 // Eval returns the mean cross-entropy over EvalBatches fixed held-out batches.

@@ -8,7 +8,6 @@ package gpu
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -72,40 +71,47 @@ func l2dist(a, b []float32) float64 {
 func TestMatchesCPU(t *testing.T) {
 	for _, c := range matchCases {
 		t.Run(c.preset+"/"+c.attn, func(t *testing.T) {
-			o := smallOpts(t, c.preset, c.batch, c.seq)
-			cpu, gpu := newPair(t, o, c.attn)
-			theta0 := append([]float32(nil), cpu.Params()...)
-			if h, w := train.Hash(gpu.Params()), train.Hash(theta0); h != w {
-				t.Fatalf("initial parameters differ: gpu %s cpu %s", h, w)
-			}
-			ec, _ := cpu.Eval()
-			eg, err := gpu.Eval()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("eval: cpu %.6f gpu %.6f", ec, eg)
-			if rel(eg, ec) > 5e-3 {
-				t.Errorf("eval loss: gpu %.6f, cpu %.6f", eg, ec)
-			}
-			for s := 0; s < c.steps; s++ {
-				sc, _ := cpu.Step()
-				sg, err := gpu.Step()
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("step %d: loss cpu %.5f gpu %.5f, grad norm cpu %.5f gpu %.5f", s, sc.Loss, sg.Loss, sc.GradNorm, sg.GradNorm)
-				if rel(sg.Loss, sc.Loss) > 1e-2 || rel(sg.GradNorm, sc.GradNorm) > 5e-2 || sg.LR != sc.LR || sg.Step != sc.Step {
-					t.Errorf("step %d: gpu %+v, cpu %+v", s, sg, sc)
-				}
-			}
-			moved := l2dist(cpu.Params(), theta0)
-			apart := l2dist(gpu.Params(), cpu.Params())
-			t.Logf("after %d steps: ‖θgpu−θcpu‖ / ‖θcpu−θ0‖ = %.4f", c.steps, apart/moved)
-			if apart > 0.3*moved {
-				t.Errorf("parameters diverged: ‖θgpu−θcpu‖ = %.4g vs ‖θcpu−θ0‖ = %.4g", apart, moved)
-			}
+			matchCPU(t, smallOpts(t, c.preset, c.batch, c.seq), c)
 		})
 	}
+}
+
+// matchCPU is TestMatchesCPU's comparison for options o (c gives the
+// attention and the steps); it returns both engines after the steps.
+func matchCPU(t *testing.T, o train.Options, c matchCase) (*train.Trainer, *Engine) {
+	t.Helper()
+	cpu, gpu := newPair(t, o, c.attn)
+	theta0 := append([]float32(nil), cpu.Params()...)
+	if h, w := train.Hash(gpu.Params()), train.Hash(theta0); h != w {
+		t.Fatalf("initial parameters differ: gpu %s cpu %s", h, w)
+	}
+	ec, _ := cpu.Eval()
+	eg, err := gpu.Eval()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("eval: cpu %.6f gpu %.6f", ec, eg)
+	if rel(eg, ec) > 5e-3 {
+		t.Errorf("eval loss: gpu %.6f, cpu %.6f", eg, ec)
+	}
+	for s := 0; s < c.steps; s++ {
+		sc, _ := cpu.Step()
+		sg, err := gpu.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("step %d: loss cpu %.5f gpu %.5f, grad norm cpu %.5f gpu %.5f", s, sc.Loss, sg.Loss, sc.GradNorm, sg.GradNorm)
+		if rel(sg.Loss, sc.Loss) > 1e-2 || rel(sg.GradNorm, sc.GradNorm) > 5e-2 || sg.LR != sc.LR || sg.Step != sc.Step {
+			t.Errorf("step %d: gpu %+v, cpu %+v", s, sg, sc)
+		}
+	}
+	moved := l2dist(cpu.Params(), theta0)
+	apart := l2dist(gpu.Params(), cpu.Params())
+	t.Logf("after %d steps: ‖θgpu−θcpu‖ / ‖θcpu−θ0‖ = %.4f", c.steps, apart/moved)
+	if apart > 0.3*moved {
+		t.Errorf("parameters diverged: ‖θgpu−θcpu‖ = %.4g vs ‖θcpu−θ0‖ = %.4g", apart, moved)
+	}
+	return cpu, gpu
 }
 
 // TestParamsRoundTrip checks the Params/SetParams contract: edits to the
@@ -295,11 +301,104 @@ func exportHF(e *Engine, dir string) error {
 	return train.WriteSafetensors(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"})
 }
 
-// TestRejectsMuon: Muon (train.OptimizerMuon) is a CPU-engine optimizer.
-func TestRejectsMuon(t *testing.T) {
-	o := smallOpts(t, "tiny", 2, 16)
+// muonOpts are the options of the Muon tests: muonCase and muonLayers
+// (cases_*_test.go), Muon as the inner optimizer.
+func muonOpts(t testing.TB) train.Options {
+	o := smallOpts(t, muonCase.preset, muonCase.batch, muonCase.seq)
+	if muonLayers > 0 {
+		o.Model.Layers = muonLayers
+	}
 	o.Optimizer = train.OptimizerMuon
-	if _, err := New(o, train.DefaultSource(), Config{}); !errors.Is(err, train.ErrConfig) {
-		t.Fatalf("New with muon: %v, want ErrConfig", err)
+	return o
+}
+
+// TestMuonMatchesCPU: with train.OptimizerMuon the GPU engine (Newton–Schulz
+// on cuBLAS fp32 GEMMs, element-wise steps in muon_* kernels) follows the
+// CPU trainer's Muon within TestMatchesCPU's tolerances. The hidden shapes
+// include both sides of Newton–Schulz's transpose (in tiny, gate and up are
+// 448 × 128, down 128 × 448, q and o square). It must also be Muon, not
+// AdamW: the CPU trainer with AdamW from the same bits ends much farther away.
+func TestMuonMatchesCPU(t *testing.T) {
+	o := muonOpts(t)
+	cpu, gpu := matchCPU(t, o, muonCase)
+	o.Optimizer = train.OptimizerAdamW
+	adam, err := train.NewTrainer(o, train.DefaultSource())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s < muonCase.steps; s++ {
+		if _, err := adam.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tm, ta := l2dist(gpu.Params(), cpu.Params()), l2dist(gpu.Params(), adam.Params())
+	t.Logf("‖θgpu−θcpu,muon‖ = %.4g, ‖θgpu−θcpu,adamw‖ = %.4g", tm, ta)
+	if ta < 3*tm {
+		t.Errorf("the GPU engine's muon is as close to the CPU's adamw (%.4g) as to its muon (%.4g)", ta, tm)
+	}
+}
+
+// TestMuonCheckpoint: Muon's momentum lives in AdamW's first-moment slots on
+// the device too, so Save writes it (exp_avg; the hidden matrices'
+// exp_avg_sq stays zero), the CPU trainer resumes it as Muon, and a GPU
+// engine resumed from it takes the uninterrupted engine's next step. The
+// bound on that step is tight: with μ = 0.95 a lost momentum would turn
+// the step's direction, putting the two engines about a step's length apart.
+func TestMuonCheckpoint(t *testing.T) {
+	o := muonOpts(t)
+	g, err := New(o, train.DefaultSource(), Config{Attention: muonCase.attn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for i := 0; i < 2; i++ {
+		if _, err := g.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := g.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	saved := append([]float32(nil), g.Params()...)
+	opt, _, err := train.ReadSafetensors(filepath.Join(dir, optimizerFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range o.Model.Layout() {
+		m, v := opt[0].Data[ti.Offset:ti.Offset+ti.Size()], opt[1].Data[ti.Offset:ti.Offset+ti.Size()]
+		nm, nv := l2dist(m, make([]float32, len(m))), l2dist(v, make([]float32, len(v)))
+		if nm == 0 || ti.IsHidden() != (nv == 0) {
+			t.Errorf("%s (hidden %v): ‖exp_avg‖ = %g, ‖exp_avg_sq‖ = %g", ti.Name, ti.IsHidden(), nm, nv)
+		}
+	}
+	cpu, err := train.ResumeTrainer(dir, train.DefaultSource())
+	if err != nil {
+		t.Fatalf("CPU resume of a GPU checkpoint: %v", err)
+	}
+	if h, w := train.Hash(cpu.Params()), train.Hash(saved); h != w || cpu.StepCount() != 2 || cpu.Options().Optimizer != train.OptimizerMuon {
+		t.Errorf("CPU resume: hash %s step %d optimizer %q, want %s 2 %q", h, cpu.StepCount(), cpu.Options().Optimizer, w, train.OptimizerMuon)
+	}
+	g2, err := Resume(dir, train.DefaultSource(), Config{Attention: muonCase.attn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	if g2.Options().Optimizer != train.OptimizerMuon || g2.StepCount() != 2 {
+		t.Fatalf("GPU resume: optimizer %q step %d", g2.Options().Optimizer, g2.StepCount())
+	}
+	s1, err := g.Step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := g2.Step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := l2dist(g.Params(), saved)
+	apart := l2dist(g2.Params(), g.Params())
+	t.Logf("step after resume: loss %.6f, uninterrupted %.6f; ‖θresumed−θ‖ / ‖θ−θsaved‖ = %.3g", s2.Loss, s1.Loss, apart/moved)
+	if rel(s1.Loss, s2.Loss) > 1e-3 || apart > 1e-3*moved {
+		t.Errorf("step after resume: loss %.6f vs %.6f uninterrupted, ‖θresumed−θ‖ = %.4g vs a step of %.4g", s2.Loss, s1.Loss, apart, moved)
 	}
 }

@@ -118,6 +118,22 @@ int main(int argc, char** argv) {
 		putf(m);
 		putf(v);
 		putb(pb);
+	} else if (mode == "muon") {  // n mu gscale lr scale wd: momentum, normalize (ss on the host, as the CPU), update
+		const int n = I(2);
+		auto p = readf(n), g = readf(n), m = readf(n), o = readf(n);
+		std::vector<float> u(n);
+		std::vector<bf16> pb(n);
+		emu_launch(d3(5), d3(256), 0, [&] { muon_momentum(u.data(), m.data(), g.data(), n, F(3), F(4)); });
+		double ss = 0;
+		for (float v : u) ss += (double)v * (double)v;
+		std::vector<float> x = u;
+		emu_launch(d3(5), d3(256), 0, [&] { muon_normalize(x.data(), n, &ss); });
+		emu_launch(d3(5), d3(256), 0, [&] { muon_update(p.data(), pb.data(), o.data(), n, F(5), F(6), F(7)); });
+		putf(u);
+		putf(m);
+		putf(x);
+		putf(p);
+		putb(pb);
 	} else if (mode == "embed") {  // V C N: forward rows, then backward into a zero table
 		const int V = I(2), C = I(3), N = I(4);
 		auto wte = readf((size_t)V * C), dout = readf((size_t)N * C);

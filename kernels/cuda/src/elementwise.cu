@@ -1,4 +1,5 @@
-// elementwise.cu — casts, embedding, SwiGLU, RoPE, AdamW, norms of vectors.
+// elementwise.cu — casts, embedding, SwiGLU, RoPE, AdamW, Muon's element-wise
+// steps, norms of vectors.
 #include "common.cuh"
 
 // cast_f32_bf16: out[i] = bf16(in[i]), round to nearest even.
@@ -90,6 +91,42 @@ KERNEL void adamw(float* p, bf16* pb, const float* g, float* m, float* v, long l
 		v[i] = vi;
 		const float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, ib2)), eps);
 		const float upd = __fadd_rn(__fdiv_rn(__fmul_rn(mi, ib1), den), __fmul_rn(wd, p[i]));
+		const float pi = __fsub_rn(p[i], __fmul_rn(lr, upd));
+		p[i] = pi;
+		pb[i] = __float2bfloat16_rn(pi);
+	}
+}
+
+// The element-wise steps of Muon (train/muon.go) on one hidden matrix of n
+// fp32 values, with the CPU trainer's float32 operations in its order and no
+// fused multiply-adds; the Newton–Schulz products between them are cuBLAS
+// fp32 GEMMs (train/gpu/muon.go).
+//
+// muon_momentum: gi = g·gscale, m ← μ·m + gi, u = gi + μ·m (Nesterov).
+KERNEL void muon_momentum(float* u, float* m, const float* g, long long n, float mu, float gscale) {
+	for (long long i = gtid(); i < n; i += gstride()) {
+		const float gi = __fmul_rn(g[i], gscale);
+		const float mi = __fadd_rn(__fmul_rn(mu, m[i]), gi);
+		m[i] = mi;
+		u[i] = __fadd_rn(gi, __fmul_rn(mu, mi));
+	}
+}
+
+// MUON_NS_EPS is train's nsNormEps: X = u / (‖u‖_F + ε).
+#define MUON_NS_EPS 1e-7
+
+// muon_normalize: x[i] *= float(1 / (√ss + ε)), ss = Σ x² in double on the device
+// (sumsq_partial + sum_f64), so the scale never leaves the GPU.
+KERNEL void muon_normalize(float* x, long long n, const double* ss) {
+	const float inv = (float)(1.0 / (sqrt(*ss) + MUON_NS_EPS));  // IEEE double ops, as Go's
+	for (long long i = gtid(); i < n; i += gstride()) x[i] = __fmul_rn(x[i], inv);
+}
+
+// muon_update: p ← p − lr·(scale·o + wd·p), o the orthogonalized update,
+// scale = 0.2·√max(rows, cols); then refreshes the bf16 working copy pb.
+KERNEL void muon_update(float* p, bf16* pb, const float* o, long long n, float lr, float scale, float wd) {
+	for (long long i = gtid(); i < n; i += gstride()) {
+		const float upd = __fadd_rn(__fmul_rn(scale, o[i]), __fmul_rn(wd, p[i]));
 		const float pi = __fsub_rn(p[i], __fmul_rn(lr, upd));
 		p[i] = pi;
 		pb[i] = __float2bfloat16_rn(pi);
