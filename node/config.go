@@ -213,7 +213,7 @@ const (
 	AveragingMean           = "mean"
 	AveragingRobust         = "robust"
 	DefaultAveraging        = AveragingRobust
-	DefaultOptimizer        = train.OptimizerAdamW
+	DefaultOptimizer        = train.OptimizerMuon
 	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
 	DefaultAllReduceTimeout = 60 * time.Second
 	DefaultCheckpointEvery  = 10

@@ -156,13 +156,18 @@ func TestManifestDiffAndCheck(t *testing.T) {
 	// --optimizer muon against a run of AdamW (recorded as no optimizer),
 	// and --optimizer adamw against it: the first contradicts, the second
 	// does not.
+	adam := testManifest(t)
+	adam.Train.Optimizer = ""
+	araw, _ := adam.Encode()
+	arm := newRunManifest(adam, araw)
 	mine = testManifest(t)
 	mine.Train.Optimizer = train.OptimizerMuon
-	err = checkAgainst(mine, rm, map[string]string{"train.optimizer": "--optimizer muon"})
+	err = checkAgainst(mine, arm, map[string]string{"train.optimizer": "--optimizer muon"})
 	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--optimizer muon contradicts") || !strings.Contains(err.Error(), "train.optimizer = (absent)") {
 		t.Fatalf("--optimizer muon on an AdamW run: %v", err)
 	}
-	if err := checkAgainst(testManifest(t), rm, map[string]string{"train.optimizer": "--optimizer adamw"}); err != nil {
+	mine.Train.Optimizer = ""
+	if err := checkAgainst(mine, arm, map[string]string{"train.optimizer": "--optimizer adamw"}); err != nil {
 		t.Fatalf("--optimizer adamw on an AdamW run: %v", err)
 	}
 	mine = testManifest(t)

@@ -203,7 +203,8 @@ func TestBenchEndToEnd(t *testing.T) {
 	if len(res) != 5 { // 1×, 2×, DiLoCo robust, fp32, overlapped robust
 		t.Fatalf("%d results, want 5", len(res))
 	}
-	for _, name := range []string{"diloco-2-robust", "diloco-2-fp32", "diloco-2-robust-overlap1"} {
+	opt := node.DefaultOptimizer
+	for _, name := range []string{defaultDiLoCo(2, 2, "robust", opt).Name, defaultDiLoCo(2, 2, "fp32", opt).Name, overlapDiLoCo(2, 2, "robust", opt).Name} {
 		if _, ok := res["default|1|"+name]; !ok {
 			t.Errorf("no result of %s", name)
 		}

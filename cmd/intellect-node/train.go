@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -40,7 +41,7 @@ func runTrain(args []string) error {
 	fs.IntVar(&f.seq, "seq", 0, "tokens per row (default: preset)")
 	fs.IntVar(&f.accum, "grad-accum", 0, "micro-batches per step (default: preset)")
 	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: preset)")
-	fs.StringVar(&f.optimizer, "optimizer", "", "inner optimizer: adamw (default) or muon (Muon on the hidden matrices, AdamW on the rest)")
+	fs.StringVar(&f.optimizer, "optimizer", node.DefaultOptimizer, "optimizer: muon (Muon on the hidden matrices, AdamW on the rest; a node's default too) or adamw")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of init and data sampling")
 	fs.Uint64Var(&f.worker, "worker", 0, "worker id (selects this worker's data stream)")
 	fs.BoolVar(&f.resume, "resume", false, "continue from the newest checkpoint under --home")
