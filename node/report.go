@@ -373,14 +373,21 @@ func (b *reportBook) outstanding() int {
 // report is caught and /v1/status shows the whole last step.
 const reportWait = 3 * time.Second
 
+// reportLinger is how long such a node stays at least, so that its own
+// report of the last step reaches the members still waiting for it: a
+// published gossip message is only queued, and a node that closed its host
+// at once dropped it (CI, TestFalseReportExcludesOwner).
+const reportLinger = time.Second
+
 // awaitReports waits, at most reportWait, until every owner of this node's
 // last attempt has reported on it (an excluded or departed owner never
-// does).
+// does), and at least reportLinger.
 func (n *Node) awaitReports(ctx context.Context) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(reportWait)
-	for n.reports.outstanding() > 0 {
+	linger := time.Now().Add(reportLinger)
+	for n.reports.outstanding() > 0 || time.Now().Before(linger) {
 		select {
 		case <-ctx.Done():
 			return
