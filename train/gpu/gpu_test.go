@@ -149,16 +149,16 @@ func TestParamsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestCheckpointInterop saves a GPU checkpoint, resumes it on the GPU and on
-// the CPU, and checks both see the same parameters and step.
-func TestCheckpointInterop(t *testing.T) {
-	o := smallOpts(t, "tiny", 2, 32)
-	g, err := New(o, train.DefaultSource(), Config{})
+// stepAndSave makes an engine of o and dc (closed with the test), takes two
+// steps and saves a checkpoint; it returns the engine and the directory.
+func stepAndSave(t *testing.T, o train.Options, dc Config) (*Engine, string) {
+	t.Helper()
+	g, err := New(o, train.DefaultSource(), dc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
-	for i := 0; i < 2; i++ {
+	t.Cleanup(func() { g.Close() })
+	for range 2 {
 		if _, err := g.Step(); err != nil {
 			t.Fatal(err)
 		}
@@ -167,6 +167,14 @@ func TestCheckpointInterop(t *testing.T) {
 	if err := g.Save(dir); err != nil {
 		t.Fatal(err)
 	}
+	return g, dir
+}
+
+// TestCheckpointInterop saves a GPU checkpoint, resumes it on the GPU and on
+// the CPU, and checks both see the same parameters and step.
+func TestCheckpointInterop(t *testing.T) {
+	o := smallOpts(t, "tiny", 2, 32)
+	g, dir := stepAndSave(t, o, Config{})
 	want := train.Hash(g.Params())
 	cpu, err := train.ResumeTrainer(dir, train.DefaultSource())
 	if err != nil {
@@ -346,20 +354,7 @@ func TestMuonMatchesCPU(t *testing.T) {
 // the step's direction, putting the two engines about a step's length apart.
 func TestMuonCheckpoint(t *testing.T) {
 	o := muonOpts(t)
-	g, err := New(o, train.DefaultSource(), Config{Attention: muonCase.attn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	for i := 0; i < 2; i++ {
-		if _, err := g.Step(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := filepath.Join(t.TempDir(), "ck")
-	if err := g.Save(dir); err != nil {
-		t.Fatal(err)
-	}
+	g, dir := stepAndSave(t, o, Config{Attention: muonCase.attn})
 	saved := append([]float32(nil), g.Params()...)
 	opt, _, err := train.ReadSafetensors(filepath.Join(dir, optimizerFile))
 	if err != nil {
