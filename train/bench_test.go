@@ -153,11 +153,7 @@ func BenchmarkTinyOptimizer(b *testing.B) {
 			}
 			tr.Step() // gradients and state to update
 			for b.Loop() {
-				if tr.muon != nil {
-					tr.muonStep(1e-6, 1)
-				} else {
-					tr.adamw(1e-6, 1)
-				}
+				tr.update(1e-6, 1)
 			}
 			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e3, "ms/update")
 		})

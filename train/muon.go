@@ -72,26 +72,6 @@ func newNSScratch(n, r int) nsScratch {
 	return nsScratch{x: make([]float32, n), xn: make([]float32, n), a: make([]float32, r*r), b: make([]float32, r*r)}
 }
 
-// muonStep updates the hidden matrices with Muon and every other tensor with
-// AdamW (as Trainer.adamw does, norm gains without weight decay).
-func (t *Trainer) muonStep(lr float64, gscale float32) {
-	o := t.opts
-	for _, ti := range t.lay {
-		s, e := ti.Offset, ti.Offset+ti.Size()
-		if !ti.IsHidden() {
-			wd := o.WeightDecay
-			if ti.isNorm() {
-				wd = 0
-			}
-			kernels.AdamW(t.m.params[s:e], t.m.grads[s:e], t.mom[s:e], t.vel[s:e],
-				float32(lr), float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(wd), gscale, t.step)
-			continue
-		}
-		muonMatrix(t.m.params[s:e], t.m.grads[s:e], t.mom[s:e], ti.Shape[0], ti.Shape[1],
-			float32(lr), float32(o.WeightDecay), gscale, t.muon)
-	}
-}
-
 // muonMatrix applies one Muon step to the rows × cols matrix p with
 // gradient gscale·g and momentum buffer m (updated in place).
 func muonMatrix(p, g, m []float32, rows, cols int, lr, wd, gscale float32, st *muonState) {

@@ -123,23 +123,26 @@ func (t *Trainer) Step() (StepStats, error) {
 	}
 	lr := o.LRAt(t.step)
 	t.step++
-	if t.muon != nil {
-		t.muonStep(lr, gscale)
-	} else {
-		t.adamw(lr, gscale)
-	}
+	t.update(lr, gscale)
 	return StepStats{Step: t.step, Loss: loss, Tokens: o.Batch * o.Seq * o.GradAccum, LR: lr, GradNorm: norm, Compute: time.Since(start)}, nil
 }
 
-// adamw updates every tensor; norm gains get no weight decay.
-func (t *Trainer) adamw(lr float64, gscale float32) {
+// update takes the optimizer step on every tensor: Muon on the hidden
+// matrices when the trainer runs it (muon.go), AdamW on the rest; norm
+// gains get no weight decay.
+func (t *Trainer) update(lr float64, gscale float32) {
 	o := t.opts
 	for _, ti := range t.lay {
+		s, e := ti.Offset, ti.Offset+ti.Size()
+		if t.muon != nil && ti.IsHidden() {
+			muonMatrix(t.m.params[s:e], t.m.grads[s:e], t.mom[s:e], ti.Shape[0], ti.Shape[1],
+				float32(lr), float32(o.WeightDecay), gscale, t.muon)
+			continue
+		}
 		wd := o.WeightDecay
 		if ti.isNorm() {
 			wd = 0
 		}
-		s, e := ti.Offset, ti.Offset+ti.Size()
 		kernels.AdamW(t.m.params[s:e], t.m.grads[s:e], t.mom[s:e], t.vel[s:e],
 			float32(lr), float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(wd), gscale, t.step)
 	}

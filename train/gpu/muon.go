@@ -67,7 +67,7 @@ func (e *Engine) allocMuon() (*muonBufs, error) {
 }
 
 // muonStep updates the hidden matrices with Muon and every other tensor with
-// AdamW, as train's Trainer.muonStep (inside Do).
+// AdamW, as train's Trainer.update does with Muon (inside Do).
 func (e *Engine) muonStep(lr float64, gscale float32) error {
 	for _, t := range e.lay.all {
 		var err error
