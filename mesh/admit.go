@@ -53,16 +53,19 @@ func ValidateHistory(step uint64, h []Made) error {
 	return nil
 }
 
-// setHistory makes h (valid or ignored) the history of the model of step.
-func (m *Mesh) setHistory(step uint64, h []Made) {
+// setHistory makes h the history of the model of step; an invalid h is
+// none (the error says why).
+func (m *Mesh) setHistory(step uint64, h []Made) error {
 	m.history = nil
-	if ValidateHistory(step, h) != nil {
-		return
+	if err := ValidateHistory(step, h); err != nil {
+		m.trimHistory(step)
+		return err
 	}
 	for _, e := range h {
 		m.history = append(m.history, Made{Step: e.Step, Members: slices.Clone(e.Members)})
 	}
 	m.trimHistory(step)
+	return nil
 }
 
 // madeStep records that ring members made the model of step.
@@ -122,13 +125,20 @@ func (m *Mesh) admitted() map[PeerID]bool {
 		return nil
 	}
 	if len(fresh) > quota {
-		rank := func(id PeerID) [32]byte {
-			return sha256.Sum256([]byte("intellect/mesh/admit/1\x00" + m.ag.hash + "\x00" + string(id)))
+		// One hash per newcomer, not two per comparison: a flood of
+		// newcomers is when this runs, on every vote heard.
+		type ranked struct {
+			rank [32]byte
+			id   PeerID
 		}
-		slices.SortFunc(fresh, func(a, b PeerID) int {
-			ra, rb := rank(a), rank(b)
-			return slices.Compare(ra[:], rb[:])
-		})
+		rs := make([]ranked, len(fresh))
+		for i, id := range fresh {
+			rs[i] = ranked{sha256.Sum256([]byte("intellect/mesh/admit/1\x00" + m.ag.hash + "\x00" + string(id))), id}
+		}
+		slices.SortFunc(rs, func(a, b ranked) int { return slices.Compare(a.rank[:], b.rank[:]) })
+		for i := range quota {
+			fresh[i] = rs[i].id
+		}
 		fresh = fresh[:quota]
 	}
 	out := make(map[PeerID]bool, len(fresh))

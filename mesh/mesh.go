@@ -163,10 +163,9 @@ func New(cfg Config, step uint64, modelHash string) (*Mesh, error) {
 		step:  step,
 		hash:  modelHash,
 	}
-	if err := ValidateHistory(step, cfg.History); err != nil {
+	if err := m.setHistory(step, cfg.History); err != nil {
 		return nil, fmt.Errorf("%w: history: %w", ErrConfig, err)
 	}
-	m.setHistory(step, cfg.History)
 	m.hbDue = 1 + uint64(m.rng.IntN(cfg.HeartbeatTicks))
 	m.resetAgreement()
 	if modelHash == "" {
@@ -406,7 +405,7 @@ func (m *Mesh) Synced(step uint64, hash string, history []Made) {
 	if m.state == StateLeft || hash == "" || len(hash) > MaxHashLen {
 		return
 	}
-	m.setHistory(step, history)
+	_ = m.setHistory(step, history) // node validated it and says why
 	prev := ""
 	if m.fetch != nil && m.fetch.Step == step && m.fetch.Hash == hash {
 		prev = m.fetch.PrevHash
