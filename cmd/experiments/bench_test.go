@@ -101,14 +101,37 @@ func TestBenchPlanShippedDefaults(t *testing.T) {
 	}
 }
 
+// fakeResults holds gosrc results made up for the report tests.
+type fakeResults map[string]sweepResult
+
+// add records run's result at seed with final loss final.
+func (res fakeResults) add(run string, seed uint64, final float64) {
+	r := sweepResult{Run: sweepRun{Name: run}, Seed: seed, Data: "gosrc", Tokens: []int64{1, 2}, Eval: []float64{3, final}, Final: final}
+	res[benchJob{corpus: r.Data, seed: seed, run: r.Run}.key()] = r
+}
+
+// reportOf returns the summary benchReport prints for plan and res,
+// failing t unless it has every line of want.
+func reportOf(t *testing.T, o benchOptions, plan []benchJob, res fakeResults, want ...string) string {
+	t.Helper()
+	var w strings.Builder
+	if err := benchReport(o, plan, res, &w); err != nil {
+		t.Fatal(err)
+	}
+	sum := w.String()
+	for _, s := range want {
+		if !strings.Contains(sum, s) {
+			t.Errorf("summary lacks %q:\n%s", s, sum)
+		}
+	}
+	return sum
+}
+
 // The summary's table and comparisons are the shipped defaults' rows; the
 // plain int8 mean's rows follow as a reference, compared over common seeds.
 func TestBenchReportShippedDefaults(t *testing.T) {
-	res := map[string]sweepResult{}
-	add := func(run string, seed uint64, final float64) {
-		r := sweepResult{Run: sweepRun{Name: run}, Seed: seed, Data: "gosrc", Tokens: []int64{1, 2}, Eval: []float64{3, final}, Final: final}
-		res[benchJob{corpus: r.Data, seed: seed, run: r.Run}.key()] = r
-	}
+	res := fakeResults{}
+	add := res.add
 	for _, seed := range []uint64{1, 2} {
 		add("single-1x", seed, 2.4)
 		add("single-4x", seed, 2.0)
@@ -125,12 +148,7 @@ func TestBenchReportShippedDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var w strings.Builder
-	if err := benchReport(o, plan, res, &w); err != nil {
-		t.Fatal(err)
-	}
-	sum := w.String()
-	for _, s := range []string{
+	sum := reportOf(t, o, plan, res,
 		"robust averaging",
 		"| gosrc | 4 | 2.4000 [2.4000–2.4000] | 2.0000 [2.0000–2.0000] | 2.0400 [2.0400–2.0400] | +2.00 % | -15.00 % | 2 |",
 		"robust 2.0400 [2.0400–2.0400] vs fp32 (plain mean) 2.0200 [2.0200–2.0200]: **+0.99 %** (2 seeds)",
@@ -138,11 +156,7 @@ func TestBenchReportShippedDefaults(t *testing.T) {
 		"Reference: plain int8 mean",
 		"| gosrc | 4 | 2.0600 | +3.00 % | -14.17 % | -0.97 % (1 seed) | 1 |",
 		"plain int8 mean: overlapped 2.1000 vs blocking 2.0600: +1.94 % (1 seed)",
-	} {
-		if !strings.Contains(sum, s) {
-			t.Errorf("summary lacks %q:\n%s", s, sum)
-		}
-	}
+	)
 	if file, err := os.ReadFile(filepath.Join(out, "summary.md")); err != nil || string(file) != sum {
 		t.Errorf("summary.md differs from the table printed (%v)", err)
 	}
@@ -250,30 +264,18 @@ func TestBenchReportOtherOptimizer(t *testing.T) {
 			t.Fatalf("planned run %+v", j.run)
 		}
 	}
-	res := map[string]sweepResult{}
-	add := func(run string, final float64) {
-		r := sweepResult{Run: sweepRun{Name: run}, Seed: 1, Data: "gosrc", Tokens: []int64{1, 2}, Eval: []float64{3, final}, Final: final}
-		res[benchJob{corpus: r.Data, seed: 1, run: r.Run}.key()] = r
-	}
+	res := fakeResults{}
+	add := func(run string, final float64) { res.add(run, 1, final) }
 	add("single-1x-muon", 2.2)
 	add("single-4x-muon", 1.85)
 	add("diloco-4-robust-muon", 1.887)
 	add("single-1x", 2.4)
 	add("single-4x", 2.0)
 	add("diloco-4-robust", 2.06)
-	var w strings.Builder
-	if err := benchReport(o, plan, res, &w); err != nil {
-		t.Fatal(err)
-	}
-	sum := w.String()
-	for _, s := range []string{
+	reportOf(t, o, plan, res,
 		"inner optimizer muon (the baselines' too)",
 		"| gosrc | 4 | 2.2000 | 1.8500 | 1.8870 | +2.00 % | -14.23 % | 1 |",
 		"Reference: AdamW as the inner optimizer",
 		"| gosrc | 4 | 2.0600 | +3.00 % | -14.17 % | -8.40 % (1 seed) | 1 |",
-	} {
-		if !strings.Contains(sum, s) {
-			t.Errorf("summary lacks %q:\n%s", s, sum)
-		}
-	}
+	)
 }
