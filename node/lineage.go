@@ -38,7 +38,7 @@ func (h *lineHistory) of(step uint64, hash string) ([]mesh.Made, bool) {
 }
 
 // noteHistory records the mesh's history when its model changed (mesh
-// goroutine, after each Ready is carried out).
+// goroutine: at its start and after each command).
 func (n *Node) noteHistory(m *mesh.Mesh) {
 	step, hash := m.Model()
 	if _, ok := n.history.of(step, hash); ok || hash == "" {

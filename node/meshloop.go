@@ -23,6 +23,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 	log := n.cfg.Logger.With("system", "mesh")
 	msgs := n.host.Messages()
 	var lastPeers time.Time
+	n.noteHistory(m) // the model it starts with (a checkpoint's history)
 	for {
 		var done chan struct{}
 		select {
@@ -50,12 +51,12 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 			}
 		case c := <-n.meshCmds:
 			c.apply(m)
+			n.noteHistory(m) // the model and its history change only by commands (Completed, Synced)
 			done = c.done
 		}
 		for m.HasReady() {
 			n.carryOut(ctx, m, m.Ready(), log)
 		}
-		n.noteHistory(m)
 		if done != nil {
 			close(done)
 		}
