@@ -28,6 +28,10 @@ import (
 type Node struct {
 	cfg Config
 	log *slog.Logger
+	// life lasts from start until Run is done with the network: work
+	// that must outlive an attempt or a step (a gossip publication) runs in
+	// it.
+	life context.Context
 
 	host *p2p.Host
 	ar   *ring.Service
@@ -244,7 +248,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if err == nil {
 		err = n.trainLoop(ctx)
 	}
-	if err == nil {
+	if errors.Is(err, errLeft) { // reached --max-outer-steps
 		n.awaitReports(ctx)
 	}
 	n.leave()
@@ -290,6 +294,7 @@ func (n *Node) evalInitial() error {
 // start brings up the API, the stream protocols, the host's discovery and
 // gossip, and the mesh goroutine.
 func (n *Node) start(ctx context.Context) error {
+	n.life = ctx
 	var err error
 	if n.ar, err = ring.NewService(n.host.Libp2p(), ring.ServiceConfig{
 		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {

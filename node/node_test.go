@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 )
@@ -15,8 +16,18 @@ func twoNodeConfig(t *testing.T, steps uint64, overlap bool, bootstrap []string)
 		Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Bootstrap: bootstrap,
 		Run: "node-test", Device: "sim", SimStep: time.Millisecond, StatusAddr: "off",
 		InnerSteps: 2, MinMembers: 2, MaxOuterSteps: steps, MaxSendRate: 64 << 20,
-		CheckpointEvery: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		CheckpointEvery: 100, Logger: dbgLogger(),
 	}
+}
+
+// dbgLogger discards the nodes' logs unless NODE_LOG is set: then every
+// node of a test logs at debug level to stderr (how the CI failures of
+// TestFalseReportExcludesOwner were found).
+func dbgLogger() *slog.Logger {
+	if os.Getenv("NODE_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // TestTwoNodesRunAndStop runs two in-process nodes for two outer steps over

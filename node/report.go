@@ -214,7 +214,6 @@ type reportBook struct {
 	mu       sync.Mutex
 	attempts []sentAttempt // the last few, newest last
 	pending  []heldReport  // reports of attempts this node has not finished yet
-	last     *ContributionReport
 }
 
 // heldReport is a report that arrived before this node ended its attempt.
@@ -246,6 +245,7 @@ type sentAttempt struct {
 	rank    int
 	norms   [][]float32 // ScatterResult.SentNorms
 	seen    map[mesh.PeerID]bool
+	got     []OwnerReport // what the owners reported so far, by owner
 }
 
 const keepAttempts = 2
@@ -342,12 +342,19 @@ func (b *reportBook) checkAttempt(a *sentAttempt, from mesh.PeerID, r ownerRepor
 		entry.Rejected += me.Rejected
 	}
 	entry.Norm = math.Sqrt(entry.Norm)
-	if b.last == nil || b.last.Step != r.Step {
-		b.last = &ContributionReport{Step: r.Step}
-	}
-	b.last.Owners = append(b.last.Owners, entry)
-	slices.SortFunc(b.last.Owners, func(x, y OwnerReport) int { return strings.Compare(x.Owner, y.Owner) })
+	// Kept with its attempt: a late report of an earlier step must not
+	// displace the last step's (CI, TestFalseReportExcludesOwner).
+	a.got = append(a.got, entry)
+	slices.SortFunc(a.got, func(x, y OwnerReport) int { return strings.Compare(x.Owner, y.Owner) })
 	return "", true
+}
+
+// any reports whether this node has made an attempt of the direct
+// scatter.
+func (b *reportBook) any() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.attempts) > 0
 }
 
 // outstanding is how many owners of this node's last attempt have not
@@ -383,6 +390,9 @@ const reportLinger = time.Second
 // last attempt has reported on it (an excluded or departed owner never
 // does), and at least reportLinger.
 func (n *Node) awaitReports(ctx context.Context) {
+	if !n.reports.any() {
+		return // no attempt of the direct scatter: no reports to wait for or to send
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(reportWait)
@@ -399,21 +409,25 @@ func (n *Node) awaitReports(ctx context.Context) {
 	}
 }
 
-// lastReport returns a copy of what the owners of the last step reported.
+// lastReport returns a copy of what the owners reported of the newest
+// attempt any of them reported on.
 func (b *reportBook) lastReport() *ContributionReport {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.last == nil {
-		return nil
+	for i := len(b.attempts) - 1; i >= 0; i-- {
+		if a := &b.attempts[i]; len(a.got) > 0 {
+			return &ContributionReport{Step: a.step, Owners: slices.Clone(a.got)}
+		}
 	}
-	c := *b.last
-	c.Owners = slices.Clone(c.Owners)
-	return &c
+	return nil
 }
 
 // publishReport publishes this owner's verdict report of an attempt, in
-// the background (the next phase does not wait for gossip).
-func (n *Node) publishReport(ctx context.Context, rg *mesh.Ring, owned []collective.SegmentReport) {
+// the background (the next phase does not wait for gossip), in the node's
+// life rather than the attempt's: a node that reached its last step ends
+// the step's context at once, and a publication still queued was dropped
+// (CI, TestFalseReportExcludesOwner).
+func (n *Node) publishReport(rg *mesh.Ring, owned []collective.SegmentReport) {
 	if len(owned) == 0 {
 		return // a client owns nothing
 	}
@@ -427,9 +441,9 @@ func (n *Node) publishReport(ctx context.Context, rg *mesh.Ring, owned []collect
 		return
 	}
 	n.wg.Go(func() {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pctx, cancel := context.WithTimeout(n.life, 5*time.Second)
 		defer cancel()
-		if err := n.host.Publish(pctx, b); err != nil && ctx.Err() == nil {
+		if err := n.host.Publish(pctx, b); err != nil && n.life.Err() == nil {
 			n.log.Debug("publish verdict report", "step", rg.Step+1, "err", err)
 		}
 	})

@@ -129,6 +129,42 @@ func TestReportBookCheck(t *testing.T) {
 	}
 }
 
+// TestLastReportKeepsItsStep: a late report of an earlier step does not
+// displace what the owners reported of the last one (it did, and the
+// contribution report of a node on a slow machine lost an owner).
+func TestLastReportKeepsItsStep(t *testing.T) {
+	members := []mesh.PeerID{"a", "b", "c"}
+	attempt := func(step uint64) sentAttempt {
+		return sentAttempt{ring: "r", step: step, members: members, owners: []int{0, 1, 2}, rank: 0, norms: [][]float32{{1}, {1}, {1}}}
+	}
+	report := func(step uint64, seg uint32) ownerReport {
+		return ownerReport{Ring: "r", Step: step, Segments: []reportSegment{{Shard: 0, Segment: seg, Chunks: 1,
+			Members: []reportMember{{NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: 1, MinClip: 1, MinFactor: 1}}}}}
+	}
+	var b reportBook
+	b.noteSent(attempt(4))
+	b.noteSent(attempt(5))
+	if b.lastReport() != nil {
+		t.Fatal("a contribution report before any owner reported")
+	}
+	for _, r := range []struct {
+		from mesh.PeerID
+		step uint64
+		seg  uint32
+	}{{"b", 5, 1}, {"c", 4, 2}, {"c", 5, 2}} {
+		if ev, mine := b.check(r.from, report(r.step, r.seg)); !mine || ev != "" {
+			t.Fatalf("%s's report of step %d: %q, %v", r.from, r.step, ev, mine)
+		}
+	}
+	c := b.lastReport()
+	if c == nil || c.Step != 5 || len(c.Owners) != 2 || c.Owners[0].Owner != "b" || c.Owners[1].Owner != "c" {
+		t.Fatalf("contribution report %+v, want step 5 from b and c", c)
+	}
+	if b.outstanding() != 0 {
+		t.Fatalf("%d owners outstanding, want 0", b.outstanding())
+	}
+}
+
 func FuzzDecodeReport(f *testing.F) {
 	b, _ := encodeReport(testReport())
 	f.Add(b)

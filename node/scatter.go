@@ -43,7 +43,7 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 		return stats, attemptErr(actx, err)
 	}
 	n.noteVerdicts(rg, res)
-	n.publishReport(ctx, rg, res.Owned)
+	n.publishReport(rg, res.Owned)
 	n.noteSent(rg, segmentOwners(rg), res)
 	n.sc.Keep(rg.ID, res.Owned)
 	n.spotCheck(ctx, rg, cfg, res)
