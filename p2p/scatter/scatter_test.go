@@ -223,8 +223,37 @@ func TestScatterGarbage(t *testing.T) {
 	}
 }
 
+// TestStreamsAndLanes: a member opens min(lanes, maxStreams) streams to
+// another; a hello naming a stream beyond them and a chunk of a lane that
+// belongs to another stream are protocol errors.
+func TestStreamsAndLanes(t *testing.T) {
+	for lanes, want := range map[int]int{1: 1, 2: 2, 8: 8, 9: 8, maxLanes: 8} {
+		if got := streamsFor(lanes); got != want {
+			t.Errorf("streamsFor(%d) = %d, want %d", lanes, got, want)
+		}
+	}
+	h := hello{members: 2, lanes: 2, stream: 1, id: "x"}
+	if _, err := decodeHello(h.encode()); err != nil {
+		t.Fatalf("stream 1 of 2: %v", err)
+	}
+	h.stream = 2
+	if _, err := decodeHello(h.encode()); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("stream 2 of 2 lanes decoded: %v", err)
+	}
+	tr := &Transport{svc: &Service{cfg: Config{MaxBuffered: 1 << 20}}, spec: Spec{Lanes: 10, Members: make([]peer.ID, 2)}, nstreams: streamsFor(10)}
+	in := &inbox{lanes: make([][][]byte, 10), wake: make(chan struct{})}
+	for _, c := range []struct{ lane, stream int }{{1, 1}, {9, 1}, {8, 0}} {
+		if err := tr.take(in, 1, c.stream, msgChunk, []byte{0, byte(c.lane), 7}); err != nil {
+			t.Fatalf("lane %d on stream %d: %v", c.lane, c.stream, err)
+		}
+	}
+	if err := tr.take(in, 1, 2, msgChunk, []byte{0, 1, 7}); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("lane 1 on stream 2 taken: %v", err)
+	}
+}
+
 func FuzzDecodeHello(f *testing.F) {
-	f.Add(hello{run: [32]byte{7}, step: 3, sender: 1, members: 4, lanes: 8, id: "abc"}.encode())
+	f.Add(hello{run: [32]byte{7}, step: 3, sender: 1, members: 4, lanes: 8, stream: 5, id: "abc"}.encode())
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := decodeHello(p)

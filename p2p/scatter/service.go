@@ -22,7 +22,8 @@ type Config struct {
 	// PendingTimeout is how long a stream that arrives before its attempt
 	// is opened here waits to be claimed. Default 30 s.
 	PendingTimeout time.Duration
-	// MaxPending bounds the streams waiting for their attempt. Default 256.
+	// MaxPending bounds the streams waiting for their attempt. Default
+	// 1024 (up to maxStreams from each member).
 	MaxPending int
 	// MaxBuffered bounds the bytes received from one member in one attempt
 	// and not yet taken by the collective (a member that sends more than
@@ -47,7 +48,7 @@ func (c *Config) validate() error {
 	or(&c.HandshakeTimeout, 10*time.Second)
 	or(&c.PendingTimeout, 30*time.Second)
 	if c.MaxPending == 0 {
-		c.MaxPending = 256
+		c.MaxPending = 1024
 	}
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = 1 << 30

@@ -60,9 +60,10 @@ func (sp Spec) validate(self peer.ID) error {
 type Stats struct{ Sent, Received int64 }
 
 // Transport is this host's side of one attempt: a collective.MeshTransport
-// and collective.Aborter over one outbound stream to each other member
-// (opened on first use) and one inbound stream from each (read by one
-// goroutine into per-lane queues). Close ends it.
+// and collective.Aborter over streamsFor(Lanes) outbound streams to each
+// other member (each opened on first use; lane l on stream l mod that
+// number) and as many inbound ones from each (each read by one goroutine
+// into the member's per-lane queues). Close ends it.
 type Transport struct {
 	svc  *Service
 	spec Spec
@@ -72,8 +73,9 @@ type Transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the readers
 
-	out []*outStream
-	in  []*inbox
+	nstreams int            // streams per member and direction
+	out      [][]*outStream // member, stream
+	in       []*inbox
 
 	sent, received atomic.Int64
 	closeOnce      sync.Once
@@ -91,10 +93,10 @@ type inbox struct {
 	mu       sync.Mutex
 	lanes    [][][]byte
 	buffered int64
-	err      error // set once: the stream ended or broke, or the member aborted
-	attached bool
-	s        network.Stream
-	wake     chan struct{} // closed and replaced on every change
+	err      error            // set once: a stream broke or misbehaved, or the member aborted
+	streams  []network.Stream // by stream index, nil until attached
+	ended    []error          // by stream index: it ended (EOF), so its lanes get nothing more
+	wake     chan struct{}    // closed and replaced on every change
 }
 
 // Open starts this host's side of attempt spec and protects its peers'
@@ -103,12 +105,16 @@ func (svc *Service) Open(spec Spec) (*Transport, error) {
 	if err := spec.validate(svc.h.ID()); err != nil {
 		return nil, err
 	}
-	t := &Transport{svc: svc, spec: spec, tag: "scatter/" + spec.ID,
-		out: make([]*outStream, len(spec.Members)), in: make([]*inbox, len(spec.Members))}
+	t := &Transport{svc: svc, spec: spec, tag: "scatter/" + spec.ID, nstreams: streamsFor(spec.Lanes),
+		out: make([][]*outStream, len(spec.Members)), in: make([]*inbox, len(spec.Members))}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range spec.Members {
-		t.out[i] = &outStream{}
-		t.in[i] = &inbox{lanes: make([][][]byte, spec.Lanes), wake: make(chan struct{})}
+		t.out[i] = make([]*outStream, t.nstreams)
+		for j := range t.out[i] {
+			t.out[i][j] = &outStream{}
+		}
+		t.in[i] = &inbox{lanes: make([][][]byte, spec.Lanes), streams: make([]network.Stream, t.nstreams),
+			ended: make([]error, t.nstreams), wake: make(chan struct{})}
 	}
 	waiting, err := svc.register(t)
 	if err != nil {
@@ -137,17 +143,17 @@ func (t *Transport) attach(s network.Stream, h hello) {
 		s.Reset()
 		return
 	}
-	in := t.in[from]
+	in, si := t.in[from], int(h.stream)
 	in.mu.Lock()
-	if in.attached || t.ctx.Err() != nil {
+	if in.streams[si] != nil || t.ctx.Err() != nil {
 		in.mu.Unlock()
 		s.Reset()
 		return
 	}
-	in.attached, in.s = true, s
+	in.streams[si] = s
 	in.mu.Unlock()
 	t.received.Add(int64(p2p.FrameHeaderSize + helloFixed + len(h.id)))
-	t.wg.Go(func() { t.read(from, s) })
+	t.wg.Go(func() { t.read(from, si, s) })
 }
 
 // peerGone fails the inbox of member p, if it is one, after its last
@@ -160,21 +166,24 @@ func (t *Transport) peerGone(p peer.ID) {
 	}
 }
 
-// read moves frames of member from's stream into its inbox until the
+// read moves frames of member from's stream si into its inbox until the
 // stream ends, breaks or misbehaves.
-func (t *Transport) read(from int, s network.Stream) {
+func (t *Transport) read(from, si int, s network.Stream) {
 	in := t.in[from]
 	for {
 		typ, p, err := p2p.ReadFrame(s, maxChunk, nil)
+		if errors.Is(err, io.EOF) {
+			// The member is done with this stream; its other streams
+			// may still be delivering.
+			in.end(si, &collective.PeerError{Rank: from, Err: fmt.Errorf("p2p: scatter: member %d closed its stream %d", from, si)})
+			return
+		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("p2p: scatter: member %d closed its stream", from)
-			}
 			in.fail(&collective.PeerError{Rank: from, Err: err})
 			return
 		}
 		t.received.Add(int64(p2p.FrameHeaderSize + len(p)))
-		if err := t.take(in, from, typ, p); err != nil {
+		if err := t.take(in, from, si, typ, p); err != nil {
 			in.fail(err)
 			s.Reset()
 			return
@@ -182,11 +191,14 @@ func (t *Transport) read(from int, s network.Stream) {
 	}
 }
 
-// take files one frame of member from.
-func (t *Transport) take(in *inbox, from int, typ uint8, p []byte) error {
+// take files one frame of member from's stream si.
+func (t *Transport) take(in *inbox, from, si int, typ uint8, p []byte) error {
 	switch typ {
 	case msgChunk:
 		lane, msg, err := decodeChunk(p, t.spec.Lanes)
+		if err == nil && lane%t.nstreams != si {
+			err = fmt.Errorf("%w: lane %d on stream %d of %d", ErrProtocol, lane, si, t.nstreams)
+		}
 		if err != nil {
 			return &collective.PeerError{Rank: from, Err: err}
 		}
@@ -215,6 +227,17 @@ func (in *inbox) push(lane int, msg []byte, limit int64, from int) error {
 	return nil
 }
 
+// end records that stream si ended cleanly.
+func (in *inbox) end(si int, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ended[si] == nil {
+		in.ended[si] = err
+		close(in.wake)
+		in.wake = make(chan struct{})
+	}
+}
+
 func (in *inbox) fail(err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -241,6 +264,9 @@ func (t *Transport) Recv(ctx context.Context, from, lane int) ([]byte, error) {
 			return msg, nil
 		}
 		err, wake := in.err, in.wake
+		if err == nil {
+			err = in.ended[lane%t.nstreams]
+		}
 		in.mu.Unlock()
 		if err != nil {
 			return nil, err
@@ -255,7 +281,7 @@ func (t *Transport) Recv(ctx context.Context, from, lane int) ([]byte, error) {
 	}
 }
 
-// Send implements collective.MeshTransport: one frame on the stream to
+// Send implements collective.MeshTransport: one frame on lane's stream to
 // member to, opened (with its hello) on first use.
 func (t *Transport) Send(ctx context.Context, to, lane int, msg []byte) error {
 	if to < 0 || to >= len(t.out) || to == t.spec.Self || lane < 0 || lane >= t.spec.Lanes {
@@ -266,10 +292,11 @@ func (t *Transport) Send(ctx context.Context, to, lane int, msg []byte) error {
 			return err
 		}
 	}
-	o := t.out[to]
+	si := lane % t.nstreams
+	o := t.out[to][si]
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err := t.dial(ctx, to, o); err != nil {
+	if err := t.dial(ctx, to, si, o); err != nil {
 		return err
 	}
 	o.buf = binary.BigEndian.AppendUint16(o.buf[:0], uint16(lane))
@@ -283,8 +310,8 @@ func (t *Transport) Send(ctx context.Context, to, lane int, msg []byte) error {
 	return nil
 }
 
-// dial opens o's stream to member to if it is not open yet (o.mu held).
-func (t *Transport) dial(ctx context.Context, to int, o *outStream) error {
+// dial opens o, stream si to member to, if it is not open yet (o.mu held).
+func (t *Transport) dial(ctx context.Context, to, si int, o *outStream) error {
 	if o.err != nil || o.s != nil {
 		return o.err
 	}
@@ -293,7 +320,7 @@ func (t *Transport) dial(ctx context.Context, to int, o *outStream) error {
 	s, err := t.svc.h.NewStream(dctx, t.spec.Members[to], ProtocolID)
 	if err == nil {
 		h := hello{run: t.svc.cfg.Run, step: t.spec.Step, sender: uint16(t.spec.Self), members: uint16(len(t.spec.Members)),
-			lanes: uint16(t.spec.Lanes), id: t.spec.ID}.encode()
+			lanes: uint16(t.spec.Lanes), stream: uint8(si), id: t.spec.ID}.encode()
 		_ = s.SetWriteDeadline(time.Now().Add(t.svc.cfg.IOTimeout))
 		if err = p2p.WriteFrame(s, msgHello, h); err != nil {
 			s.Reset()
@@ -302,7 +329,7 @@ func (t *Transport) dial(ctx context.Context, to int, o *outStream) error {
 		}
 	}
 	if err != nil {
-		o.err = fmt.Errorf("p2p: scatter: open stream to member %d: %w", to, err)
+		o.err = fmt.Errorf("p2p: scatter: open stream %d to member %d: %w", si, to, err)
 		return o.err
 	}
 	o.s = s
@@ -311,7 +338,8 @@ func (t *Transport) dial(ctx context.Context, to int, o *outStream) error {
 
 // Abort implements collective.Aborter: it tells every member it has a
 // stream to whom this member blames (the rank of cause, a
-// *collective.PeerError, else itself) and ends the attempt here.
+// *collective.PeerError, else itself), on every such stream, and ends the
+// attempt here.
 func (t *Transport) Abort(cause error) {
 	culprit := t.spec.Self
 	var pe *collective.PeerError
@@ -319,14 +347,16 @@ func (t *Transport) Abort(cause error) {
 		culprit = pe.Rank
 	}
 	frame := binary.BigEndian.AppendUint16(nil, uint16(culprit))
-	for _, o := range t.out {
-		o.mu.Lock()
-		if o.s != nil && o.err == nil {
-			_ = o.s.SetWriteDeadline(time.Now().Add(time.Second))
-			_ = p2p.WriteFrame(o.s, msgAbort, frame)
-			o.err = fmt.Errorf("p2p: scatter attempt aborted: %w", cause)
+	for _, os := range t.out {
+		for _, o := range os {
+			o.mu.Lock()
+			if o.s != nil && o.err == nil {
+				_ = o.s.SetWriteDeadline(time.Now().Add(time.Second))
+				_ = p2p.WriteFrame(o.s, msgAbort, frame)
+				o.err = fmt.Errorf("p2p: scatter attempt aborted: %w", cause)
+			}
+			o.mu.Unlock()
 		}
-		o.mu.Unlock()
 	}
 	t.cancel()
 }
@@ -340,17 +370,21 @@ func (t *Transport) Stats() Stats { return Stats{Sent: t.sent.Load(), Received: 
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.cancel()
-		for _, o := range t.out {
-			o.mu.Lock()
-			if o.s != nil {
-				o.s.Close()
+		for _, os := range t.out {
+			for _, o := range os {
+				o.mu.Lock()
+				if o.s != nil {
+					o.s.Close()
+				}
+				o.mu.Unlock()
 			}
-			o.mu.Unlock()
 		}
 		for _, in := range t.in {
 			in.mu.Lock()
-			if in.s != nil {
-				in.s.Reset()
+			for _, s := range in.streams {
+				if s != nil {
+					s.Reset()
+				}
 			}
 			in.mu.Unlock()
 		}

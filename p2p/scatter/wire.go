@@ -1,7 +1,8 @@
 // Package scatter carries collective.ScatterAllReduce over libp2p: for one
-// attempt every member opens one stream to every other member and sends on
-// it, in frames tagged with their lane, its contributions to that member's
-// segments and (as an owner) its robust results. Unlike the ring's partial
+// attempt every member opens streamsFor(lanes) streams to every other
+// member (lane l on stream l mod that) and sends on them, in frames tagged
+// with their lane, its contributions to that member's segments and (as an
+// owner) its robust results. Unlike the ring's partial
 // sums, every contribution reaches its owner whole, so the owner can judge
 // it (docs/robust.md).
 package scatter
@@ -18,12 +19,26 @@ import (
 // (p2p.WriteFrame/p2p.ReadFrame), all from the dialer to the acceptor:
 //
 //	msgHello  version u8, run manifest id [32]byte, step u64, sender rank u16,
-//	          members u16, lanes u16, attempt id length u8, attempt id
-//	msgChunk  lane u16, one chunk message of the collective
+//	          members u16, lanes u16, stream u8, attempt id length u8,
+//	          attempt id
+//	msgChunk  lane u16 (≡ stream mod streamsFor(lanes)), one chunk message
+//	          of the collective
 //	msgAbort  rank u16 of the member the sender blames
 //
 // Nothing flows back. A stream the acceptor refuses is reset.
-const ProtocolID = "/intellect/scatter/1.0.0"
+const ProtocolID = "/intellect/scatter/2.0.0"
+
+// maxStreams bounds the streams one member opens to another in one
+// attempt. Several streams rather than one: each yamux stream starts with
+// a 256 KiB window and doubles it at most once a round trip, so one
+// stream per peer carried only 8–11 MB/s of a 30 MB/s, 70 ms link during
+// the whole of a small preset's all-reduce (docs/robust.md "Streams per
+// peer").
+const maxStreams = 8
+
+// streamsFor is how many streams one member opens to another in an
+// attempt of lanes lanes.
+func streamsFor(lanes int) int { return min(lanes, maxStreams) }
 
 // Limits, checked before allocating.
 const (
@@ -35,11 +50,11 @@ const (
 	maxLanes = 2 * collective.MaxShards
 	// maxChunk is the largest msgChunk payload.
 	maxChunk   = 2 + collective.MaxChunkMsgSize
-	helloFixed = 1 + 32 + 8 + 2 + 2 + 2 + 1
+	helloFixed = 1 + 32 + 8 + 2 + 2 + 2 + 1 + 1
 	maxHello   = helloFixed + MaxIDLen
 )
 
-const version = 1
+const version = 2
 
 // Frame types. Append only, never renumber.
 const (
@@ -58,6 +73,7 @@ type hello struct {
 	sender  uint16
 	members uint16
 	lanes   uint16
+	stream  uint8 // < streamsFor(lanes)
 	id      string
 }
 
@@ -69,7 +85,7 @@ func (h hello) encode() []byte {
 	b = binary.BigEndian.AppendUint16(b, h.sender)
 	b = binary.BigEndian.AppendUint16(b, h.members)
 	b = binary.BigEndian.AppendUint16(b, h.lanes)
-	b = append(b, byte(len(h.id)))
+	b = append(b, h.stream, byte(len(h.id)))
 	return append(b, h.id...)
 }
 
@@ -86,9 +102,10 @@ func decodeHello(p []byte) (hello, error) {
 		sender:  binary.BigEndian.Uint16(p[41:]),
 		members: binary.BigEndian.Uint16(p[43:]),
 		lanes:   binary.BigEndian.Uint16(p[45:]),
+		stream:  p[47],
 	}
 	copy(h.run[:], p[1:33])
-	n := int(p[47])
+	n := int(p[48])
 	switch {
 	case n == 0 || n > MaxIDLen || len(p) != helloFixed+n:
 		return hello{}, fmt.Errorf("%w: attempt id of %d bytes in a hello of %d", ErrProtocol, n, len(p))
@@ -96,6 +113,8 @@ func decodeHello(p []byte) (hello, error) {
 		return hello{}, fmt.Errorf("%w: sender %d of %d members", ErrProtocol, h.sender, h.members)
 	case h.lanes == 0 || int(h.lanes) > maxLanes:
 		return hello{}, fmt.Errorf("%w: %d lanes", ErrProtocol, h.lanes)
+	case int(h.stream) >= streamsFor(int(h.lanes)):
+		return hello{}, fmt.Errorf("%w: stream %d of %d", ErrProtocol, h.stream, streamsFor(int(h.lanes)))
 	}
 	h.id = string(p[helloFixed:])
 	return h, nil
