@@ -435,11 +435,20 @@ func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	if step >= meshLineDepth {
 		delete(m.line, step-meshLineDepth)
 	}
+	// Back at the model it already held (a fetch or adoption that failed,
+	// and the lineage check found nothing better): peers still hold this
+	// node's vote of that step, so it votes again only above its round.
+	// A second, different vote in the same round is an equivocation, and
+	// peers excluded this honest node from every later step.
+	same, voted, round := step == m.step && hash == m.hash, m.ag.voted, m.ag.round
 	m.step, m.hash, m.prevHash = step, hash, prevHash
 	m.inner = 0
 	m.established = true
 	m.ring, m.fetch, m.syncFailed = nil, nil, false
 	m.resetAgreement()
+	if same && voted {
+		m.ag.maxRound = max(m.ag.maxRound, round+1)
+	}
 	m.setState(StateTraining)
 	m.heartbeat()
 }

@@ -285,3 +285,61 @@ func TestSetStragglerTicks(t *testing.T) {
 		t.Fatalf("StragglerTicks = %d, want 250", m.cfg.StragglerTicks)
 	}
 }
+
+// TestFailedAdoptVotesAbove: a member that voted, was asked to adopt a
+// larger side, failed the fetch and came back to the model it held votes
+// again only in a later round. Its peers still hold its first vote; a
+// different vote in the same round was an equivocation, and they excluded
+// it from every later step (simRandomRun seeds 5109 and 5257).
+func TestFailedAdoptVotesAbove(t *testing.T) {
+	m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50, SyncTimeoutTicks: 1000}, 3, "h")
+	step := func(msg Message) {
+		if err := m.Step(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	votes := func() (out []Message) {
+		for _, rd := range drain(m) {
+			for _, msg := range rd.Messages {
+				if msg.Type == MsgPropose {
+					out = append(out, msg)
+				}
+			}
+		}
+		return out
+	}
+	step(Message{Type: MsgHeartbeat, From: "b", State: StateReady, Step: 3, Hash: "h", PrevHash: "h2", InnerSteps: 50})
+	m.SetReady(3, 50)
+	first := votes()
+	if len(first) == 0 || m.State() != StateAgreeing {
+		t.Fatalf("no vote: %v", m.State())
+	}
+	for _, id := range []PeerID{"x", "y", "z"} { // a larger side on another line
+		step(Message{Type: MsgHeartbeat, From: id, State: StateTraining, Step: 3, Hash: "g", PrevHash: "g2"})
+	}
+	for range 3 {
+		m.Tick()
+	}
+	if m.State() != StateSyncing {
+		t.Fatalf("no adoption: %v", m.State())
+	}
+	for _, id := range []PeerID{"x", "y", "z"} { // gone: the fetch fails
+		step(Message{Type: MsgLeave, From: id, State: StateLeft, Step: 3, Hash: "g"})
+	}
+	step(Message{Type: MsgHeartbeat, From: "c", State: StateReady, Step: 3, Hash: "h", PrevHash: "h2", InnerSteps: 50})
+	m.SyncFailed()
+	m.Tick()
+	if st := m.Status(); st.State != StateTraining || st.Step != 3 || st.Hash != "h" {
+		t.Fatalf("not back at its model: %+v", st)
+	}
+	votes()
+	m.SetReady(3, 50)
+	m.Tick()
+	again := votes()
+	if len(again) == 0 {
+		t.Fatal("no vote after coming back")
+	}
+	if r0, r := first[len(first)-1].Round, again[0].Round; r <= r0 {
+		t.Fatalf("voted again in round %d, first vote in round %d: %v then %v", r, r0, first[len(first)-1].Members, again[0].Members)
+	}
+}
