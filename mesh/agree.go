@@ -22,6 +22,7 @@ type meshAgreement struct {
 	inflated   map[PeerID]bool           // peers that voted far above the round floor (onPropose)
 	anyVote    bool                      // some peer voted in this step
 	maxRound   uint32                    // highest round seen in this step
+	floor      uint32                    // accusations of votes below this round are void (maybeRejoinStep)
 
 	voted   bool
 	round   uint32
@@ -155,6 +156,9 @@ func (m *Mesh) mergeVote(voter PeerID, v *meshVote) {
 
 // noteAccusation records that by named of in a vote of round.
 func (m *Mesh) noteAccusation(by, of PeerID, round uint32) {
+	if round < m.ag.floor {
+		return // made before this node restarted the step (maybeRejoinStep)
+	}
 	a := meshAccusation{by: by, of: of}
 	if r, ok := m.ag.accused[a]; !ok || round < r {
 		m.ag.accused[a] = round
@@ -634,12 +638,14 @@ func (m *Mesh) maybeRejoinStep() {
 	m.ag.maxRound = max(m.ag.maxRound, round)
 	m.ag.known[m.cfg.ID] = m.inner
 	m.ag.readyAt = m.tick
-	delete(m.ag.local, m.cfg.ID)
-	for a := range m.ag.accused {
-		if a.of == m.cfg.ID {
-			delete(m.ag.accused, a)
-		}
-	}
+	// A fresh start for every accusation, not only those of this node:
+	// when all holders of a step sat it out, each restarts it on its own,
+	// and one that forgave only itself kept the others' old disputes
+	// (word against word, both out) and voted, and decided, alone — two
+	// singleton rings of one step in a connected network (seed 6131).
+	// The votes of earlier rounds still count for M and the round.
+	m.ag.floor = round
+	clear(m.ag.accused)
 	m.exclusions()
 	m.setState(StateReady)
 }

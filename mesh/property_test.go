@@ -29,8 +29,11 @@ func TestSimRandomFaults(t *testing.T) {
 // 5109 and 5257: a member whose adoption failed came back to its own model
 // and voted again in the round of its first vote, differently; its peers
 // took it for an equivocator and excluded it from every later step.
+// 6131: every holder of step 1 sat it out (two disputes, a restart); three
+// restarted the step on their own, each forgiving only itself, and two of
+// them decided rings of one on the others' old disputes.
 func TestSimRandomFaultsFound(t *testing.T) {
-	for _, seed := range []uint64{5109, 5257} {
+	for _, seed := range []uint64{5109, 5257, 6131} {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			simRandomRun(t, seed)
