@@ -32,8 +32,11 @@ func TestSimRandomFaults(t *testing.T) {
 // 6131: every holder of step 1 sat it out (two disputes, a restart); three
 // restarted the step on their own, each forgiving only itself, and two of
 // them decided rings of one on the others' old disputes.
+// 7065: no protocol bug: every node holding a model went down, and a node
+// restarted from its checkpoint of step 2 trained step 2 again with a
+// joiner; the check took that redo for two rings of one step (amnesia).
 func TestSimRandomFaultsFound(t *testing.T) {
-	for _, seed := range []uint64{5109, 5257, 6131} {
+	for _, seed := range []uint64{5109, 5257, 6131, 7065} {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			simRandomRun(t, seed)
