@@ -73,8 +73,8 @@ type Transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the readers
 
-	nstreams int            // streams per member and direction
-	out      [][]*outStream // member, stream
+	nstreams int          // streams per member and direction
+	out      []*outStream // member to's stream si at to·nstreams + si
 	in       []*inbox
 
 	sent, received atomic.Int64
@@ -106,13 +106,12 @@ func (svc *Service) Open(spec Spec) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{svc: svc, spec: spec, tag: "scatter/" + spec.ID, nstreams: streamsFor(spec.Lanes),
-		out: make([][]*outStream, len(spec.Members)), in: make([]*inbox, len(spec.Members))}
+		out: make([]*outStream, len(spec.Members)*streamsFor(spec.Lanes)), in: make([]*inbox, len(spec.Members))}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	for i := range t.out {
+		t.out[i] = &outStream{}
+	}
 	for i := range spec.Members {
-		t.out[i] = make([]*outStream, t.nstreams)
-		for j := range t.out[i] {
-			t.out[i][j] = &outStream{}
-		}
 		t.in[i] = &inbox{lanes: make([][][]byte, spec.Lanes), streams: make([]network.Stream, t.nstreams),
 			ended: make([]error, t.nstreams), wake: make(chan struct{})}
 	}
@@ -222,9 +221,14 @@ func (in *inbox) push(lane int, msg []byte, limit int64, from int) error {
 	}
 	in.buffered += int64(len(msg))
 	in.lanes[lane] = append(in.lanes[lane], msg)
+	in.wakeUp()
+	return nil
+}
+
+// wakeUp wakes the Recvs waiting on in (in.mu held).
+func (in *inbox) wakeUp() {
 	close(in.wake)
 	in.wake = make(chan struct{})
-	return nil
 }
 
 // end records that stream si ended cleanly.
@@ -233,8 +237,7 @@ func (in *inbox) end(si int, err error) {
 	defer in.mu.Unlock()
 	if in.ended[si] == nil {
 		in.ended[si] = err
-		close(in.wake)
-		in.wake = make(chan struct{})
+		in.wakeUp()
 	}
 }
 
@@ -243,8 +246,7 @@ func (in *inbox) fail(err error) {
 	defer in.mu.Unlock()
 	if in.err == nil {
 		in.err = err
-		close(in.wake)
-		in.wake = make(chan struct{})
+		in.wakeUp()
 	}
 }
 
@@ -284,7 +286,7 @@ func (t *Transport) Recv(ctx context.Context, from, lane int) ([]byte, error) {
 // Send implements collective.MeshTransport: one frame on lane's stream to
 // member to, opened (with its hello) on first use.
 func (t *Transport) Send(ctx context.Context, to, lane int, msg []byte) error {
-	if to < 0 || to >= len(t.out) || to == t.spec.Self || lane < 0 || lane >= t.spec.Lanes {
+	if to < 0 || to >= len(t.spec.Members) || to == t.spec.Self || lane < 0 || lane >= t.spec.Lanes {
 		return fmt.Errorf("%w: send to %d lane %d", collective.ErrInvalidArgument, to, lane)
 	}
 	if t.spec.SendRate != nil {
@@ -293,7 +295,7 @@ func (t *Transport) Send(ctx context.Context, to, lane int, msg []byte) error {
 		}
 	}
 	si := lane % t.nstreams
-	o := t.out[to][si]
+	o := t.out[to*t.nstreams+si]
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if err := t.dial(ctx, to, si, o); err != nil {
@@ -347,16 +349,14 @@ func (t *Transport) Abort(cause error) {
 		culprit = pe.Rank
 	}
 	frame := binary.BigEndian.AppendUint16(nil, uint16(culprit))
-	for _, os := range t.out {
-		for _, o := range os {
-			o.mu.Lock()
-			if o.s != nil && o.err == nil {
-				_ = o.s.SetWriteDeadline(time.Now().Add(time.Second))
-				_ = p2p.WriteFrame(o.s, msgAbort, frame)
-				o.err = fmt.Errorf("p2p: scatter attempt aborted: %w", cause)
-			}
-			o.mu.Unlock()
+	for _, o := range t.out {
+		o.mu.Lock()
+		if o.s != nil && o.err == nil {
+			_ = o.s.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = p2p.WriteFrame(o.s, msgAbort, frame)
+			o.err = fmt.Errorf("p2p: scatter attempt aborted: %w", cause)
 		}
+		o.mu.Unlock()
 	}
 	t.cancel()
 }
@@ -370,14 +370,12 @@ func (t *Transport) Stats() Stats { return Stats{Sent: t.sent.Load(), Received: 
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.cancel()
-		for _, os := range t.out {
-			for _, o := range os {
-				o.mu.Lock()
-				if o.s != nil {
-					o.s.Close()
-				}
-				o.mu.Unlock()
+		for _, o := range t.out {
+			o.mu.Lock()
+			if o.s != nil {
+				o.s.Close()
 			}
+			o.mu.Unlock()
 		}
 		for _, in := range t.in {
 			in.mu.Lock()
