@@ -101,15 +101,24 @@ func mainErr(ctx context.Context, args []string) error {
 
 // runAll runs every case c.Repeat times, stopping early when ctx ends.
 // The reference runs too, so that the NAT-vs-no-NAT figure compares runs
-// of the same invocation, as alike in machine load as they can be.
+// of the same invocation, and the cases take turns (run 1 of each, then
+// run 2 of each, ...), so that a change in the machine's load over the
+// invocation falls on every case alike. The results are grouped by case.
 func runAll(ctx context.Context, c config, specs []caseSpec) []runResult {
-	var out []runResult
-	for _, cs := range specs {
-		for run := 1; run <= c.Repeat && ctx.Err() == nil; run++ {
+	byCase := make([][]runResult, len(specs))
+	for run := 1; run <= c.Repeat && ctx.Err() == nil; run++ {
+		for i, cs := range specs {
+			if ctx.Err() != nil {
+				break
+			}
 			res := runCase(ctx, c, cs, run)
 			fmt.Printf("natlab: case %s run %d: %s\n", cs.Name, run, res.oneLine())
-			out = append(out, res)
+			byCase[i] = append(byCase[i], res)
 		}
+	}
+	var out []runResult
+	for _, rs := range byCase {
+		out = append(out, rs...)
 	}
 	return out
 }
