@@ -127,24 +127,32 @@ type Verdict struct {
 	Clip   float32 // norm clip scale, ≤ 1
 	Factor float32 // final CenteredClip factor min(1, τ/distance), ≤ 1 (1 for the trimmed mean)
 	Flag   Flag
+	// Dot is the inner product of the decoded contribution (as sent, before
+	// the norm clip) with the coordinate-wise median of the clipped
+	// contributions that CenteredClip starts from (0 when the member takes
+	// no part, and with the trimmed mean). Over an owner's segment its sign
+	// says whether the member pulled with the others or against them.
+	Dot float32
 }
 
 // robustWork is the scratch space of the rule for one goroutine.
 type robustWork struct {
-	w       []float64 // effective weights (capped; 0: not used)
-	norms   []float64
-	dist    []float64
-	fac     []float64
-	tmp     []float64
-	coef    []float64 // (k) wᵢ·factorᵢ / Σw of one CenteredClip step
-	v       []float64 // (m) the estimate
-	acc     []float64 // (m) one CenteredClip step
-	col     []float32 // (k) one coordinate's values
-	colW    []float64 // (k) their weights (trimmed mean)
-	active  []int     // members with weight > 0
-	clipped []int     // active members whose norm is clipped
-	rows    []float32 // (active, m) the coordinate median's sorted copy
-	coded   codedWork // the int8 path's scratch (robust_kernels.go)
+	w     []float64 // effective weights (capped; 0: not used)
+	norms []float64
+	dist  []float64
+	fac   []float64
+	tmp   []float64
+	coef  []float64 // (k) wᵢ·factorᵢ / Σw of one CenteredClip step
+	v     []float64 // (m) the estimate
+	// medianNorm is ‖v‖ when v was the coordinate median (medianDots).
+	medianNorm float64
+	acc        []float64 // (m) one CenteredClip step
+	col        []float32 // (k) one coordinate's values
+	colW       []float64 // (k) their weights (trimmed mean)
+	active     []int     // members with weight > 0
+	clipped    []int     // active members whose norm is clipped
+	rows       []float32 // (active, m) the coordinate median's sorted copy
+	coded      codedWork // the int8 path's scratch (robust_kernels.go)
 }
 
 func (ws *robustWork) reset(k, m int) {
@@ -162,6 +170,7 @@ func (ws *robustWork) reset(k, m int) {
 	}
 	ws.col = ws.col[:k]
 	ws.active = ws.active[:0]
+	ws.medianNorm = 0
 }
 
 // robustMean combines the k contributions xs (k × m, decoded; clipped in
@@ -182,7 +191,7 @@ func robustMean(ws *robustWork, rc *RobustConfig, weights []float32, xs [][]floa
 	if rc.Rule == RuleTrimmedMean {
 		ws.trimmedMean(rc, xs, out)
 	} else {
-		ws.centeredClip(rc, xs, out)
+		ws.centeredClip(rc, xs, out, rep)
 	}
 	ws.flag(rc, rep)
 	return true
@@ -354,12 +363,36 @@ func (ws *robustWork) distances(xs [][]float32) {
 	}
 }
 
+// medianDots sets rep[i].Dot of the active members to the inner product
+// of their contribution as sent with v, the coordinate-wise median of the
+// clipped contributions, from the norms and distances already summed:
+// ⟨x, v⟩ = (‖c‖² + ‖v‖² − ‖c − v‖²) / 2s for the clipped c = s·x, ‖c‖
+// taken as s·‖x‖. No pass over the coordinates but one over v (its norm,
+// kept in ws.medianNorm); float64 sums of m terms lose far less than the
+// sign needs.
+func (ws *robustWork) medianDots(v []float64, rep []Verdict) {
+	var vv float64
+	for _, x := range v {
+		vv += x * x
+	}
+	ws.medianNorm = math.Sqrt(vv)
+	for _, i := range ws.active {
+		s := float64(rep[i].Clip)
+		if !(s > 0) {
+			continue
+		}
+		c, d := s*ws.norms[i], ws.dist[i]
+		rep[i].Dot = float32((c*c + vv - d*d) / (2 * s))
+	}
+}
+
 // centeredClip runs rc.Iters iterations of
 // v ← v + Σ wᵢ·min(1, τ/‖xᵢ−v‖)·(xᵢ−v) / Σ wᵢ from the coordinate median,
 // τ = Tau × the lower median distance to it.
-func (ws *robustWork) centeredClip(rc *RobustConfig, xs [][]float32, out []float32) {
+func (ws *robustWork) centeredClip(rc *RobustConfig, xs [][]float32, out []float32, rep []Verdict) {
 	ws.coordMedian(xs)
 	ws.distances(xs)
+	ws.medianDots(ws.v, rep)
 	tau := rc.Tau * ws.lowerMedian(ws.dist)
 	total := ws.totalWeight()
 	for it := range rc.Iters {

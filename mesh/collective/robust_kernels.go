@@ -87,6 +87,7 @@ func robustMeanCoded(ws *robustWork, rc *RobustConfig, weights []float32, msgs [
 		cw.prepare(ws.active, m)
 		ws.medianDistances(ws.active, m, false)
 	}
+	ws.medianDots(cw.v[:m], rep)
 	tau := rc.Tau * ws.lowerMedian(ws.dist)
 	total := ws.totalWeight()
 	var st chunkStats

@@ -443,9 +443,7 @@ func TestCombineRules(t *testing.T) {
 	rng := rand.New(rand.NewPCG(49, 50))
 	ow := &ownerWork{}
 	for _, c := range []struct{ k, m int }{{3, 100}, {7, 1000}, {2, 50}, {9, 4099}} {
-		if len(ow.res) < c.m {
-			ow.res, ow.out, ow.dec = make([]float32, c.m), make([]byte, CodecInt8.msgSize(c.m)), ow.dec[:0]
-		}
+		ow.grow(c.m)
 		for _, rule := range []Rule{RuleCenteredClip, RuleTrimmedMean} {
 			rc := RobustConfig{Rule: rule, MaxWeight: testH}
 			if err := rc.Validate(); err != nil {
@@ -504,7 +502,7 @@ func FuzzRobustCoded(f *testing.F) {
 			body[(int(off)+j)%len(body)] ^= b
 		}
 		var ow ownerWork
-		ow.res, ow.out = make([]float32, m), make([]byte, CodecInt8.msgSize(m))
+		ow.grow(m)
 		got, gotV, errG := ow.combine(&rc, w, msgs, 1, 1, 0)
 		got = append([]byte(nil), got...)
 		var goOut []byte
@@ -529,8 +527,94 @@ func FuzzRobustCoded(f *testing.F) {
 		var qz quantizer
 		var tab [256]float32
 		errW := qz.encodeInt8(want[chunkHeaderSize:], &tab, res)
+		if errW == nil {
+		}
 		if (errG != nil) != (errW != nil) || errG == nil && (!bytes.Equal(got, want) || !reflect.DeepEqual(gotV, wantV)) {
 			t.Fatalf("combine differs from decode + robustMean + encode: %v / %v", errG, errW)
 		}
 	})
+}
+
+// TestMedianDots: a verdict's Dot is the inner product of the contribution
+// as sent with the coordinate-wise median of the clipped contributions (to
+// float64 rounding), for the coded and the decoded rule alike; the chunk's
+// median norm is kept; a contribution pointing against the others has a
+// negative Dot, and the trimmed mean states none.
+func TestMedianDots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, 54))
+	for _, c := range []struct{ k, m int }{{3, 100}, {5, 1000}, {8, 4099}} {
+		xs, _ := pseudoGrads(rng, c.k, c.m)
+		for j := range xs[c.k-1] {
+			xs[c.k-1][j] *= -4 // the last one opposes, and is clipped
+		}
+		msgs := make([][]byte, c.k)
+		var qz quantizer
+		var tab [256]float32
+		for i, x := range xs {
+			msgs[i] = make([]byte, CodecInt8.msgSize(c.m))
+			putHeader(msgs[i], chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, n: uint32(c.m)})
+			if err := qz.encodeInt8(msgs[i][chunkHeaderSize:], &tab, x); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rc := RobustConfig{MaxWeight: testH}
+		if err := rc.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		w := honestWeights(c.k)
+		var ow ownerWork
+		ow.grow(c.m)
+		_, v, err := ow.combine(&rc, w, msgs, 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The reference: decode, clip as the rule does, take the median.
+		dec := make([][]float32, c.k)
+		clipped := make([][]float32, c.k)
+		for i, msg := range msgs {
+			dec[i] = make([]float32, c.m)
+			decodeRaw(dec[i], msg[chunkHeaderSize:])
+			clipped[i] = slices.Clone(dec[i])
+			for j := range clipped[i] {
+				clipped[i][j] *= v[i].Clip
+			}
+		}
+		med := make([]float64, c.m)
+		col := make([]float32, c.k)
+		var mm float64
+		for j := range med {
+			for i := range col {
+				col[i] = clipped[i][j]
+			}
+			slices.Sort(col)
+			med[j] = float64(col[(c.k-1)/2])
+			mm += med[j] * med[j]
+		}
+		if got := float64(ow.ws.medianNorm); math.Abs(got-math.Sqrt(mm)) > 1e-12*math.Sqrt(mm) {
+			t.Fatalf("k=%d: median norm %v, want %v", c.k, got, math.Sqrt(mm))
+		}
+		for i := range dec {
+			var want, scale float64
+			for j, x := range dec[i] {
+				want += float64(x) * med[j]
+				scale += math.Abs(float64(x) * med[j])
+			}
+			if math.Abs(float64(v[i].Dot)-want) > 1e-5*scale {
+				t.Fatalf("k=%d member %d: Dot %v, want %v (clip %v)", c.k, i, v[i].Dot, want, v[i].Clip)
+			}
+			if opposes := i == c.k-1; (v[i].Dot < 0) != opposes {
+				t.Fatalf("k=%d member %d: Dot %v", c.k, i, v[i].Dot)
+			}
+		}
+		if v[c.k-1].Clip == 1 {
+			t.Fatalf("k=%d: the −4× contribution was not clipped", c.k)
+		}
+		rt := RobustConfig{Rule: RuleTrimmedMean, MaxWeight: testH}
+		if err := rt.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if _, v, _ := ow.combine(&rt, w, msgs, 0, 0, 0); v[0].Dot != 0 || ow.ws.medianNorm != 0 {
+			t.Fatalf("trimmed mean: Dot %v, median norm %v", v[0].Dot, ow.ws.medianNorm)
+		}
+	}
 }

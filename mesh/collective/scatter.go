@@ -123,6 +123,10 @@ type SegmentReport struct {
 	Received []Commitment
 	// Verdicts holds, per chunk of the segment, one Verdict per member.
 	Verdicts [][]Verdict
+	// MedianNorms holds, per chunk, the L2 norm of the coordinate-wise
+	// median the rule started from (0 for the trimmed mean): with the
+	// Verdicts' Norm and Dot, each contribution's cosine with it.
+	MedianNorms []float32
 	// Result is the commitment of the result messages the owner sent to
 	// every member (compare with each member's ScatterResult.Got: an owner
 	// sending different bytes to different members is caught there).

@@ -263,6 +263,7 @@ func (r *scatterShard) own() error {
 			return fmt.Errorf("mesh: shard %d segment %d: %w", r.s, seg, err)
 		}
 		rep.Verdicts = append(rep.Verdicts, v)
+		rep.MedianNorms = append(rep.MedianNorms, float32(ow.ws.medianNorm))
 		r.gotChunks[seg] = append(r.gotChunks[seg], sha256.Sum256(out))
 		decodeInt8Set(r.b.Dst[lo:hi], &ow.t, out[chunkHeaderSize+int8TableSize:])
 		r.feedBack(ow, lo, hi)
@@ -386,11 +387,16 @@ func newOwnerWork(k, chunkElems int) *ownerWork {
 	if ow == nil {
 		ow = &ownerWork{}
 	}
+	ow.grow(chunkElems)
+	return ow
+}
+
+// grow makes room for chunks of chunkElems values.
+func (ow *ownerWork) grow(chunkElems int) {
 	if len(ow.res) < chunkElems {
 		ow.res, ow.out = make([]float32, chunkElems), make([]byte, CodecInt8.msgSize(chunkElems))
 		ow.dec = ow.dec[:0]
 	}
-	return ow
 }
 
 func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
