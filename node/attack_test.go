@@ -15,12 +15,15 @@ import (
 )
 
 // signFlipper is an attacking member: it follows every protocol but sends
-// −1000 × its pseudo-gradient.
-type signFlipper struct{ inner reducer }
+// scale (< 0) × its pseudo-gradient.
+type signFlipper struct {
+	inner reducer
+	scale float32
+}
 
 func (s signFlipper) attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
 	for i := range b.Src {
-		b.Src[i] *= -1000
+		b.Src[i] *= s.scale
 	}
 	return s.inner.attempt(ctx, r, b)
 }
@@ -39,7 +42,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	const k, steps = 4, 6
 	nodes := robustNodes(ctx, t, k, steps, "attack-test") // honest owners pass every audit: no one else is excluded
 	bad := nodes[k-1]
-	bad.tamper = func(r reducer) reducer { return signFlipper{r} }
+	bad.tamper = func(r reducer) reducer { return signFlipper{r, -1000} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	checkHonest(t, honest, bad, steps, "attacker")
@@ -47,6 +50,29 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	first, last := hist[0].EvalLoss, hist[len(hist)-1].EvalLoss
 	if !(last < first) {
 		t.Fatalf("honest held-out loss went from %.4f to %.4f under attack", first, last)
+	}
+}
+
+// TestRobustNetworkExcludesOpposer: one of 4 sends −4× its update, which
+// the owners clip only mildly (4× the median norm is below the hard flag's
+// 8×), so only the direction gives it away: its contributions pull against
+// the others, and the honest three exclude it after opposeAfter steps with
+// that evidence and end with one model.
+func TestRobustNetworkExcludesOpposer(t *testing.T) {
+	const k, steps = 4, 5
+	ctx, nodes := attackNodes(t, k, steps, "opposer-test")
+	bad := nodes[k-1]
+	bad.tamper = func(r reducer) reducer { return signFlipper{r, -4} }
+	runHonest(ctx, t, nodes)
+	honest := nodes[:k-1]
+	checkHonest(t, honest, bad, steps, "opposer")
+	for _, n := range honest {
+		if ev := n.host.Excluded()[0].Evidence; !strings.Contains(ev, "median) at steps [1 2 3]") {
+			t.Fatalf("%s excluded the opposer for %q", n.self, ev)
+		}
+		if got := testutil.ToFloat64(n.met.robustFlags.WithLabelValues("opposed")); got != opposeAfter {
+			t.Fatalf("%s counted %v opposed steps, want %d", n.self, got, opposeAfter)
+		}
 	}
 }
 

@@ -60,9 +60,9 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 		exclusions:    f.counter("intellect_peer_exclusions_total", "Peers this node excluded from the run on evidence of misbehaviour (robust averaging)."),
 		reports:       f.counterVec("intellect_verdict_reports_total", "Segment owners' verdict reports of this node's contributions (robust averaging), by result: consistent, false (the owner is excluded).", "result"),
 		audits:        f.counterVec("intellect_audits_total", "Spot checks of other members' segments by this node (robust averaging), by result: passed, failed (the owner is excluded), unanswered.", "result"),
-		robustFlags:   f.counterVec("intellect_robust_flags_total", "Chunks of other members' contributions this node's segments clipped hard or rejected (robust averaging).", "verdict"),
+		robustFlags:   f.counterVec("intellect_robust_flags_total", "Other members' contributions this node's segments flagged (robust averaging): chunks clipped hard or rejected, and steps in which a member's contribution pointed against the others' median (opposed).", "verdict"),
 	}
-	for _, v := range []string{"clipped", "rejected"} {
+	for _, v := range []string{"clipped", "rejected", "opposed"} {
 		m.robustFlags.WithLabelValues(v)
 	}
 	for _, v := range []string{"passed", "failed", "unanswered"} {

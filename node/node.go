@@ -37,7 +37,7 @@ type Node struct {
 	ar   *ring.Service
 	sc   *scatter.Service
 	// offences: members whose contributions this node's segments flagged.
-	offences offenceLog
+	offences offenceBook
 	// reports: what this node sent in its last attempts, to check the
 	// owners' verdict reports (report.go).
 	reports reportBook

@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"slices"
+	"strconv"
 	"sync"
 
+	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -75,30 +79,101 @@ func MeshReducer(cfg collective.AllReduceConfig) train.Reducer {
 
 // ScatterReducer is MeshReducer for --averaging robust: the direct scatter
 // with robust owners (collective.ScatterAllReduce) over an in-memory mesh,
-// member i at rank i, keeping residuals with cfg.ErrorFeedback.
+// member i at rank i, keeping residuals with cfg.ErrorFeedback. Like the
+// network's nodes, every owner applies the exclusion rule (offence.go) to
+// its segments from one call to the next; a member some owner convicted
+// takes part with weight 0 from the next call on, as the network leaves it
+// out of its rings (its rank kept, so residuals keep their places).
 func ScatterReducer(cfg collective.ScatterConfig) train.Reducer {
+	return ScatterReducerWatched(cfg, nil)
+}
+
+// OwnerView is what one in-memory owner's segments saw at one call of a
+// ScatterReducer: per member (by rank) the cosine of its contribution with
+// the others' coordinate-wise median (offence.go; 0 for itself and for a
+// member taking no part), and the members it convicted, with the evidence.
+type OwnerView struct {
+	Step     uint64 // calls so far, this one included
+	Owner    int
+	Cos      []float64
+	Excluded map[int]string
+}
+
+// ScatterReducerWatched is ScatterReducer calling watch (if not nil) with
+// every owner's view after each call.
+func ScatterReducerWatched(cfg collective.ScatterConfig, watch func(OwnerView)) train.Reducer {
 	var res memResiduals
+	var books []offenceBook
+	var excluded []bool
+	var step uint64
 	return func(ctx context.Context, deltas [][]float32, weights []float32, out []float32) error {
 		k := len(deltas)
+		if books == nil || len(books) != k {
+			books, excluded = make([]offenceBook, k), make([]bool, k)
+		}
+		step++
+		w := slices.Clone(weights)
+		for i := range w {
+			if excluded[i] {
+				w[i] = 0
+			}
+		}
 		residuals := res.get(cfg.ErrorFeedback, k, len(out))
-		mesh := collective.NewMemMesh(k, 2*max(cfg.Shards, 1))
+		mm := collective.NewMemMesh(k, 2*max(cfg.Shards, 1))
 		outs := make([][]float32, k)
+		results := make([]collective.ScatterResult, k)
 		err := runMembers(k, "scatter", func(i int) error {
 			outs[i] = make([]float32, len(out))
 			b := collective.Buffers{Src: deltas[i], Dst: outs[i]}
 			if residuals[i] != nil {
 				b.ResIn, b.ResOut = residuals[i], make([]float32, len(out))
 			}
-			_, err := collective.ScatterAllReduce(ctx, mesh[i], i, weights, b, cfg)
+			var err error
+			results[i], err = collective.ScatterAllReduce(ctx, mm[i], i, w, b, cfg)
 			if err == nil && residuals[i] != nil {
 				residuals[i] = b.ResOut
 			}
 			return err
 		})
-		if err == nil {
-			copy(out, outs[0])
+		if err != nil {
+			return err
 		}
-		return err
+		copy(out, outs[0])
+		noteMemOffences(books, excluded, w, cfg, step, results, watch)
+		return nil
+	}
+}
+
+// noteMemOffences applies the exclusion rule of every in-memory owner
+// still taking part (member i named by its rank) to its segments of one
+// reduction, marking the members convicted.
+func noteMemOffences(books []offenceBook, excluded []bool, w []float32, cfg collective.ScatterConfig, step uint64, results []collective.ScatterResult, watch func(OwnerView)) {
+	ids := make([]mesh.PeerID, len(books))
+	for i := range ids {
+		ids[i] = mesh.PeerID(strconv.Itoa(i))
+	}
+	h := math.MaxInt32 // no H known: no weight conviction (the rule caps weights anyway)
+	if cfg.Robust.MaxWeight > 0 {
+		h = int(cfg.Robust.MaxWeight)
+	}
+	for i, r := range results {
+		if excluded[i] || len(r.Owned) == 0 {
+			continue
+		}
+		sums, offs := books[i].note(ids, i, w, h, step, r.Owned[0].Segment, r.Owned)
+		view := OwnerView{Step: step, Owner: i, Cos: make([]float64, len(sums)), Excluded: map[int]string{}}
+		for j, s := range sums {
+			if j != i && w[j] > 0 {
+				view.Cos[j] = s.Cos()
+			}
+		}
+		for _, o := range offs {
+			excluded[o.member] = true
+			view.Excluded[o.member] = o.evidence
+		}
+		if watch != nil {
+			watch(view)
+		}
 	}
 }
 

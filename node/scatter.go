@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
-	"sync"
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
@@ -74,63 +72,33 @@ func scatterConfig(cfg Config) collective.ScatterConfig {
 }
 
 // noteVerdicts counts, in the metrics, the contributions this node's
-// segments clipped hard or rejected, logs each member so flagged with the
-// evidence, and excludes from the run a member flagged in excludeAfter
-// steps in a row, or one whose claimed weight exceeds H (its own signed
-// Ready said so): provable misbehaviour, not an honest outlier.
+// segments clipped hard, rejected or found opposing the others, logs each
+// member so flagged with the evidence, and excludes from the run those the
+// offence rule (offence.go) convicts.
 func (n *Node) noteVerdicts(rg *mesh.Ring, res collective.ScatterResult) {
-	hard, rejected := verdictCounts(len(rg.Members), res)
 	seg := -1 // the segment this node owns (-1: a client)
 	for _, rep := range res.Owned {
 		seg = rep.Segment
 	}
+	self := rg.Rank(n.self)
+	sums, offences := n.offences.note(rg.Members, self, rg.Weights, n.cfg.InnerSteps, rg.Step+1, seg, res.Owned)
 	for i, id := range rg.Members {
-		if id == n.self {
+		s := sums[i]
+		if i == self || (s.Hard == 0 && s.Rejected == 0 && !s.opposed()) {
 			continue
 		}
-		if w := rg.Weights[i]; w > float32(n.cfg.InnerSteps) {
-			n.exclude(id, fmt.Sprintf("claimed a weight of %g inner steps at step %d; the run's H is %d", w, rg.Step+1, n.cfg.InnerSteps))
-			continue
+		n.met.robustFlags.WithLabelValues("clipped").Add(float64(s.Hard))
+		n.met.robustFlags.WithLabelValues("rejected").Add(float64(s.Rejected))
+		if s.opposed() {
+			n.met.robustFlags.WithLabelValues("opposed").Inc()
 		}
-		flagged := hard[i] > 0 || rejected[i] > 0
-		steps := n.offences.note(id, rg.Step+1, flagged)
-		if !flagged {
-			continue
-		}
-		n.met.robustFlags.WithLabelValues("clipped").Add(float64(hard[i]))
-		n.met.robustFlags.WithLabelValues("rejected").Add(float64(rejected[i]))
 		n.log.Warn("robust averaging flagged a contribution", "step", rg.Step+1, "member", id,
-			"chunks_clipped_hard", hard[i], "chunks_rejected", rejected[i], "segment", seg)
-		if len(steps) >= excludeAfter {
-			n.exclude(id, fmt.Sprintf("its contributions to segment %d were flagged at steps %v (norm above %gx the median, or not finite)",
-				seg, steps, flagNorm))
-		}
+			"chunks_clipped_hard", s.Hard, "chunks_rejected", s.Rejected, "cosine", s.Cos(), "segment", seg)
+	}
+	for _, o := range offences {
+		n.exclude(rg.Members[o.member], o.evidence)
 	}
 }
-
-// verdictCounts counts, per member, the chunks of this node's segments
-// that clipped its contribution hard or rejected it.
-func verdictCounts(k int, res collective.ScatterResult) (hard, rejected []int) {
-	hard, rejected = make([]int, k), make([]int, k)
-	for _, rep := range res.Owned {
-		for _, chunk := range rep.Verdicts {
-			for i, v := range chunk {
-				switch {
-				case i >= k:
-				case v.Flag == collective.FlagHard:
-					hard[i]++
-				case v.Flag == collective.FlagRejected:
-					rejected[i]++
-				}
-			}
-		}
-	}
-	return hard, rejected
-}
-
-// excludeAfter is how many outer steps in a row a member's contributions
-// must be flagged before it is excluded.
-const excludeAfter = 3
 
 // exclude blocks id (p2p.Host.Block) with the evidence.
 func (n *Node) exclude(id mesh.PeerID, evidence string) {
@@ -142,41 +110,3 @@ func (n *Node) exclude(id mesh.PeerID, evidence string) {
 		n.met.exclusions.Inc()
 	}
 }
-
-// offenceLog remembers, per member, the run of consecutive outer steps in
-// which its contributions were flagged.
-type offenceLog struct {
-	mu    sync.Mutex
-	steps map[mesh.PeerID][]uint64
-}
-
-// note records whether id was flagged at step and returns its current run
-// of consecutive flagged steps.
-func (l *offenceLog) note(id mesh.PeerID, step uint64, flagged bool) []uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.steps == nil {
-		l.steps = make(map[mesh.PeerID][]uint64)
-	}
-	run := l.steps[id]
-	if !flagged || (len(run) > 0 && run[len(run)-1]+1 != step) {
-		run = run[:0]
-	}
-	if flagged {
-		run = append(run, step)
-	}
-	if len(run) == 0 {
-		delete(l.steps, id)
-		return nil
-	}
-	l.steps[id] = run
-	return append([]uint64(nil), run...)
-}
-
-// flagNorm is the norm ratio to the median above which a contribution is
-// flagged (collective.RobustConfig's ClipFactor × FlagFactor defaults).
-var flagNorm = func() float64 {
-	c := collective.RobustConfig{}
-	c.Validate()
-	return c.ClipFactor * c.FlagFactor
-}()

@@ -1,14 +1,17 @@
 package node
 
 import (
+	"math"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
 )
 
-func TestOffenceLogCountsConsecutiveSteps(t *testing.T) {
-	var l offenceLog
+func TestNoteRunCountsConsecutiveSteps(t *testing.T) {
+	m := map[mesh.PeerID][]uint64{}
 	for _, c := range []struct {
 		step    uint64
 		flagged bool
@@ -18,22 +21,99 @@ func TestOffenceLogCountsConsecutiveSteps(t *testing.T) {
 		{4, true, []uint64{4}}, {6, true, []uint64{6}}, // a gap restarts the run
 		{7, true, []uint64{6, 7}}, {8, true, []uint64{6, 7, 8}},
 	} {
-		if got := l.note("a", c.step, c.flagged); !slices.Equal(got, c.want) {
+		if got := noteRun(m, "a", c.step, c.flagged); !slices.Equal(got, c.want) {
 			t.Fatalf("step %d flagged %v: run %v, want %v", c.step, c.flagged, got, c.want)
 		}
 	}
-	if got := l.note("b", 8, false); got != nil {
-		t.Fatalf("an unflagged member has run %v", got)
+	if got := noteRun(m, "b", 8, false); got != nil || len(m) != 1 {
+		t.Fatalf("an unflagged member has run %v (%d kept)", got, len(m))
 	}
 }
 
-func TestVerdictCounts(t *testing.T) {
-	res := collective.ScatterResult{Owned: []collective.SegmentReport{
-		{Verdicts: [][]collective.Verdict{{{}, {Flag: collective.FlagHard}, {Flag: collective.FlagRejected}}}},
-		{Verdicts: [][]collective.Verdict{{{}, {Flag: collective.FlagHard}, {}, {Flag: collective.FlagHard}}}}, // a 4th entry: ignored
-	}}
-	hard, rejected := verdictCounts(3, res)
-	if !slices.Equal(hard, []int{0, 2, 0}) || !slices.Equal(rejected, []int{0, 0, 1}) {
-		t.Fatalf("hard %v rejected %v", hard, rejected)
+func TestNoteWindowKeepsTheLastSteps(t *testing.T) {
+	m := map[mesh.PeerID][]uint64{}
+	for _, c := range []struct {
+		step     uint64
+		offended bool
+		want     []uint64
+	}{
+		{1, true, []uint64{1}}, {2, false, []uint64{1}}, {3, true, []uint64{1, 3}},
+		{8, false, []uint64{1, 3}}, {9, true, []uint64{3, 9}}, // step 1 left the window of 8
+		{11, false, []uint64{9}}, {20, false, nil},
+		{21, true, []uint64{21}}, {21, true, []uint64{21}}, // a step noted twice counts once
+	} {
+		if got := noteWindow(m, "a", c.step, c.offended); !slices.Equal(got, c.want) {
+			t.Fatalf("step %d offended %v: window %v, want %v", c.step, c.offended, got, c.want)
+		}
+	}
+}
+
+func TestSumVerdicts(t *testing.T) {
+	owned := []collective.SegmentReport{
+		{Verdicts: [][]collective.Verdict{{{Norm: 1, Dot: 0.5}, {Norm: 2, Dot: -1, Flag: collective.FlagHard}, {Norm: float32(math.Inf(1)), Flag: collective.FlagRejected}}},
+			MedianNorms: []float32{1}},
+		{Verdicts: [][]collective.Verdict{{{Norm: 3, Dot: 2}, {Norm: 2, Dot: -1, Flag: collective.FlagHard}, {Norm: 1, Dot: 1}, {Flag: collective.FlagHard}}}, // a 4th entry: ignored
+			MedianNorms: []float32{2}},
+	}
+	got := sumVerdicts(3, owned)
+	want := []memberSums{
+		{NormSq: 10, Dot: 2.5, MedianNormSq: 5},
+		{Hard: 2, NormSq: 8, Dot: -2, MedianNormSq: 5},
+		{Rejected: 1, NormSq: 1, Dot: 1, MedianNormSq: 4},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sums %+v, want %+v", got, want)
+	}
+	if c := got[0].Cos(); math.Abs(c-2.5/math.Sqrt(50)) > 1e-15 || !got[1].opposed() || got[2].opposed() || got[0].opposed() {
+		t.Fatalf("cos %v, opposed %v %v %v", c, got[0].opposed(), got[1].opposed(), got[2].opposed())
+	}
+}
+
+// TestOffenceBook: the rule convicts a weight over H at once, contributions
+// flagged 3 steps in a row, and one opposing the others in 3 of the last
+// 8 steps, even when it alternates; never an honest member, nor anyone
+// while this node owns nothing.
+func TestOffenceBook(t *testing.T) {
+	members := []mesh.PeerID{"self", "honest", "flagged", "opposer", "alternating", "heavy"}
+	weights := []float32{5, 5, 5, 5, 5, 6}
+	seg := func(step uint64) []collective.SegmentReport {
+		v := make([]collective.Verdict, len(members))
+		for i := range v {
+			v[i] = collective.Verdict{Norm: 1, Dot: 0.6}
+		}
+		v[2].Flag = collective.FlagHard
+		v[3].Dot = -0.2
+		if step%2 == 0 {
+			v[4].Dot = -0.9
+		}
+		return []collective.SegmentReport{{Segment: 0, Verdicts: [][]collective.Verdict{v}, MedianNorms: []float32{1}}}
+	}
+	var b offenceBook
+	convicted := map[string]uint64{}
+	for step := uint64(1); step <= 8; step++ {
+		owned := seg(step)
+		if step == 4 {
+			owned = nil // a client this step: judges nobody but the weight
+		}
+		_, offs := b.note(members, 0, weights, 5, step, 0, owned)
+		for _, o := range offs {
+			name := string(members[o.member])
+			if _, ok := convicted[name]; !ok {
+				convicted[name] = step
+				t.Logf("step %d: %s %s", step, name, o.evidence)
+			}
+			if name == "opposer" && !strings.Contains(o.evidence, "pointed against the other members'") {
+				t.Fatalf("evidence %q", o.evidence)
+			}
+		}
+	}
+	want := map[string]uint64{"heavy": 1, "flagged": 3, "opposer": 3, "alternating": 8} // step 4 unseen
+	if len(convicted) != len(want) {
+		t.Fatalf("convicted %v, want %v", convicted, want)
+	}
+	for name, step := range want {
+		if convicted[name] != step {
+			t.Fatalf("convicted %v, want %v", convicted, want)
+		}
 	}
 }
