@@ -62,6 +62,19 @@ type sweepResult struct {
 	// batches (8× the curve's): the figure runs are compared by.
 	Final float64 `json:"final"`
 	Secs  float64 `json:"secs"`
+	// With codec=robust: the owners' exclusions (node's rule; attackers
+	// are the last f workers), and the least cosine of an honest worker's
+	// contribution with the others' median any owner saw.
+	Exclusions   []sweepExclusion `json:"exclusions,omitempty"`
+	MinHonestCos *float64         `json:"min_honest_cos,omitempty"`
+}
+
+// sweepExclusion is the first exclusion of a worker by an in-memory owner.
+type sweepExclusion struct {
+	Step     uint64 `json:"step"`
+	Owner    int    `json:"owner"`
+	Worker   int    `json:"worker"`
+	Evidence string `json:"evidence"`
 }
 
 func sweepMain(args []string) error {
@@ -168,8 +181,8 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	case "int8-ef":
 		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true})
 	case "robust":
-		cfg.Reduce = node.ScatterReducer(collective.ScatterConfig{Shards: node.DefaultShards,
-			Robust: collective.RobustConfig{MaxWeight: float32(r.H)}})
+		cfg.Reduce = node.ScatterReducerWatched(collective.ScatterConfig{Shards: node.DefaultShards,
+			Robust: collective.RobustConfig{MaxWeight: float32(r.H)}}, res.watchOwners(r.M-r.F))
 	}
 	if r.Attack != "" {
 		if cfg.Reduce == nil {
@@ -335,4 +348,27 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// watchOwners records, from the in-memory owners' views, the first
+// exclusion of each worker and the least cosine of the first honest ones.
+func (res *sweepResult) watchOwners(honest int) func(node.OwnerView) {
+	seen := map[int]bool{}
+	return func(v node.OwnerView) {
+		for w, ev := range v.Excluded {
+			if !seen[w] {
+				seen[w] = true
+				res.Exclusions = append(res.Exclusions, sweepExclusion{v.Step, v.Owner, w, ev})
+				fmt.Fprintf(os.Stderr, "sweep: step %d: owner %d excluded worker %d: %s\n", v.Step, v.Owner, w, ev)
+			}
+		}
+		if v.Owner >= honest {
+			return
+		}
+		for w, c := range v.Cos[:min(honest, len(v.Cos))] {
+			if w != v.Owner && c != 0 && (res.MinHonestCos == nil || c < *res.MinHonestCos) {
+				res.MinHonestCos = &c
+			}
+		}
+	}
 }
