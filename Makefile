@@ -179,14 +179,16 @@ bench-wan: build
 # ≈ 3 min; fails unless every figure meets its target. Cleans up namespaces,
 # veths, router rules and processes on exit, Ctrl-C, a panic or the timeout
 # (natlab closes its lab; wanbench cleanup then removes anything a killed run
-# left). NATLAB_FLAGS adds flags, e.g. NATLAB_FLAGS='-repeat 5 -out x.md'.
+# left). NATLAB_FLAGS adds flags, e.g. NATLAB_FLAGS='-repeat 5 -out x.md';
+# NATLAB_TIMEOUT (6m) bounds the lab: ≈ 25 s per run of a case, 5 cases.
+NATLAB_TIMEOUT ?= 6m
 test-nat: build
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: test-nat needs root (network namespaces, TUN devices, iptables)"; exit 0; fi; \
 	command -v iptables-restore >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
 	$(GO) build -o $(BIN)/natlab ./cmd/natlab && $(GO) build -o $(BIN)/wanbench ./cmd/wanbench || exit 1; \
 	$(BIN)/wanbench cleanup; \
 	$(GO) test -count=1 ./cmd/wanbench/nat ./cmd/natlab || exit 1; \
-	timeout -s INT -k 30 6m $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
+	timeout -s INT -k 30 $(NATLAB_TIMEOUT) $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
 	$(BIN)/wanbench cleanup; exit $$status
 
 # Removes network namespaces and processes left by an interrupted WAN run.
