@@ -31,6 +31,11 @@ const excludeAfter = 3
 const (
 	opposeAfter  = 3
 	opposeWindow = 8
+	// opposeCos is the cosine below which a contribution opposes: below 0
+	// by more than rounding (the inner product comes from a difference of
+	// sums, so a contribution orthogonal to the median, or a zero median,
+	// can come out a hair below 0).
+	opposeCos = -0.01
 )
 
 // memberSums is what one owner's segments saw of one member at one step:
@@ -52,9 +57,9 @@ func (s memberSums) Cos() float64 {
 }
 
 // opposed reports whether the member pulled against the others: a
-// negative inner product with their median, of a contribution none of
+// cosine with their median below opposeCos, of a contribution none of
 // whose chunks was rejected.
-func (s memberSums) opposed() bool { return s.Rejected == 0 && s.Dot < 0 }
+func (s memberSums) opposed() bool { return s.Rejected == 0 && s.Cos() < opposeCos }
 
 // sumVerdicts adds up, per member of a k-member attempt, the verdicts of
 // the segments owned.

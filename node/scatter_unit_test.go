@@ -67,6 +67,12 @@ func TestSumVerdicts(t *testing.T) {
 	if c := got[0].Cos(); math.Abs(c-2.5/math.Sqrt(50)) > 1e-15 || !got[1].opposed() || got[2].opposed() || got[0].opposed() {
 		t.Fatalf("cos %v, opposed %v %v %v", c, got[0].opposed(), got[1].opposed(), got[2].opposed())
 	}
+	// Rounding below 0, a zero median, a zero contribution: not opposed.
+	for _, s := range []memberSums{{NormSq: 1, Dot: -1e-12, MedianNormSq: 1}, {NormSq: 1, Dot: -1e-20}, {Dot: -1e-20, MedianNormSq: 1}} {
+		if s.opposed() {
+			t.Fatalf("%+v opposed (cos %v)", s, s.Cos())
+		}
+	}
 }
 
 // TestOffenceBook: the rule convicts a weight over H at once, contributions
