@@ -45,7 +45,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	bad.tamper = func(r reducer) reducer { return signFlipper{r, -1000} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
-	checkHonest(t, honest, bad, steps, "attacker")
+	checkHonest(t, honest, bad, steps, "attacker", "flagged at steps [1 2 3]")
 	hist := honest[0].board.historyList()
 	first, last := hist[0].EvalLoss, hist[len(hist)-1].EvalLoss
 	if !(last < first) {
@@ -65,11 +65,8 @@ func TestRobustNetworkExcludesOpposer(t *testing.T) {
 	bad.tamper = func(r reducer) reducer { return signFlipper{r, -4} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
-	checkHonest(t, honest, bad, steps, "opposer")
+	checkHonest(t, honest, bad, steps, "opposer", "median) at steps [1 2 3]")
 	for _, n := range honest {
-		if ev := n.host.Excluded()[0].Evidence; !strings.Contains(ev, "median) at steps [1 2 3]") {
-			t.Fatalf("%s excluded the opposer for %q", n.self, ev)
-		}
 		if got := testutil.ToFloat64(n.met.robustFlags.WithLabelValues("opposed")); got != opposeAfter {
 			t.Fatalf("%s counted %v opposed steps, want %d", n.self, got, opposeAfter)
 		}
@@ -110,7 +107,7 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 	bad.scatterWrap = func(tr collective.MeshTransport) collective.MeshTransport { return forgingOwner{tr, shards} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
-	checkHonest(t, honest, bad, steps, "forger")
+	checkHonest(t, honest, bad, steps, "forger", "audit")
 }
 
 // attackNodes is robustNodes for an attack test of 2 minutes at most,
@@ -169,7 +166,7 @@ func runHonest(ctx context.Context, t *testing.T, nodes []*Node) {
 
 // checkHonest: the honest nodes end at step steps with one model, each
 // having excluded bad (what names it in the failure) and nobody else.
-func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what string) {
+func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what, evidence string) {
 	t.Helper()
 	for _, n := range honest {
 		if n.model.hash != honest[0].model.hash || n.model.step != steps {
@@ -178,6 +175,9 @@ func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what str
 		ex := n.host.Excluded()
 		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
 			t.Fatalf("%s excluded %+v, want the %s %s", n.self, ex, what, bad.host.ID())
+		}
+		if !strings.Contains(ex[0].Evidence, evidence) {
+			t.Fatalf("%s excluded the %s for %q, want %q in the evidence", n.self, what, ex[0].Evidence, evidence)
 		}
 		t.Logf("%s: %s", n.self, ex[0].Evidence)
 	}
@@ -202,11 +202,8 @@ func TestFalseReportExcludesOwner(t *testing.T) {
 	}
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
-	checkHonest(t, honest, bad, steps, "false reporter")
+	checkHonest(t, honest, bad, steps, "false reporter", "verdict report")
 	for _, n := range honest {
-		if ev := n.host.Excluded()[0].Evidence; !strings.Contains(ev, "verdict report") {
-			t.Fatalf("%s excluded the reporter for %q, want its verdict report", n.self, ev)
-		}
 		c := n.board.snapshot().Contribution
 		if c == nil || c.Step != steps || len(c.Owners) != len(honest)-1 {
 			t.Fatalf("%s: contribution report %+v, want step %d from the %d other honest owners", n.self, c, steps, len(honest)-1)
