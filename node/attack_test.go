@@ -70,6 +70,25 @@ func TestRobustNetworkExcludesOpposer(t *testing.T) {
 		if got := testutil.ToFloat64(n.met.robustFlags.WithLabelValues("opposed")); got != opposeAfter {
 			t.Fatalf("%s counted %v opposed steps, want %d", n.self, got, opposeAfter)
 		}
+		c := n.board.snapshot().Contribution
+		if c == nil || len(c.Owners) == 0 {
+			t.Fatalf("%s: no contribution report", n.self)
+		}
+		for _, o := range c.Owners {
+			if !(o.Cosine > 0.1) {
+				t.Fatalf("%s: owner %s saw its update at cosine %v", n.self, o.Owner, o.Cosine)
+			}
+		}
+	}
+	// What the owners told the opposer of its own update, while they did.
+	c := bad.board.snapshot().Contribution
+	if c == nil || len(c.Owners) == 0 {
+		t.Fatal("the opposer got no contribution report")
+	}
+	for _, o := range c.Owners {
+		if !(o.Cosine < opposeCos) {
+			t.Fatalf("the opposer's step %d: owner %s reported cosine %v", c.Step, o.Owner, o.Cosine)
+		}
 	}
 }
 

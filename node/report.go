@@ -29,8 +29,8 @@ import (
 // the other members' contributions, which only an audit (audit.go) sees.
 
 // reportWire is the first byte of a verdict report; mesh messages start
-// with mesh.WireVersion.
-const reportWire = 0xA5
+// with mesh.WireVersion. 0xA5 was the first layout (no inner products).
+const reportWire = 0xA6
 
 // Report limits, checked before allocating.
 const (
@@ -51,7 +51,10 @@ type ownerReport struct {
 
 type reportSegment struct {
 	Shard, Segment, Chunks uint32
-	Members                []reportMember // in ring rank order
+	// MedianNormSq is Σ over chunks of the squared norm of the coordinate
+	// median the rule started from (SegmentReport.MedianNorms).
+	MedianNormSq float64
+	Members      []reportMember // in ring rank order
 }
 
 // reportMember is one member's contribution to one segment.
@@ -59,7 +62,12 @@ type reportMember struct {
 	// NormSq is Σ over chunks, in order, of float64(Verdict.Norm)²: the
 	// squared norm of the whole contribution to the segment; +Inf if a
 	// chunk was not finite.
-	NormSq             float64
+	NormSq float64
+	// Dot is Σ over chunks of Verdict.Dot, the inner product with the
+	// median: with NormSq and the segment's MedianNormSq, the cosine the
+	// owner's exclusion rule judges (offence.go). The owner's word: the
+	// median depends on the others' contributions.
+	Dot                float64
 	MinClip, MinFactor float32
 	Hard, Rejected     uint32
 }
@@ -70,6 +78,9 @@ func newOwnerReport(rg *mesh.Ring, owned []collective.SegmentReport) ownerReport
 	for _, sr := range owned {
 		seg := reportSegment{Shard: uint32(sr.Shard), Segment: uint32(sr.Segment), Chunks: uint32(len(sr.Verdicts)),
 			Members: make([]reportMember, len(rg.Members))}
+		for _, mn := range sr.MedianNorms {
+			seg.MedianNormSq += float64(mn) * float64(mn)
+		}
 		for i := range seg.Members {
 			m := reportMember{MinClip: 1, MinFactor: 1}
 			for _, chunk := range sr.Verdicts {
@@ -78,6 +89,7 @@ func newOwnerReport(rg *mesh.Ring, owned []collective.SegmentReport) ownerReport
 				}
 				v := chunk[i]
 				m.NormSq = addNormSq(m.NormSq, v.Norm)
+				m.Dot += float64(v.Dot)
 				m.MinClip, m.MinFactor = min(m.MinClip, v.Clip), min(m.MinFactor, v.Factor)
 				switch v.Flag {
 				case collective.FlagHard:
@@ -124,9 +136,11 @@ func encodeReport(r ownerReport) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(s.Shard))
 		b = binary.AppendUvarint(b, uint64(s.Segment))
 		b = binary.AppendUvarint(b, uint64(s.Chunks))
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.MedianNormSq))
 		b = binary.AppendUvarint(b, uint64(len(s.Members)))
 		for _, m := range s.Members {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.NormSq))
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(m.Dot))
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(m.MinClip))
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(m.MinFactor))
 			b = binary.AppendUvarint(b, uint64(m.Hard))
@@ -177,23 +191,28 @@ func decodeReport(b []byte) (ownerReport, error) {
 		shard, ok1 := uv(maxReportShard)
 		seg, ok2 := uv(mesh.MaxMembers)
 		chunks, ok3 := uv(maxReportChunks)
+		if !ok1 || !ok2 || !ok3 || chunks == 0 || len(b) < 8 {
+			return r, errBadReport
+		}
+		s.MedianNormSq, b = math.Float64frombits(binary.LittleEndian.Uint64(b)), b[8:]
 		k, ok4 := uv(mesh.MaxMembers)
-		if !ok1 || !ok2 || !ok3 || !ok4 || k == 0 || chunks == 0 || uint64(len(b)) < k*18 {
+		if !ok4 || k == 0 || uint64(len(b)) < k*26 || !(s.MedianNormSq >= 0) {
 			return r, errBadReport
 		}
 		s.Shard, s.Segment, s.Chunks = uint32(shard), uint32(seg), uint32(chunks)
 		s.Members = make([]reportMember, k)
 		for i := range s.Members {
-			if len(b) < 16 {
+			if len(b) < 24 {
 				return r, errBadReport
 			}
 			m := reportMember{NormSq: math.Float64frombits(binary.LittleEndian.Uint64(b)),
-				MinClip:   math.Float32frombits(binary.LittleEndian.Uint32(b[8:])),
-				MinFactor: math.Float32frombits(binary.LittleEndian.Uint32(b[12:]))}
-			b = b[16:]
+				Dot:       math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
+				MinClip:   math.Float32frombits(binary.LittleEndian.Uint32(b[16:])),
+				MinFactor: math.Float32frombits(binary.LittleEndian.Uint32(b[20:]))}
+			b = b[24:]
 			hard, ok1 := uv(chunks)
 			rej, ok2 := uv(chunks)
-			if !ok1 || !ok2 || hard+rej > chunks || !(m.NormSq >= 0) || math.IsNaN(float64(m.MinClip)) ||
+			if !ok1 || !ok2 || hard+rej > chunks || !(m.NormSq >= 0) || math.IsNaN(m.Dot) || math.IsNaN(float64(m.MinClip)) ||
 				!(m.MinClip >= 0 && m.MinClip <= 1) || !(m.MinFactor >= 0 && m.MinFactor <= 1) {
 				return r, errBadReport
 			}
@@ -234,6 +253,8 @@ const heldFor = 2 * time.Minute
 type reportOutcome struct {
 	from     mesh.PeerID
 	evidence string // "" if the report is consistent
+	step     uint64
+	entry    OwnerReport // what the owner reported, when consistent
 }
 
 // sentAttempt is what this node sent in one attempt.
@@ -266,8 +287,12 @@ type OwnerReport struct {
 	Norm      float64 `json:"norm"`
 	MinClip   float32 `json:"min_clip"`
 	MinFactor float32 `json:"min_factor"`
-	Hard      uint32  `json:"chunks_clipped_hard"`
-	Rejected  uint32  `json:"chunks_rejected"`
+	// Cosine of the update with the members' coordinate-wise median over
+	// the owner's segments, the owner's word (offence.go: below −0.01 in 3
+	// of 8 steps, an owner excludes the member).
+	Cosine   float64 `json:"cosine"`
+	Hard     uint32  `json:"chunks_clipped_hard"`
+	Rejected uint32  `json:"chunks_rejected"`
 }
 
 func (b *reportBook) noteSent(a sentAttempt) []reportOutcome {
@@ -283,8 +308,8 @@ func (b *reportBook) noteSent(a sentAttempt) []reportOutcome {
 		if h.r.Ring != a.ring || h.r.Step != a.step {
 			return time.Since(h.at) > heldFor
 		}
-		if ev, mine := b.checkAttempt(&b.attempts[len(b.attempts)-1], h.from, h.r); mine {
-			out = append(out, reportOutcome{h.from, ev})
+		if o, mine := b.checkAttempt(&b.attempts[len(b.attempts)-1], h.from, h.r); mine {
+			out = append(out, o)
 		}
 		return true
 	})
@@ -292,9 +317,9 @@ func (b *reportBook) noteSent(a sentAttempt) []reportOutcome {
 }
 
 // check compares owner from's report with what this node sent. It returns
-// the evidence of a lie ("" if none), and whether the report was about an
-// attempt of this node (else it is ignored).
-func (b *reportBook) check(from mesh.PeerID, r ownerReport) (evidence string, mine bool) {
+// the outcome (the evidence of a lie, or the owner's entry), and whether
+// the report was about an attempt of this node (else it is ignored).
+func (b *reportBook) check(from mesh.PeerID, r ownerReport) (out reportOutcome, mine bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := slices.IndexFunc(b.attempts, func(a sentAttempt) bool { return a.ring == r.Ring && a.step == r.Step })
@@ -303,50 +328,60 @@ func (b *reportBook) check(from mesh.PeerID, r ownerReport) (evidence string, mi
 		if len(b.pending) < maxHeldReports {
 			b.pending = append(b.pending, heldReport{from, r, time.Now()})
 		}
-		return "", false
+		return reportOutcome{}, false
 	}
 	return b.checkAttempt(&b.attempts[i], from, r)
 }
 
 // checkAttempt is check of a report of attempt a; b.mu is held.
-func (b *reportBook) checkAttempt(a *sentAttempt, from mesh.PeerID, r ownerReport) (evidence string, mine bool) {
+func (b *reportBook) checkAttempt(a *sentAttempt, from mesh.PeerID, r ownerReport) (reportOutcome, bool) {
+	ev, entry, mine := b.checkEntry(a, from, r)
+	return reportOutcome{from: from, evidence: ev, step: r.Step, entry: entry}, mine
+}
+
+// checkEntry is checkAttempt's work: the evidence of a lie ("" if none),
+// else the owner's entry (also kept in a.got).
+func (b *reportBook) checkEntry(a *sentAttempt, from mesh.PeerID, r ownerReport) (evidence string, entry OwnerReport, mine bool) {
 	ow := slices.Index(a.members, from)
 	if ow < 0 || a.seen[from] || ow == a.rank {
-		return "", false // not a member, a second report, or this node's own
+		return "", entry, false // not a member, a second report, or this node's own
 	}
 	a.seen[from] = true
 	o := len(a.owners)
-	entry := OwnerReport{Owner: string(from), MinClip: 1, MinFactor: 1}
+	entry = OwnerReport{Owner: string(from), MinClip: 1, MinFactor: 1}
+	var dot, median float64
 	for _, s := range r.Segments {
 		idx := int(s.Shard)*o + int(s.Segment)
 		if int(s.Segment) >= o || a.owners[s.Segment] != ow || idx >= len(a.norms) {
-			return fmt.Sprintf("its verdict report of step %d names segment %d of shard %d, which it does not own", r.Step, s.Segment, s.Shard), true
+			return fmt.Sprintf("its verdict report of step %d names segment %d of shard %d, which it does not own", r.Step, s.Segment, s.Shard), OwnerReport{}, true
 		}
 		if len(s.Members) != len(a.members) || int(s.Chunks) != len(a.norms[idx]) {
 			return fmt.Sprintf("its verdict report of step %d has %d members and %d chunks for segment %d of shard %d; the ring has %d members and the segment %d chunks",
-				r.Step, len(s.Members), s.Chunks, s.Segment, s.Shard, len(a.members), len(a.norms[idx])), true
+				r.Step, len(s.Members), s.Chunks, s.Segment, s.Shard, len(a.members), len(a.norms[idx])), OwnerReport{}, true
 		}
 		me, want := s.Members[a.rank], sentNormSq(a.norms[idx])
 		if math.Float64bits(me.NormSq) != math.Float64bits(want) {
 			return fmt.Sprintf("its verdict report of step %d states a norm² of %g for this node's contribution to segment %d of shard %d; this node sent %g",
-				r.Step, me.NormSq, s.Segment, s.Shard, want), true
+				r.Step, me.NormSq, s.Segment, s.Shard, want), OwnerReport{}, true
 		}
 		if me.Rejected > 0 && !math.IsInf(want, 1) {
 			return fmt.Sprintf("its verdict report of step %d rejects %d chunks of this node's finite contribution to segment %d of shard %d",
-				r.Step, me.Rejected, s.Segment, s.Shard), true
+				r.Step, me.Rejected, s.Segment, s.Shard), OwnerReport{}, true
 		}
 		entry.Segments++
 		entry.Norm += me.NormSq
+		dot, median = dot+me.Dot, median+s.MedianNormSq
 		entry.MinClip, entry.MinFactor = min(entry.MinClip, me.MinClip), min(entry.MinFactor, me.MinFactor)
 		entry.Hard += me.Hard
 		entry.Rejected += me.Rejected
 	}
+	entry.Cosine = memberSums{NormSq: entry.Norm, Dot: dot, MedianNormSq: median}.Cos()
 	entry.Norm = math.Sqrt(entry.Norm)
 	// Kept with its attempt: a late report of an earlier step must not
 	// displace the last step's (CI, TestFalseReportExcludesOwner).
 	a.got = append(a.got, entry)
 	slices.SortFunc(a.got, func(x, y OwnerReport) int { return strings.Compare(x.Owner, y.Owner) })
-	return "", true
+	return "", entry, true
 }
 
 // any reports whether this node has made an attempt of the direct
@@ -457,8 +492,8 @@ func (n *Node) onReport(from mesh.PeerID, data []byte) {
 		n.log.Warn("bad verdict report", "from", from, "err", err)
 		return
 	}
-	if evidence, mine := n.reports.check(from, r); mine {
-		n.reportOutcomes([]reportOutcome{{from, evidence}})
+	if o, mine := n.reports.check(from, r); mine {
+		n.reportOutcomes([]reportOutcome{o})
 	}
 }
 
@@ -477,6 +512,10 @@ func (n *Node) reportOutcomes(outs []reportOutcome) {
 			continue
 		}
 		n.met.reports.WithLabelValues("consistent").Inc()
+		if c := o.entry.Cosine; c < opposeCos {
+			n.log.Warn("a segment owner saw this node's update point against the other members'; owners exclude a member that does so in 3 of 8 steps: check this node's data and configuration against the run's",
+				"step", o.step, "owner", o.from, "cosine", c)
+		}
 	}
 	if len(outs) > 0 {
 		n.board.update(func(s *Status) { s.Contribution = n.reports.lastReport() })

@@ -12,8 +12,8 @@ import (
 
 func testReport() ownerReport {
 	return ownerReport{Ring: "ring-1", Step: 7, Segments: []reportSegment{
-		{Shard: 0, Segment: 1, Chunks: 2, Members: []reportMember{
-			{NormSq: 4, MinClip: 1, MinFactor: 0.5}, {NormSq: 9, MinClip: 0.25, MinFactor: 1, Hard: 1},
+		{Shard: 0, Segment: 1, Chunks: 2, MedianNormSq: 3, Members: []reportMember{
+			{NormSq: 4, Dot: 2, MinClip: 1, MinFactor: 0.5}, {NormSq: 9, Dot: -1.5, MinClip: 0.25, MinFactor: 1, Hard: 1},
 			{NormSq: math.Inf(1), Rejected: 2}}},
 		{Shard: 1, Segment: 1, Chunks: 1, Members: []reportMember{
 			{NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: 2, MinClip: 1, MinFactor: 1}, {NormSq: 3, MinClip: 1, MinFactor: 1}}},
@@ -45,6 +45,16 @@ func TestReportRoundTrip(t *testing.T) {
 	if _, err := encodeReport(bad); err == nil {
 		t.Fatal("a clip scale above 1 encoded")
 	}
+	bad = testReport()
+	bad.Segments[0].Members[1].Dot = math.NaN()
+	if _, err := encodeReport(bad); err == nil {
+		t.Fatal("a NaN inner product encoded")
+	}
+	bad = testReport()
+	bad.Segments[1].MedianNormSq = -1
+	if _, err := encodeReport(bad); err == nil {
+		t.Fatal("a negative median norm² encoded")
+	}
 	if _, err := mesh.Decode(b); err == nil {
 		t.Fatal("a verdict report decodes as a mesh message")
 	}
@@ -54,13 +64,13 @@ func TestReportRoundTrip(t *testing.T) {
 func TestNewOwnerReport(t *testing.T) {
 	rg := &mesh.Ring{ID: "r", Step: 2, Members: []mesh.PeerID{"a", "b"}}
 	owned := []collective.SegmentReport{{Shard: 1, Segment: 0, Verdicts: [][]collective.Verdict{
-		{{Norm: 3, Clip: 1, Factor: 1}, {Norm: 1, Clip: 0.5, Factor: 0.75, Flag: collective.FlagHard}},
-		{{Norm: 4, Clip: 1, Factor: 0.5}, {Norm: float32(math.Inf(1)), Flag: collective.FlagRejected}},
-	}}}
+		{{Norm: 3, Clip: 1, Factor: 1, Dot: 1.5}, {Norm: 1, Clip: 0.5, Factor: 0.75, Flag: collective.FlagHard, Dot: -1}},
+		{{Norm: 4, Clip: 1, Factor: 0.5, Dot: 0.25}, {Norm: float32(math.Inf(1)), Flag: collective.FlagRejected}},
+	}, MedianNorms: []float32{2, 1}}}
 	r := newOwnerReport(rg, owned)
-	want := ownerReport{Ring: "r", Step: 3, Segments: []reportSegment{{Shard: 1, Segment: 0, Chunks: 2, Members: []reportMember{
-		{NormSq: 25, MinClip: 1, MinFactor: 0.5},
-		{NormSq: math.Inf(1), MinClip: 0, MinFactor: 0, Hard: 1, Rejected: 1},
+	want := ownerReport{Ring: "r", Step: 3, Segments: []reportSegment{{Shard: 1, Segment: 0, Chunks: 2, MedianNormSq: 5, Members: []reportMember{
+		{NormSq: 25, Dot: 1.75, MinClip: 1, MinFactor: 0.5},
+		{NormSq: math.Inf(1), Dot: -1, MinClip: 0, MinFactor: 0, Hard: 1, Rejected: 1},
 	}}}}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("report %+v, want %+v", r, want)
@@ -79,17 +89,18 @@ func TestReportBookCheck(t *testing.T) {
 	}
 	fromA := func(normSq float64, rejected uint32) ownerReport {
 		return ownerReport{Ring: "r", Step: 5, Segments: []reportSegment{{Shard: 0, Segment: 0, Chunks: 2,
-			Members: []reportMember{{NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: normSq, MinClip: 0.5, MinFactor: 1, Rejected: rejected}}}}}
+			MedianNormSq: 4, Members: []reportMember{{NormSq: 1, MinClip: 1, MinFactor: 1}, {NormSq: normSq, Dot: -0.5, MinClip: 0.5, MinFactor: 1, Rejected: rejected}}}}}
 	}
 	var b reportBook
-	if ev, mine := b.check("a", fromA(5, 0)); mine || ev != "" {
-		t.Fatalf("a report before the attempt: %q, %v", ev, mine)
+	if o, mine := b.check("a", fromA(5, 0)); mine || o.evidence != "" {
+		t.Fatalf("a report before the attempt: %q, %v", o.evidence, mine)
 	}
 	outs := b.noteSent(attempt())
 	if len(outs) != 1 || outs[0].from != "a" || outs[0].evidence != "" {
 		t.Fatalf("held report: %+v, want a consistent one from a", outs)
 	}
-	if c := b.lastReport(); c == nil || c.Step != 5 || len(c.Owners) != 1 || c.Owners[0].Norm != math.Sqrt(5) || c.Owners[0].MinClip != 0.5 {
+	if c := b.lastReport(); c == nil || c.Step != 5 || len(c.Owners) != 1 || c.Owners[0].Norm != math.Sqrt(5) || c.Owners[0].MinClip != 0.5 ||
+		c.Owners[0].Cosine != -0.5/math.Sqrt(5*4) || outs[0].entry != c.Owners[0] || outs[0].step != 5 {
 		t.Fatalf("contribution report %+v", c)
 	}
 	if _, mine := b.check("a", fromA(5, 0)); mine {
@@ -115,7 +126,8 @@ func TestReportBookCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var b reportBook
 			b.noteSent(attempt())
-			ev, mine := b.check(tc.from, tc.r)
+			o, mine := b.check(tc.from, tc.r)
+			ev := o.evidence
 			if tc.want == "" {
 				if mine || ev != "" {
 					t.Fatalf("checked: %q, %v", ev, mine)
@@ -152,8 +164,8 @@ func TestLastReportKeepsItsStep(t *testing.T) {
 		step uint64
 		seg  uint32
 	}{{"b", 5, 1}, {"c", 4, 2}, {"c", 5, 2}} {
-		if ev, mine := b.check(r.from, report(r.step, r.seg)); !mine || ev != "" {
-			t.Fatalf("%s's report of step %d: %q, %v", r.from, r.step, ev, mine)
+		if o, mine := b.check(r.from, report(r.step, r.seg)); !mine || o.evidence != "" {
+			t.Fatalf("%s's report of step %d: %q, %v", r.from, r.step, o.evidence, mine)
 		}
 	}
 	c := b.lastReport()
