@@ -162,8 +162,12 @@ func (m *Mesh) checkMember() {
 	ownKnown, _ := m.countKnown(ownIDs, math.MaxUint64)
 	// A member with no known peer on its side (alone, or apart from its
 	// peers for more than KnownWindow steps) weighs sides by heads as
-	// before: it risks only itself, and must rejoin the others.
-	alone := ownKnown == 0
+	// before: it risks only itself, and must rejoin the others. So does a
+	// node not established since it started (fresh, or restarted from a
+	// checkpoint): like a joiner, it follows the largest side, not the
+	// peers its checkpoint's history names (restarted with it from old
+	// checkpoints, they rolled the run back 14 steps: seed 9977).
+	alone := ownKnown == 0 || !m.established
 	if len(l.succ[mine]) > 0 { // our line completed our step without us
 		// Unless only strangers claim to have: a successor claimed by
 		// peers this node does not know, while known ones still hold its
@@ -182,6 +186,9 @@ func (m *Mesh) checkMember() {
 		}
 		ids := l.side(k)
 		kn, last := m.countKnown(ids, math.MaxUint64)
+		if alone {
+			kn = 0 // by heads
+		}
 		if s := (meshSide{k, len(ids), kn}); best.n == 0 || s.better(best) {
 			best, bestLast = s, last
 		}
