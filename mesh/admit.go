@@ -3,6 +3,7 @@ package mesh
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -78,15 +79,59 @@ func (m *Mesh) madeStep(step uint64, members []PeerID) {
 }
 
 // trimHistory drops entries older than MadeWindow steps before step and
-// recomputes the established set.
+// recomputes the established set. The history's members join the known
+// peers, which are kept KnownWindow steps.
 func (m *Mesh) trimHistory(step uint64) {
 	m.history = slices.DeleteFunc(m.history, func(e Made) bool { return e.Step+MadeWindow <= step })
 	m.lineMembers = make(map[PeerID]bool)
+	if m.known == nil {
+		m.known = make(map[PeerID]meshKnown)
+	}
 	for _, e := range m.history {
 		for _, id := range e.Members {
 			m.lineMembers[id] = true
+			if id == m.cfg.ID {
+				continue
+			}
+			if k, ok := m.known[id]; ok {
+				m.known[id] = meshKnown{min(k.first, e.Step), max(k.last, e.Step)}
+			} else {
+				m.known[id] = meshKnown{e.Step, e.Step}
+			}
 		}
 	}
+	maps.DeleteFunc(m.known, func(_ PeerID, k meshKnown) bool { return k.last+KnownWindow <= step })
+}
+
+// KnownWindow is how many steps a node remembers the peers that made its
+// line's models — from its own completed rings and the MadeWindow steps of
+// history it got with a fetched model or checkpoint. A member weighs a side
+// first by how many of its peers it knows (checkMember): made-up
+// identities serving a fork are no larger side to adopt. Kept locally:
+// the history handed to joiners stays MadeWindow steps.
+const KnownWindow = 64
+
+// meshKnown is what a node saw of a known peer: the first and the last
+// model of its line the peer made (steps).
+type meshKnown struct{ first, last uint64 }
+
+// knows reports whether id made one of the last KnownWindow models of this
+// node's line, as far as this node saw.
+func (m *Mesh) knows(id PeerID) bool {
+	k, ok := m.known[id]
+	return ok && k.last+KnownWindow > m.step
+}
+
+// countKnown returns how many of ids this node knows that made a model of
+// its line by step upTo, and the last step any of those it knows made.
+func (m *Mesh) countKnown(ids []PeerID, upTo uint64) (n int, last uint64) {
+	for _, id := range ids {
+		if k := m.known[id]; m.knows(id) && k.first <= upTo {
+			n++
+			last = max(last, k.last)
+		}
+	}
+	return n, last
 }
 
 // Newcomer reports whether this node made none of its line's last

@@ -104,9 +104,13 @@
 //
 // Peers report (step, hash, PrevHash). A side is the peers at one model plus
 // those one step further on that line. When sides differ (a partition
-// healed, a restart far behind), a node whose side is smaller — ties broken
-// by later step, then larger hash — is asked to Adopt the larger side's
-// newest model by checkpoint transfer.
+// healed, a restart far behind), a member whose side is smaller is asked to
+// Adopt the larger side's newest model by checkpoint transfer. Sides are
+// weighed first by how many of their peers the member knows (they made a
+// model of its line with it in the last KnownWindow steps: identities are
+// free, and a fork served by many made-up peers must not win), then by
+// their size, later step, larger hash. A member with no known peer on its
+// side, and a joiner, weigh by size alone.
 //
 // Safety rests on the all-reduce too: its handshake compares ring ids, so a
 // node that decided a ring its neighbours did not aborts and reports

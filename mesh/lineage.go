@@ -3,6 +3,7 @@ package mesh
 import (
 	"cmp"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -46,28 +47,39 @@ func (m *Mesh) lines() meshLines {
 	return l
 }
 
-// count is the size of k's side: peers at k plus peers that completed k.
-func (l meshLines) count(k meshKey) int {
-	n := len(l.at[k])
-	for _, ids := range l.succ[k] {
-		n += len(ids)
+// side returns the peers of k's side: at k, and those that completed k.
+func (l meshLines) side(k meshKey) []PeerID {
+	ids := slices.Clone(l.at[k])
+	for _, h := range slices.Sorted(maps.Keys(l.succ[k])) {
+		ids = append(ids, l.succ[k][h]...)
 	}
-	return n
+	return ids
 }
 
-// advance returns the newest model known on k's line (k or its successor
-// held by most peers) with its donors and predecessor hash.
-func (l meshLines) advance(k meshKey) (meshKey, []PeerID, string) {
-	best := ""
+// advance returns the newest model known on k's line (k, or its successor
+// held by most known peers, then most peers, then the larger hash) with its
+// donors, predecessor hash, and how many of the donors known reports.
+func (l meshLines) advance(k meshKey, known func(PeerID) bool) (meshKey, []PeerID, string, int) {
+	kcount := func(ids []PeerID) int {
+		c := 0
+		for _, id := range ids {
+			if known != nil && known(id) {
+				c++
+			}
+		}
+		return c
+	}
+	best, bestK := "", 0
 	for h, ids := range l.succ[k] {
-		if n, bn := len(ids), len(l.succ[k][best]); best == "" || n > bn || (n == bn && h > best) {
-			best = h
+		kn, bn := kcount(ids), len(l.succ[k][best])
+		if best == "" || kn > bestK || kn == bestK && (len(ids) > bn || len(ids) == bn && h > best) {
+			best, bestK = h, kn
 		}
 	}
 	if best != "" {
-		return meshKey{k.step + 1, best}, slices.Clone(l.succ[k][best]), k.hash
+		return meshKey{k.step + 1, best}, slices.Clone(l.succ[k][best]), k.hash, bestK
 	}
-	return k, slices.Clone(l.at[k]), l.prev[k]
+	return k, slices.Clone(l.at[k]), l.prev[k], kcount(l.at[k])
 }
 
 // meshBetter orders sides: more members, then later step, then larger hash.
@@ -81,9 +93,28 @@ func meshBetter(c1 int, k1 meshKey, c2 int, k2 meshKey) bool {
 	return k1.hash > k2.hash
 }
 
+// meshSide is a side as a member weighs it: its key, its peers, and how
+// many of them the member knows (Mesh.knows).
+type meshSide struct {
+	key      meshKey
+	n, known int
+}
+
+// better orders sides for a member: more known peers, then meshBetter.
+// Identities are free: a side of peers this node never made a model with
+// (a fork served by made-up peers) must not outweigh its own line by
+// numbers alone (TestSimSybilSide).
+func (a meshSide) better(b meshSide) bool {
+	if a.known != b.known {
+		return a.known > b.known
+	}
+	return meshBetter(a.n, a.key, b.n, b.key)
+}
+
 // checkLineage decides whether this node must fetch a model: a joiner picks
-// the largest side; a member fetches when its own line moved on without it,
-// and adopts another line whose side is larger than its own.
+// the largest side; a member fetches when its own line moved on without it
+// (as known peers, or only strangers, tell), and adopts another line whose
+// side is larger than its own: more known peers, then more peers.
 func (m *Mesh) checkLineage() {
 	switch m.state {
 	case StateSyncing:
@@ -105,7 +136,7 @@ func (m *Mesh) chooseFetch() {
 	var best meshKey
 	bestC := 0
 	for _, k := range meshSortedKeys(l.at) {
-		if c := l.count(k); bestC == 0 || meshBetter(c, k, bestC, best) {
+		if c := len(l.side(k)); bestC == 0 || meshBetter(c, k, bestC, best) {
 			best, bestC = k, c
 		}
 	}
@@ -116,7 +147,7 @@ func (m *Mesh) chooseFetch() {
 		}
 		return
 	}
-	target, from, prev := l.advance(best)
+	target, from, prev, _ := l.advance(best, nil)
 	if target == mine {
 		m.moveTo(m.step, m.hash, m.prevHash)
 		return
@@ -127,26 +158,54 @@ func (m *Mesh) chooseFetch() {
 func (m *Mesh) checkMember() {
 	l := m.lines()
 	mine := meshKey{m.step, m.hash}
+	ownIDs := l.side(mine)
+	ownKnown, _ := m.countKnown(ownIDs, math.MaxUint64)
+	// A member with no known peer on its side (alone, or apart from its
+	// peers for more than KnownWindow steps) weighs sides by heads as
+	// before: it risks only itself, and must rejoin the others. So does a
+	// node not established since it started (fresh, or restarted from a
+	// checkpoint): like a joiner, it follows the largest side, not the
+	// peers its checkpoint's history names (restarted with it from old
+	// checkpoints, they rolled the run back 14 steps: seed 9977).
+	alone := ownKnown == 0 || !m.established
 	if len(l.succ[mine]) > 0 { // our line completed our step without us
-		target, from, prev := l.advance(mine)
-		m.startFetch(target, from, prev, false)
-		return
+		// Unless only strangers claim to have: a successor claimed by
+		// peers this node does not know, while known ones still hold its
+		// step, is a fork like any other (weighed below).
+		if target, from, prev, tk := l.advance(mine, m.knows); tk > 0 || alone {
+			m.startFetch(target, from, prev, false)
+			return
+		}
 	}
-	myC := l.count(mine) + 1
 	prevKey := meshKey{m.step - 1, m.prevHash}
-	var best meshKey
-	bestC := 0
+	var best meshSide
+	var bestLast uint64
 	for _, k := range meshSortedKeys(l.at) {
 		if k == mine || (m.step > 0 && k == prevKey) || (k.step < m.step && m.line[k.step] == k.hash) {
 			continue // this node's own line: peers behind on it, not another side
 		}
-		if c := l.count(k); bestC == 0 || meshBetter(c, k, bestC, best) {
-			best, bestC = k, c
+		ids := l.side(k)
+		kn, last := m.countKnown(ids, math.MaxUint64)
+		if alone {
+			kn = 0 // by heads
+		}
+		if s := (meshSide{k, len(ids), kn}); best.n == 0 || s.better(best) {
+			best, bestLast = s, last
 		}
 	}
-	if bestC == 0 {
+	if best.n == 0 {
 		return
 	}
+	// This node's side counts the known peers the other side's nodes
+	// can know too: those this node knew by the last step it made with
+	// one of the other side's peers. Peers that joined this side while
+	// the two were apart are strangers to the other; counted here they
+	// made each half of a healed partition the larger in its own eyes,
+	// and neither adopted (TestSimPartitionHealWithJoiners).
+	if best.known > 0 {
+		ownKnown, _ = m.countKnown(ownIDs, bestLast)
+	}
+	own := meshSide{mine, len(ownIDs) + 1, ownKnown + 1}
 	// A node that has not been in a ring or synced since it started —
 	// fresh with the run's initial model, or restarted from a checkpoint —
 	// takes any side ahead of it, whatever its size. Else three nodes
@@ -155,11 +214,11 @@ func (m *Mesh) checkMember() {
 	// it, losing its steps; and nodes restarted from old checkpoints
 	// trained again a step their line had long completed (a second ring
 	// of step 10 beside the one that made it, 12 steps later).
-	fresh := !m.established && best.step > m.step
-	if !fresh && !meshBetter(bestC, best, myC, mine) {
+	fresh := !m.established && best.key.step > m.step
+	if !fresh && !best.better(own) && !(alone && meshBetter(best.n, best.key, own.n, own.key)) {
 		return
 	}
-	target, from, prev := l.advance(best)
+	target, from, prev, _ := l.advance(best.key, m.knows)
 	if target == mine {
 		return
 	}

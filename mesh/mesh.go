@@ -122,10 +122,11 @@ type Mesh struct {
 	hash        string
 	prevHash    string
 	inner       uint32
-	established bool              // took part in a completed ring, or synced from peers
-	line        map[uint64]string // this node's line: the hashes of its recent steps (meshLineDepth)
-	history     []Made            // who made the line's last MadeWindow models (admit.go)
-	lineMembers map[PeerID]bool   // the members named in history
+	established bool                 // took part in a completed ring, or synced from peers
+	line        map[uint64]string    // this node's line: the hashes of its recent steps (meshLineDepth)
+	history     []Made               // who made the line's last MadeWindow models (admit.go)
+	lineMembers map[PeerID]bool      // the members named in history
+	known       map[PeerID]meshKnown // peers that made a model of this node's line (KnownWindow)
 
 	peers      map[PeerID]*meshPeer
 	ag         meshAgreement

@@ -227,6 +227,86 @@ func TestSimPartitionSmallSideAhead(t *testing.T) {
 	}
 }
 
+// TestSimPartitionAloneBeyondKnownWindow: a member cut off alone trains on
+// by itself (and faster) for more than KnownWindow steps: at the heal it
+// knows none of the others, nor they it. The others weigh sides by known
+// peers first and keep their line; the lone one has no known peer on its
+// side, weighs by heads as before, and adopts the larger side although it
+// is ahead: it only risks itself, and it must not stay a fork of one.
+func TestSimPartitionAloneBeyondKnownWindow(t *testing.T) {
+	s := newSimNet(t, 20)
+	s.addN(5, nil)
+	s.runUntil(300, "step 2", func() bool { return s.minStep() >= 2 })
+	big := []PeerID{"n00", "n01", "n02", "n03"}
+	const lone = "n04"
+	for _, id := range big {
+		s.nodes[id].trainSlow = 3
+	}
+	s.partition(big, []PeerID{lone})
+	at := s.minStep()
+	s.runUntil(20000, "both sides beyond KnownWindow", func() bool { return s.minStep() >= at+KnownWindow+2 })
+	ls, _ := s.nodes[lone].m.Model()
+	bs, _ := s.nodes["n00"].m.Model()
+	if ls <= bs {
+		t.Fatalf("lone node at step %d, big side at %d: want it ahead", ls, bs)
+	}
+	for _, id := range big {
+		if s.nodes[lone].m.knows(id) || s.nodes[id].m.knows(lone) {
+			t.Fatalf("%s and %s still know each other", lone, id)
+		}
+	}
+	s.heal()
+	s.runUntil(600, "converged", s.converged)
+	if s.nodes[lone].m.Status().Adoptions == 0 {
+		t.Errorf("%s (alone) did not adopt", lone)
+	}
+	for _, id := range big {
+		if s.nodes[id].m.Status().Adoptions != 0 {
+			t.Errorf("%s (big side) adopted", id)
+		}
+	}
+	if st, _ := s.nodes["n00"].m.Model(); st < bs {
+		t.Fatalf("the big side went back from step %d to %d", bs, st)
+	}
+	end := s.minStep()
+	s.runUntil(600, "2 more steps together", func() bool { return s.minStep() >= end+2 })
+	if last := s.done[len(s.done)-1]; len(last.ring.Members) != 5 {
+		t.Fatalf("after the heal the ring is %v", last.ring.Members)
+	}
+	t.Logf("apart from step %d; at the heal lone at %d, big side at %d; together at %d", at, ls, bs, end)
+}
+
+// TestSimPartitionHealWithJoiners: 5 members split 3 | 2, and 2 joiners
+// join the 2 while apart. At the heal each half knows the other's old
+// members only: counted with its joiners, the 4 weighed themselves 4 known
+// against the 3's 3, the 3 themselves 3 against the 4's 2, and neither
+// adopted. A member counts on its own side only the peers it knew by the
+// last step it made with the other side's: 2 (+ itself) against 3 — the
+// old majority wins, the 4 adopt, and all 7 train together once admitted.
+func TestSimPartitionHealWithJoiners(t *testing.T) {
+	s := newSimNet(t, 23)
+	s.addN(5, nil)
+	s.runUntil(300, "step 2", func() bool { return s.minStep() >= 2 })
+	a, b := []PeerID{"n00", "n01", "n02"}, []PeerID{"n03", "n04"}
+	s.partition(a, b)
+	at := s.minStep()
+	for _, id := range []PeerID{"n05", "n06"} {
+		s.group[id] = 2
+		s.add(id, 0, "", nil)
+	}
+	s.runUntil(2000, "both sides 12 steps on", func() bool { return s.minStep() >= at+12 })
+	s.heal()
+	s.runUntil(1000, "converged", s.converged)
+	for _, id := range a {
+		if s.nodes[id].m.Status().Adoptions != 0 {
+			t.Errorf("%s (old majority) adopted", id)
+		}
+	}
+	// The 4 are newcomers to the 3's line (admit.go): a few a step.
+	s.runUntil(2000, "a ring of all 7", func() bool { return len(s.done[len(s.done)-1].ring.Members) == 7 })
+	t.Logf("apart from step %d to %d; all 7 in the ring of step %d", at, at+12, s.done[len(s.done)-1].step)
+}
+
 // TestSimLastSurvivor: one node alone keeps completing steps after all its
 // peers crashed at different points of a step.
 func TestSimLastSurvivor(t *testing.T) {

@@ -871,3 +871,108 @@ func TestSimRestartFromOldCheckpoints(t *testing.T) {
 	s.checkNoStepLost()
 	t.Logf("all five in the ring of step %d", s.done[len(s.done)-1].step)
 }
+
+// TestSimSybilSide: 4 members train past MadeWindow; then 6 identities
+// appear holding a fork of their own (any weights in the right format:
+// here a model no member made) and serve it when fetched. They are real
+// meshes, established, training the fork in rings of their own. Variants:
+// the fork two steps ahead, at the members' step with another hash, and
+// one step ahead claiming the members' model as its predecessor (a
+// successor of their line). Counted by heads, the 6 were the larger side
+// and every member adopted (or fetched) the fork: the run was hijacked.
+// Now a member weighs sides first by the peers it knows (made models of
+// its line with it): the members never take the fork and keep training
+// their own line at their pace.
+func TestSimSybilSide(t *testing.T) {
+	const honestN, sybilN, after = 4, 6, 12
+	for _, tc := range []struct {
+		name  string
+		ahead uint64 // the fork's step beyond the members'
+		succ  bool   // claim the members' model as the fork's predecessor
+	}{
+		{name: "two-ahead", ahead: 2},
+		{name: "same-step", ahead: 0},
+		{name: "successor", ahead: 1, succ: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSimNet(t, 71)
+			if os.Getenv("SIMTRACE") != "" {
+				s.trace = func(l string) { t.Log(l) }
+			}
+			s.addN(honestN, nil)
+			honest := slices.Clone(s.ids)
+			s.runUntil(5000, "step 10", func() bool { return s.minStep() >= 10 })
+			// Wait for all members to train the same model.
+			s.runUntil(500, "members training", func() bool {
+				return s.converged() && s.nodes[honest[0]].m.State() == StateTraining
+			})
+			at, hash := s.nodes[honest[0]].m.Model()
+			start, startTick := len(s.done), s.now
+			fork := meshKey{at + tc.ahead, "sybil-fork"}
+			var sybils []PeerID
+			for i := range sybilN {
+				sybils = append(sybils, PeerID(fmt.Sprintf("s%02d", i)))
+			}
+			s.byzantine = sybils
+			if tc.succ {
+				s.tamper = func(from PeerID, msg Message) []Message {
+					if slices.Contains(sybils, from) && msg.Step == fork.step && msg.Hash == fork.hash {
+						msg.PrevHash = hash
+					}
+					return []Message{msg}
+				}
+			}
+			for _, id := range sybils {
+				n := s.add(id, fork.step, fork.hash, nil)
+				n.m.established = true // as if it had made rings: it holds its side
+			}
+			s.runUntil(20000, fmt.Sprintf("members at step %d", at+after), func() bool {
+				for _, id := range honest {
+					n := s.nodes[id]
+					if n.syncs > 0 || n.m.Status().Adoptions > 0 {
+						t.Fatalf("member %s took the Sybils' model (syncs %d, adoptions %d) at t=%d\n%s",
+							id, n.syncs, n.m.Status().Adoptions, s.now, s.dump())
+					}
+				}
+				return s.minStepOf(honest) >= at+after
+			})
+			// The members' rings made their own line, one ring a step,
+			// without a Sybil; the Sybils' rings are theirs alone.
+			prev := hash
+			for _, d := range s.done[start:] {
+				if s.forked(d.ring) {
+					continue
+				}
+				if d.hash != prev || !slices.Equal(d.ring.Members, honest) {
+					t.Fatalf("step %d: ring %v on %.8s, want the members on %.8s", d.step, d.ring.Members, d.hash, prev)
+				}
+				prev = d.newHash
+			}
+			// The pace: the same steps without the Sybils, same seed.
+			c := newSimNet(t, 71)
+			c.addN(honestN, nil)
+			c.runUntil(5000, "step 10", func() bool { return c.minStep() >= 10 })
+			c.runUntil(500, "members training", func() bool {
+				return c.converged() && c.nodes[honest[0]].m.State() == StateTraining
+			})
+			cTick := c.now
+			c.runUntil(20000, "as many steps", func() bool { return c.minStep() >= at+after })
+			t.Logf("%d steps with %d Sybils in %d ticks (%d without them)", after, sybilN, s.now-startTick, c.now-cTick)
+			if float64(s.now-startTick) > 1.25*float64(c.now-cTick) {
+				t.Fatalf("the Sybils slowed the members: %d ticks against %d", s.now-startTick, c.now-cTick)
+			}
+		})
+	}
+}
+
+// minStepOf is the lowest step held by the up nodes of ids.
+func (s *simNet) minStepOf(ids []PeerID) uint64 {
+	low := ^uint64(0)
+	for _, id := range ids {
+		if n := s.nodes[id]; n.up {
+			step, _ := n.m.Model()
+			low = min(low, step)
+		}
+	}
+	return low
+}
