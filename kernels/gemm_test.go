@@ -27,7 +27,6 @@ func (tc gemmCase) String() string {
 type gemmOperands struct {
 	a, b, c       []float32
 	lda, ldb, ldc int
-	aRows, bRows  int
 }
 
 const gemmPadSentinel = -12345.5

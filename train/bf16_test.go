@@ -85,7 +85,7 @@ func nearestBF16(f float32) uint16 {
 }
 
 func TestSafetensorsBF16RoundTrip(t *testing.T) {
-	vals := []float32{1, -2.5, 3.14159, 1e-3, float32(math.Inf(1)), 65504, -0.0, 1.00390625}
+	vals := []float32{1, -2.5, 3.14159, 1e-3, float32(math.Inf(1)), 65504, float32(math.Copysign(0, -1)), 1.00390625}
 	ts := []Tensor{{Name: "w", Shape: []int{2, 4}, Data: vals}, {Name: "s", Shape: []int{}, Data: []float32{0.1}}}
 	p := filepath.Join(t.TempDir(), "x.safetensors")
 	if err := WriteSafetensorsAs(p, ts, map[string]string{"format": "pt"}, BF16); err != nil {

@@ -112,14 +112,6 @@ func (p *proc) status() (node.Status, error) {
 	return p.client().Status(context.Background())
 }
 
-func (p *proc) history() []node.OuterRecord {
-	h, err := p.client().History(context.Background())
-	if err != nil {
-		p.t.Fatalf("%s history: %v", p.name, err)
-	}
-	return h
-}
-
 // waitFor polls cond every 100 ms until it holds or the timeout passes; it
 // fails early if any of procs exits.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, procs ...*proc) {
