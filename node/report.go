@@ -334,39 +334,36 @@ func (b *reportBook) check(from mesh.PeerID, r ownerReport) (out reportOutcome, 
 }
 
 // checkAttempt is check of a report of attempt a; b.mu is held.
+// The owner's entry is also kept in a.got.
 func (b *reportBook) checkAttempt(a *sentAttempt, from mesh.PeerID, r ownerReport) (reportOutcome, bool) {
-	ev, entry, mine := b.checkEntry(a, from, r)
-	return reportOutcome{from: from, evidence: ev, step: r.Step, entry: entry}, mine
-}
-
-// checkEntry is checkAttempt's work: the evidence of a lie ("" if none),
-// else the owner's entry (also kept in a.got).
-func (b *reportBook) checkEntry(a *sentAttempt, from mesh.PeerID, r ownerReport) (evidence string, entry OwnerReport, mine bool) {
 	ow := slices.Index(a.members, from)
 	if ow < 0 || a.seen[from] || ow == a.rank {
-		return "", entry, false // not a member, a second report, or this node's own
+		return reportOutcome{}, false // not a member, a second report, or this node's own
 	}
 	a.seen[from] = true
+	lie := func(format string, args ...any) (reportOutcome, bool) {
+		return reportOutcome{from: from, step: r.Step, evidence: fmt.Sprintf(format, args...)}, true
+	}
 	o := len(a.owners)
-	entry = OwnerReport{Owner: string(from), MinClip: 1, MinFactor: 1}
+	entry := OwnerReport{Owner: string(from), MinClip: 1, MinFactor: 1}
 	var dot, median float64
 	for _, s := range r.Segments {
 		idx := int(s.Shard)*o + int(s.Segment)
 		if int(s.Segment) >= o || a.owners[s.Segment] != ow || idx >= len(a.norms) {
-			return fmt.Sprintf("its verdict report of step %d names segment %d of shard %d, which it does not own", r.Step, s.Segment, s.Shard), OwnerReport{}, true
+			return lie("its verdict report of step %d names segment %d of shard %d, which it does not own", r.Step, s.Segment, s.Shard)
 		}
 		if len(s.Members) != len(a.members) || int(s.Chunks) != len(a.norms[idx]) {
-			return fmt.Sprintf("its verdict report of step %d has %d members and %d chunks for segment %d of shard %d; the ring has %d members and the segment %d chunks",
-				r.Step, len(s.Members), s.Chunks, s.Segment, s.Shard, len(a.members), len(a.norms[idx])), OwnerReport{}, true
+			return lie("its verdict report of step %d has %d members and %d chunks for segment %d of shard %d; the ring has %d members and the segment %d chunks",
+				r.Step, len(s.Members), s.Chunks, s.Segment, s.Shard, len(a.members), len(a.norms[idx]))
 		}
 		me, want := s.Members[a.rank], sentNormSq(a.norms[idx])
 		if math.Float64bits(me.NormSq) != math.Float64bits(want) {
-			return fmt.Sprintf("its verdict report of step %d states a norm² of %g for this node's contribution to segment %d of shard %d; this node sent %g",
-				r.Step, me.NormSq, s.Segment, s.Shard, want), OwnerReport{}, true
+			return lie("its verdict report of step %d states a norm² of %g for this node's contribution to segment %d of shard %d; this node sent %g",
+				r.Step, me.NormSq, s.Segment, s.Shard, want)
 		}
 		if me.Rejected > 0 && !math.IsInf(want, 1) {
-			return fmt.Sprintf("its verdict report of step %d rejects %d chunks of this node's finite contribution to segment %d of shard %d",
-				r.Step, me.Rejected, s.Segment, s.Shard), OwnerReport{}, true
+			return lie("its verdict report of step %d rejects %d chunks of this node's finite contribution to segment %d of shard %d",
+				r.Step, me.Rejected, s.Segment, s.Shard)
 		}
 		entry.Segments++
 		entry.Norm += me.NormSq
@@ -381,7 +378,7 @@ func (b *reportBook) checkEntry(a *sentAttempt, from mesh.PeerID, r ownerReport)
 	// displace the last step's (CI, TestFalseReportExcludesOwner).
 	a.got = append(a.got, entry)
 	slices.SortFunc(a.got, func(x, y OwnerReport) int { return strings.Compare(x.Owner, y.Owner) })
-	return "", entry, true
+	return reportOutcome{from: from, step: r.Step, entry: entry}, true
 }
 
 // any reports whether this node has made an attempt of the direct
