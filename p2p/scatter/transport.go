@@ -105,8 +105,9 @@ func (svc *Service) Open(spec Spec) (*Transport, error) {
 	if err := spec.validate(svc.h.ID()); err != nil {
 		return nil, err
 	}
-	t := &Transport{svc: svc, spec: spec, tag: "scatter/" + spec.ID, nstreams: streamsFor(spec.Lanes),
-		out: make([]*outStream, len(spec.Members)*streamsFor(spec.Lanes)), in: make([]*inbox, len(spec.Members))}
+	ns := streamsFor(spec.Lanes)
+	t := &Transport{svc: svc, spec: spec, tag: "scatter/" + spec.ID, nstreams: ns,
+		out: make([]*outStream, len(spec.Members)*ns), in: make([]*inbox, len(spec.Members))}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for i := range t.out {
 		t.out[i] = &outStream{}
