@@ -171,7 +171,7 @@ bench-wan: build
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: bench-wan needs root (network namespaces, TUN devices)"; exit 0; fi; \
 	set -e; \
 	$(GO) build -o $(BIN)/wanbench ./cmd/wanbench; \
-	$(GO) test -count=1 ./cmd/linkemu/... ./cmd/wanbench/...; \
+	$(GO) test -count=1 ./cmd/linkemu ./cmd/wanbench ./internal/emu ./internal/wan; \
 	timeout -s INT 14m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -svg docs/figures/wan-utilization.svg
 
 # Root: the NAT lab of issue 14 against bin/intellect-node (docs/nat.md):
@@ -187,7 +187,7 @@ test-nat: build
 	command -v iptables-restore >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
 	$(GO) build -o $(BIN)/natlab ./cmd/natlab && $(GO) build -o $(BIN)/wanbench ./cmd/wanbench || exit 1; \
 	$(BIN)/wanbench cleanup; \
-	$(GO) test -count=1 ./cmd/wanbench/nat ./cmd/natlab || exit 1; \
+	$(GO) test -count=1 ./internal/nat ./cmd/natlab || exit 1; \
 	timeout -s INT -k 30 $(NATLAB_TIMEOUT) $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
 	$(BIN)/wanbench cleanup; exit $$status
 

@@ -1,5 +1,5 @@
 // Command natlab runs real intellect-node members in a NAT lab (package
-// cmd/wanbench/nat: a public segment with the link emulator's WAN delays,
+// internal/nat: a public segment with the link emulator's WAN delays,
 // home LANs behind cone and symmetric NAT routers) and reports whether they
 // train together: outer steps, model hashes, how fast each pair connects
 // directly, bytes through relays, and utilization against the same sites
@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 	"github.com/intellect-node/intellect-node/train"
 )
 

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
+	"github.com/intellect-node/intellect-node/internal/nat"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
+	"github.com/intellect-node/intellect-node/internal/nat"
 	"github.com/intellect-node/intellect-node/node"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // needRoot skips unless the test can build namespaces.
