@@ -37,7 +37,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.StringVar(&c.Admission, "admission", node.AdmissionOpen, "who may join a new run, recorded in its manifest: open; psk (a private network: members need the key, see --psk-file); allowlist (members need a ticket from the creator: intellect-node admit)")
 	fs.StringVar(&c.PSKFile, "psk-file", "", "the private run's key `file` (swarm.key format: intellect-node psk new); default <home>/"+node.PSKFile+" if it exists, where a creator with --admission psk and no key gets a new one")
 	fs.StringVar(&c.TicketFile, "ticket", "", "this node's admission ticket `file` for an allowlist run (from intellect-node admit on the creator's home); default <home>/"+node.TicketFile+" if it exists")
-	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+node.DefaultListen+" and "+node.DefaultListenQUIC+")")
+	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+strings.Join(node.DefaultListen(), ", ")+": TCP and QUIC on every IPv4 and IPv6 interface, QUIC not with a PSK; starts if one can be bound)")
 	fs.Var(&f.announce, "announce", "a public `multiaddr` others can dial this node at (a port forward); repeatable; replaces the advertised addresses and makes the node public")
 	fs.BoolVar(&c.NATPortMap, "nat-port-map", false, "ask the home router for a port mapping (UPnP / NAT-PMP)")
 	fs.StringVar(&c.Reachability, "reachability", p2p.ReachAuto, "auto (public if a listening interface has a public address or --announce is given, else behind a NAT), public or private (docs/nat.md)")
@@ -52,7 +52,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
 	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps")
 	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
-	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner AdamW steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md)")
+	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner optimizer steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md)")
 	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer (Nesterov) learning `rate`; every member must use the same")
 	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` in [0, 1), 0 for none (default %v, %v with --overlap); every member must use the same",
 		node.DefaultOuterMomentum, node.DefaultOverlapOuterMomentum))
