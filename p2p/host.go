@@ -649,6 +649,11 @@ type PeerInfo struct {
 	Relayed   bool   `json:"relayed"`
 	// Punch is the last hole punch with this peer, nil if none.
 	Punch *Punch `json:"punch,omitempty"`
+	// Refused is why this host refused the peer admission to the run (an
+	// allowlist run; the first reason within AdmitRefuseFor), RefusedBy why
+	// the peer refused this host; "" when it did not.
+	Refused   string `json:"refused,omitempty"`
+	RefusedBy string `json:"refused_by,omitempty"`
 }
 
 // PeerInfo returns what the host knows about id: addresses from the
@@ -672,6 +677,7 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 	if p, ok := h.punches.get(id); ok {
 		info.Punch = &p
 	}
+	info.Refused, info.RefusedBy = h.refusals(id)
 	return info
 }
 
