@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of admission (issue 13 part 3) with the commands a user
+// End-to-end tests of admission with the commands a user
 // types: a psk run and an allowlist run, each a creator and a member.
 
 import (

@@ -350,7 +350,7 @@ func TestKilledNodeMidAllReduce(t *testing.T) {
 	}
 }
 
-// TestJoinKillRestart is issue 4's end-to-end test: two nodes train; a third
+// TestJoinKillRestart: two nodes train; a third
 // joins by live checkpoint transfer and reaches the same model hash; one node
 // is SIGKILLed mid-step and restarted from its home directory; all live nodes
 // end with identical hashes and a falling eval loss.

@@ -92,8 +92,8 @@ func TestJoinerFromManifest(t *testing.T) {
 	}
 }
 
-// TestOtherManifestsNeverMeet is the stalling case (3 nodes with
-// another model and other hyperparameters) and its hijacking case (3 nodes
+// TestOtherManifestsNeverMeet is a stalling case (3 nodes with
+// another model and other hyperparameters) and a hijacking case (3 nodes
 // with the same flags, but their own run manifest) against a running
 // 2-node network of the same run name. The intruders' own creator is their
 // first bootstrap peer, the network's first member their second, so they

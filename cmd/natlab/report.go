@@ -18,7 +18,7 @@ import (
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// Targets of issue 14.
+// The targets the NAT lab checks (docs/nat.md).
 const (
 	directWithin     = 10 * time.Second // a cone pair must connect directly this soon after joining
 	directTarget     = 0.95             // … in at least this fraction of cone pairs
@@ -170,7 +170,7 @@ type report struct {
 	figures []figure
 }
 
-// figure is one target of the issue with what was measured.
+// figure is one target with what was measured.
 type figure struct {
 	Name, Target, Measured string
 	OK                     bool

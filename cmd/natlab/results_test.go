@@ -71,7 +71,7 @@ func rec(step uint64, members int, hash string, compute, wall, ar float64) node.
 	return node.OuterRecord{Step: step, Members: members, ModelHash: hash, ComputeSec: compute, WallSec: wall, AllReduceSec: ar}
 }
 
-// TestSummarizeHistories: a split (two rings of two, as issue 14 saw) is
+// TestSummarizeHistories: a split (two rings of two) is
 // found at every step it lasts; utilization counts full rings after warm-up
 // only; a member left out of final does not spoil the common step.
 func TestSummarizeHistories(t *testing.T) {
@@ -102,7 +102,7 @@ func TestSummarizeHistories(t *testing.T) {
 	}
 }
 
-// TestReportFigures: the figures pass and fail where the issue's targets
+// TestReportFigures: the figures pass and fail where the targets
 // say: cone pairs within 10 s, NAT within 5 % of no-NAT, relay < 1 MiB per
 // step, identical hashes in every run.
 func TestReportFigures(t *testing.T) {
@@ -132,7 +132,7 @@ func TestReportFigures(t *testing.T) {
 	}
 }
 
-// TestCases: the cases exist as the issue lists them, and the cone pairs
+// TestCases: the cases exist as docs/nat.md lists them, and the cone pairs
 // counted for the 95 % figure are the ones between two cone homes.
 func TestCases(t *testing.T) {
 	cs, err := lookupCases([]string{"d", "a", "nonat", "b", "c"})
