@@ -115,6 +115,15 @@ func TestReportFigures(t *testing.T) {
 	if err := newReport(config{}, good).verdict(); err != nil {
 		t.Errorf("good runs fail: %v", err)
 	}
+	rows := newReport(config{}, good).rows([]string{"natlab", "-repeat", "1"}, time.Now())
+	if len(rows) != 4 {
+		t.Fatalf("%d results.md rows, want one per figure", len(rows))
+	}
+	for _, r := range rows {
+		if r.Met != "yes" || r.Command != "natlab -repeat 1" || r.Page != "nat.md" || r.Date == "" {
+			t.Errorf("results.md row %+v", r)
+		}
+	}
 	for name, mutate := range map[string]func(rs []runResult){
 		"pair direct after 11 s": func(rs []runResult) { rs[1].Pairs[0].Delay = 11 * time.Second },
 		"pair never direct":      func(rs []runResult) { rs[1].Pairs[0].Direct = false },
