@@ -122,7 +122,7 @@ bench-gemm:
 	OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=2 \
 		$(GO) test -tags openblas -run XXX -bench StepProductsBound -benchtime 30x -count 3 ./kernels/
 
-# The training-step figures of issue 2, then a small table of them (the
+# The training-step figures (docs/results.md), then a small table of them (the
 # target ratio is x-fma-peak: the step over the same run's FMA peak).
 bench-train:
 	@$(GO) test ./train -run XXX -bench 'TrainStep|SmallPreset' -benchtime 20x > .bench-train.out; \
@@ -171,10 +171,10 @@ bench-wan: build
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: bench-wan needs root (network namespaces, TUN devices)"; exit 0; fi; \
 	set -e; \
 	$(GO) build -o $(BIN)/wanbench ./cmd/wanbench; \
-	$(GO) test -count=1 ./cmd/linkemu/... ./cmd/wanbench/...; \
+	$(GO) test -count=1 ./cmd/linkemu ./cmd/wanbench ./internal/emu ./internal/wan; \
 	timeout -s INT 14m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -svg docs/figures/wan-utilization.svg
 
-# Root: the NAT lab of issue 14 against bin/intellect-node (docs/nat.md):
+# Root: the NAT lab against bin/intellect-node (docs/nat.md):
 # a public member and homes behind cone / symmetric NAT routers, real nodes,
 # ≈ 3 min; fails unless every figure meets its target. Cleans up namespaces,
 # veths, router rules and processes on exit, Ctrl-C, a panic or the timeout
@@ -187,7 +187,7 @@ test-nat: build
 	command -v iptables-restore >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
 	$(GO) build -o $(BIN)/natlab ./cmd/natlab && $(GO) build -o $(BIN)/wanbench ./cmd/wanbench || exit 1; \
 	$(BIN)/wanbench cleanup; \
-	$(GO) test -count=1 ./cmd/wanbench/nat ./cmd/natlab || exit 1; \
+	$(GO) test -count=1 ./internal/nat ./cmd/natlab || exit 1; \
 	timeout -s INT -k 30 $(NATLAB_TIMEOUT) $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
 	$(BIN)/wanbench cleanup; exit $$status
 

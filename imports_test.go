@@ -11,15 +11,18 @@ const modulePath = "github.com/intellect-node/intellect-node"
 
 // TestImportDirections enforces the package boundaries of docs/design.md:
 // kernels ← train ← node; mesh ← p2p ← node; cmd → node. kernels and mesh
-// import only the standard library, and nothing imports node or cmd except cmd.
+// import only the standard library, nothing imports node or cmd except cmd,
+// and the lab libraries under internal/ (link emulator, WAN and NAT
+// harnesses) import only each other; cmd's harness commands use them.
 func TestImportDirections(t *testing.T) {
 	allowed := map[string][]string{ // package dir → module-internal prefixes it may import
-		"kernels": {"kernels"},
-		"mesh":    {"mesh"},
-		"train":   {"train", "kernels"},
-		"p2p":     {"p2p", "mesh"},
-		"node":    {"node", "p2p", "mesh", "train", "kernels"},
-		"cmd":     {"cmd", "node", "p2p", "mesh", "train", "kernels"},
+		"kernels":  {"kernels"},
+		"mesh":     {"mesh"},
+		"train":    {"train", "kernels"},
+		"p2p":      {"p2p", "mesh"},
+		"node":     {"node", "p2p", "mesh", "train", "kernels"},
+		"internal": {"internal"},
+		"cmd":      {"cmd", "internal", "node", "p2p", "mesh", "train", "kernels"},
 	}
 	for dir, ok := range allowed {
 		pkgs := goList(t, "./"+dir+"/...", "{{.ImportPath}}")

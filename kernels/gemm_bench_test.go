@@ -21,7 +21,7 @@ type gemmShape struct {
 	beta           float32
 }
 
-// gemmShapes are the training shapes of a 4096×512 · 512×2048 layer (issue 2),
+// gemmShapes are the training shapes of a 4096×512 · 512×2048 layer,
 // a square product, attention-sized tiles (kernels/attention.go calls Sgemm
 // per tile of queries) and small squares.
 var gemmShapes = []gemmShape{
@@ -262,7 +262,7 @@ func reportWork(b *testing.B, work float64, unit string, f func()) {
 }
 
 // BenchmarkLaneProducts runs, on one goroutine, the 51 products one training
-// lane does per step on the benchmark shape of issue 2 (128 tokens per lane,
+// lane does per step on the training-step benchmark shape (128 tokens per lane,
 // C=256, FFN 704, vocab 512, 4 layers: forward, dX and dW of every weight)
 // and reports their GFLOP/s and that rate over the single-core FMA peak
 // measured in the same run (x-fma-peak): the ceiling of the trainer's products.

@@ -177,22 +177,7 @@ func (m *Mesh) checkMember() {
 			return
 		}
 	}
-	prevKey := meshKey{m.step - 1, m.prevHash}
-	var best meshSide
-	var bestLast uint64
-	for _, k := range meshSortedKeys(l.at) {
-		if k == mine || (m.step > 0 && k == prevKey) || (k.step < m.step && m.line[k.step] == k.hash) {
-			continue // this node's own line: peers behind on it, not another side
-		}
-		ids := l.side(k)
-		kn, last := m.countKnown(ids, math.MaxUint64)
-		if alone {
-			kn = 0 // by heads
-		}
-		if s := (meshSide{k, len(ids), kn}); best.n == 0 || s.better(best) {
-			best, bestLast = s, last
-		}
-	}
+	best, bestLast := m.bestOtherSide(l, alone)
 	if best.n == 0 {
 		return
 	}
@@ -223,6 +208,27 @@ func (m *Mesh) checkMember() {
 		return
 	}
 	m.startFetch(target, from, prev, true)
+}
+
+// bestOtherSide returns the best side (by meshSide.better; by heads when
+// alone) of the lines that are not this node's own, and the last step it
+// made with one of that side's known peers; best.n is 0 when there is none.
+func (m *Mesh) bestOtherSide(l meshLines, alone bool) (best meshSide, bestLast uint64) {
+	mine, prevKey := meshKey{m.step, m.hash}, meshKey{m.step - 1, m.prevHash}
+	for _, k := range meshSortedKeys(l.at) {
+		if k == mine || (m.step > 0 && k == prevKey) || (k.step < m.step && m.line[k.step] == k.hash) {
+			continue // this node's own line: peers behind on it, not another side
+		}
+		ids := l.side(k)
+		kn, last := m.countKnown(ids, math.MaxUint64)
+		if alone {
+			kn = 0 // by heads
+		}
+		if s := (meshSide{k, len(ids), kn}); best.n == 0 || s.better(best) {
+			best, bestLast = s, last
+		}
+	}
+	return best, bestLast
 }
 
 func meshSortedKeys(at map[meshKey][]PeerID) []meshKey {

@@ -1,9 +1,11 @@
 // Package node is the composition root of intellect-node: it reads the
 // configuration, starts the libp2p host, drives the pure mesh state machine
-// with timers and gossip, runs the DiLoCo training loop (inner steps, int8
-// ring all-reduce, Nesterov outer step), serves the local REST status API and
-// web page, and keeps checkpoints. It is the only package that owns
-// long-lived goroutines.
+// with timers and gossip, runs the DiLoCo training loop (H inner steps of the
+// inner optimizer, an int8 average of the pseudo-gradients — robust direct
+// scatter by default, the ring's mean with --averaging mean — and the outer
+// step: plain averaging by default, Nesterov momentum when set), serves the
+// local REST status API and web page, and keeps checkpoints. It is the only
+// package that owns long-lived goroutines.
 package node
 
 import (
@@ -76,7 +78,7 @@ type Config struct {
 	// <token>"; the loopback Host/Origin checks then give way to it. An
 	// address that is not loopback needs one. At least 16 bytes.
 	StatusToken string
-	// InnerSteps is H, the AdamW steps between outer steps. Default
+	// InnerSteps is H, the inner optimizer's steps between outer steps. Default
 	// DefaultInnerSteps; larger H sends proportionally fewer bytes per token
 	// and converges worse (docs/convergence.md).
 	InnerSteps int
@@ -220,13 +222,11 @@ const (
 	DefaultKeepCheckpoints  = 3
 )
 
-// DefaultListen and DefaultListenQUIC are the listen addresses when
-// Config.Listen is empty: every IPv4 interface on DefaultPort, TCP and UDP
-// (QUIC v1; not with a private network's PSK).
-var (
-	DefaultListen     = fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort)
-	DefaultListenQUIC = fmt.Sprintf("/ip4/0.0.0.0/udp/%d/quic-v1", DefaultPort)
-)
+// DefaultListen returns the listen addresses used when Config.Listen is
+// empty: p2p.DefaultListen, TCP and QUIC v1 (QUIC not with a private
+// network's PSK) on DefaultPort of every IPv4 and IPv6 interface. The node
+// starts if at least one of them can be bound.
+func DefaultListen() []string { return append([]string(nil), p2p.DefaultListen...) }
 
 // Progress is the state of a long piece of work.
 type Progress struct {
@@ -273,7 +273,7 @@ func (c *Config) fillDefaults() error {
 	}
 	c.Home = home
 	if len(c.Listen) == 0 {
-		c.Listen = []string{DefaultListen, DefaultListenQUIC}
+		c.Listen = DefaultListen()
 	}
 	defString(&c.Run, DefaultRun)
 	defString(&c.Preset, DefaultPreset)

@@ -28,7 +28,7 @@ func TestConfigDefaultsTable(t *testing.T) {
 		field     string
 		got, want any
 	}{
-		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}},
+		{"Listen", c.Listen, []string{"/ip4/0.0.0.0/tcp/4001", "/ip6/::/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/udp/4001/quic-v1"}},
 		{"Reachability", c.Reachability, "auto"},
 		{"Averaging", c.Averaging, "robust"},
 		{"Optimizer", c.Optimizer, DefaultOptimizer},

@@ -90,11 +90,11 @@ type admitState struct {
 
 	mu      sync.Mutex
 	peers   map[peer.ID]*admitPeer // connected peers
-	warned  map[peer.ID]bool       // peers whose refusal was logged at warn
-	refuser map[peer.ID]refusal    // peers that refused this host (bounded like warned)
+	refused map[peer.ID]refusal    // peers this host refused: the first reason (logged at warn), bounded
+	refuser map[peer.ID]refusal    // peers that refused this host (bounded like refused)
 }
 
-// refusal is why a peer refused this host, and until when that holds.
+// refusal is why a peer was refused, and until when that holds.
 type refusal struct {
 	why   string
 	until time.Time
@@ -129,7 +129,7 @@ func (h *Host) SetAdmission(a Admission) error {
 		a.Grace = AdmitGrace
 	}
 	st := &admitState{Admission: a, self: h.h.ID(), peers: make(map[peer.ID]*admitPeer),
-		warned: make(map[peer.ID]bool), refuser: make(map[peer.ID]refusal)}
+		refused: make(map[peer.ID]refusal), refuser: make(map[peer.ID]refusal)}
 	sub, err := h.h.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged), eventbus.BufSize(64))
 	if err != nil {
 		return fmt.Errorf("p2p: subscribe to connection events: %w", err)
@@ -386,13 +386,16 @@ func (h *Host) refuse(p peer.ID, why error) {
 	h.gate.refuse(p, time.Now().Add(AdmitRefuseFor))
 	a.mu.Lock()
 	delete(a.peers, p)
-	warn := !a.warned[p]
+	r, known := a.refused[p]
+	warn := !known
 	if warn {
-		if len(a.warned) >= maxAdmitWarned {
-			clear(a.warned)
+		if len(a.refused) >= maxAdmitWarned {
+			clear(a.refused)
 		}
-		a.warned[p] = true
+		r.why = why.Error()
 	}
+	r.until = time.Now().Add(AdmitRefuseFor)
+	a.refused[p] = r
 	a.mu.Unlock()
 	if warn {
 		h.log.Warn("peer refused: not admitted to the run", "peer", p, "reason", why, "refused_for", AdmitRefuseFor)
@@ -424,14 +427,27 @@ func (h *Host) refusedBy(p peer.ID, reason []byte) {
 // refusedReason says why p refused this host, if it did within
 // AdmitRefuseFor.
 func (h *Host) refusedReason(p peer.ID) (string, bool) {
+	_, by := h.refusals(p)
+	return by, by != ""
+}
+
+// refusals says why this host refused p and why p refused this host, each
+// "" unless it happened within AdmitRefuseFor.
+func (h *Host) refusals(p peer.ID) (refused, refusedBy string) {
 	a := h.admit.Load()
 	if a == nil {
-		return "", false
+		return "", ""
 	}
+	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	r, ok := a.refuser[p]
-	return r.why, ok && time.Now().Before(r.until)
+	if r, ok := a.refused[p]; ok && now.Before(r.until) {
+		refused = r.why
+	}
+	if r, ok := a.refuser[p]; ok && now.Before(r.until) {
+		refusedBy = r.why
+	}
+	return refused, refusedBy
 }
 
 // gatedProtocol reports whether proto is one of the run's own stream

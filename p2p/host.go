@@ -241,10 +241,10 @@ func parseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
 	return infos, nil
 }
 
-// Host is one node's libp2p endpoint: identity, TCP+TLS/Noise+yamux
-// transport, resource and connection managers, the Kademlia DHT used for
-// discovery, and the run's gossipsub topic. Its methods are safe for
-// concurrent use.
+// Host is one node's libp2p endpoint: identity, TCP+TLS/Noise+yamux and
+// QUIC v1 transports, resource and connection managers, the Kademlia DHT
+// used for discovery, and the run's gossipsub topic. Its methods are safe
+// for concurrent use.
 type Host struct {
 	cfg       Config
 	log       *slog.Logger
@@ -353,11 +353,11 @@ func hostIdentity(cfg Config) (crypto.PrivKey, error) {
 	return key, nil
 }
 
-// buildLibp2p assembles the libp2p host. TLS is listed before Noise so that
-// TLS (1.4x the throughput of Noise here) wins the security negotiation
-// between two of our nodes; Noise remains for peers without TLS. Only TCP is
-// enabled: QUIC ran at 0.3 of TCP+TLS on this hardware and pnet does not
-// support it.
+// buildLibp2p assembles the libp2p host. Two transports: TCP, where TLS is
+// listed before Noise so that TLS (1.4x the throughput of Noise here) wins
+// the security negotiation between two of our nodes and Noise remains for
+// peers without TLS; and QUIC v1 beside it (a second path through NATs),
+// except in a private network, since pnet does not support QUIC.
 func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	cm, err := connmgr.NewConnManager(h.cfg.ConnsLow, h.cfg.ConnsHigh, connmgr.WithGracePeriod(time.Minute))
 	if err != nil {
@@ -649,6 +649,11 @@ type PeerInfo struct {
 	Relayed   bool   `json:"relayed"`
 	// Punch is the last hole punch with this peer, nil if none.
 	Punch *Punch `json:"punch,omitempty"`
+	// Refused is why this host refused the peer admission to the run (an
+	// allowlist run; the first reason within AdmitRefuseFor), RefusedBy why
+	// the peer refused this host; "" when it did not.
+	Refused   string `json:"refused,omitempty"`
+	RefusedBy string `json:"refused_by,omitempty"`
 }
 
 // PeerInfo returns what the host knows about id: addresses from the
@@ -672,6 +677,7 @@ func (h *Host) PeerInfo(id peer.ID) PeerInfo {
 	if p, ok := h.punches.get(id); ok {
 		info.Punch = &p
 	}
+	info.Refused, info.RefusedBy = h.refusals(id)
 	return info
 }
 

@@ -6,6 +6,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -501,5 +502,29 @@ func TestAddrKind(t *testing.T) {
 	}
 	if tr, r := connKind(nil); tr != "" || r {
 		t.Errorf("no connection: %q %v", tr, r)
+	}
+}
+
+// TestListenEveryFamily: a host listens on every address of its Listen list
+// that can be bound — TCP over IPv4 and IPv6, QUIC — and starts although one
+// of them (an address no interface has) cannot be, as with DefaultListen on a
+// machine without IPv6.
+func TestListenEveryFamily(t *testing.T) {
+	if ln, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	} else {
+		ln.Close()
+	}
+	cfg := testConfig(t, "families")
+	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0", "/ip6/::1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1",
+		"/ip4/192.0.2.1/tcp/0"} // 192.0.2.1 (TEST-NET-1) is on no interface here
+	h := startHost(t, cfg)
+	for _, prefix := range []string{"/ip4/127.0.0.1/tcp/", "/ip6/::1/tcp/", "/ip4/127.0.0.1/udp/"} {
+		if !slices.ContainsFunc(h.Addrs(), func(a string) bool { return strings.HasPrefix(a, prefix) }) {
+			t.Errorf("Addrs() = %v: none starts with %s", h.Addrs(), prefix)
+		}
+	}
+	if !slices.Contains(DefaultListen, "/ip6/::/tcp/4001") || !slices.Contains(DefaultListen, "/ip6/::/udp/4001/quic-v1") {
+		t.Errorf("DefaultListen %v lacks IPv6", DefaultListen)
 	}
 }

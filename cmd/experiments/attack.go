@@ -12,7 +12,7 @@ import (
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// Attacks on the average, for the in-process sweep (issue 13): the last F
+// Attacks on the average, for the in-process sweep (docs/robust.md): the last F
 // of M workers replace their pseudo-gradient (and, for "weight", their
 // claimed weight) before every reduction; the honest members are the
 // others. The global model every honest member holds is what is evaluated.

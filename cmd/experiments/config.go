@@ -23,7 +23,7 @@ type config struct {
 	Color  string   // SVG stroke colour
 }
 
-// configs are the configurations of issue 5, in the order they run.
+// configs are the node-process configurations, in the order they run.
 var configs = []config{
 	{Name: "blocking-int8", Label: "DiLoCo ×4, blocking, int8", Color: "#1f77b4"},
 	{Name: "overlap-int8", Label: "DiLoCo ×4, overlapped, int8", Flags: []string{"--overlap"}, Color: "#d62728"},

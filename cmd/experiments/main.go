@@ -1,4 +1,4 @@
-// Command experiments runs the convergence experiments of issue 5 as real
+// Command experiments runs the convergence experiments (docs/convergence.md) as real
 // intellect-node processes on 127.0.0.1: 4-node DiLoCo (blocking int8,
 // overlapped int8, blocking fp32, int8 with error feedback) against one node
 // trained alone with a 4× batch at equal tokens. It collects every node's

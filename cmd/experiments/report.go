@@ -87,8 +87,8 @@ func equalTokens(a, b []point) (tokens int64, la, lb float64, ok bool) {
 	return tokens, la, lb, ok
 }
 
-// writeTable prints the summary as a Markdown table with the comparisons of
-// issue 5 below it.
+// writeTable prints the summary as a Markdown table with the comparisons
+// against the 1-node baselines below it.
 func writeTable(w io.Writer, s *setup, rows []summaryRow) {
 	fmt.Fprintf(w, "tiny preset, %d params; %d nodes; H = %d; %d outer steps; %d tokens per inner step per node\n\n",
 		s.params, s.nodes, s.inner, s.outer, s.tokensPerStep)

@@ -55,13 +55,14 @@ func runAdmit(args []string) error {
 
 // runPSK is `psk new`: a new private network key in the swarm.key format.
 func runPSK(args []string) error {
-	if len(args) == 0 || args[0] != "new" {
-		return errors.New("usage: intellect-node psk new [--out FILE]")
-	}
-	fs := newFlagSet("psk new", "[--out FILE]")
+	fs := newFlagSet("psk", "new [--out FILE]")
 	out := fs.String("out", "", "write the key to this `file` (mode 0600, never over an existing file) instead of standard output")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) != 1 || pos[0] != "new" {
+		return errors.New("want: intellect-node psk new [--out FILE]")
 	}
 	key, err := node.NewPSK()
 	if err != nil {

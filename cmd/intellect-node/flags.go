@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,26 +17,57 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+// errHelp is what parseFlags and parseInterleaved return for -h or --help:
+// the usage has gone to standard output and the command has nothing more to
+// do; main exits 0.
+var errHelp = errors.New("help requested")
+
 // newFlagSet returns a flag set that reports errors instead of exiting, with
 // a usage line naming the subcommand.
 func newFlagSet(name, args string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: intellect-node %s %s\n\nflags:\n", name, args)
-		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "usage: intellect-node %s %s\n", name, args)
+		if hasFlags(fs) {
+			fmt.Fprint(fs.Output(), "\nflags:\n")
+			fs.PrintDefaults()
+		}
 	}
 	return fs
 }
 
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
 // parseFlags parses args and rejects stray positional arguments.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, func() error { return fs.Parse(args) }); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	return nil
+}
+
+// parseQuiet runs parse with fs's messages held back: on -h or --help the
+// usage goes to standard output and errHelp is returned; on a bad flag the
+// message and the usage go to fs's own output (standard error unless set).
+func parseQuiet(fs *flag.FlagSet, parse func() error) error {
+	errOut := fs.Output()
+	var msg bytes.Buffer
+	fs.SetOutput(&msg)
+	defer fs.SetOutput(errOut)
+	err := parse()
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = msg.WriteTo(os.Stdout)
+		return errHelp
+	}
+	_, _ = msg.WriteTo(errOut)
+	return err
 }
 
 // newLogger returns a text logger at the given level ("debug", "info", "warn", "error").
@@ -90,17 +123,21 @@ func readSmallFile(path string, limit int64) ([]byte, error) {
 // positional arguments, which it returns; everything after "--" is positional.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+	err := parseQuiet(fs, func() error {
+		for {
+			if err := fs.Parse(args); err != nil {
+				return err
+			}
+			rest := fs.Args()
+			if len(rest) == 0 {
+				return nil
+			}
+			if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+				pos = append(pos, rest...)
+				return nil
+			}
+			pos, args = append(pos, rest[0]), rest[1:]
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
+	})
+	return pos, err
 }

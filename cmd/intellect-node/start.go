@@ -11,6 +11,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
 )
 
 func init() {
@@ -37,30 +38,30 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.StringVar(&c.Admission, "admission", node.AdmissionOpen, "who may join a new run, recorded in its manifest: open; psk (a private network: members need the key, see --psk-file); allowlist (members need a ticket from the creator: intellect-node admit)")
 	fs.StringVar(&c.PSKFile, "psk-file", "", "the private run's key `file` (swarm.key format: intellect-node psk new); default <home>/"+node.PSKFile+" if it exists, where a creator with --admission psk and no key gets a new one")
 	fs.StringVar(&c.TicketFile, "ticket", "", "this node's admission ticket `file` for an allowlist run (from intellect-node admit on the creator's home); default <home>/"+node.TicketFile+" if it exists")
-	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+node.DefaultListen+" and "+node.DefaultListenQUIC+")")
+	fs.Var(&f.listen, "listen", "libp2p listen `multiaddr`; repeatable (default "+strings.Join(node.DefaultListen(), ", ")+": TCP and QUIC on every IPv4 and IPv6 interface, QUIC not with a PSK; starts if one can be bound)")
 	fs.Var(&f.announce, "announce", "a public `multiaddr` others can dial this node at (a port forward); repeatable; replaces the advertised addresses and makes the node public")
 	fs.BoolVar(&c.NATPortMap, "nat-port-map", false, "ask the home router for a port mapping (UPnP / NAT-PMP)")
 	fs.StringVar(&c.Reachability, "reachability", p2p.ReachAuto, "auto (public if a listening interface has a public address or --announce is given, else behind a NAT), public or private (docs/nat.md)")
-	fs.StringVar(&c.Run, "run", node.DefaultRun, "training run `name`; nodes of other runs are ignored")
-	fs.StringVar(&c.Preset, "preset", node.DefaultPreset, "model `preset`: tiny, small, 150m, 1b")
-	fs.StringVar(&c.ConfigFile, "config", "", "model config JSON `file` (overrides --preset)")
-	fs.StringVar(&c.Data, "data", "", "token shard `path` (file, directory or mixture spec); default: the embedded corpus")
-	fs.StringVar(&c.Home, "home", "", "`dir` for the identity key and checkpoints (default ~/"+node.DefaultHome+")")
+	fs.StringVar(&c.Run, "run", node.DefaultRun, "training run `name`; nodes of other runs are ignored; in the run manifest")
+	fs.StringVar(&c.Preset, "preset", node.DefaultPreset, "model `preset`: "+strings.Join(train.PresetNames(), ", ")+"; in the run manifest")
+	fs.StringVar(&c.ConfigFile, "config", "", "model config JSON `file` (overrides --preset); in the run manifest")
+	fs.StringVar(&c.Data, "data", "", "token shard `path` (file, directory or mixture spec); default: the embedded corpus; in the run manifest")
+	fs.StringVar(&c.Home, "home", "", "the node's `dir`: identity key, run manifest, checkpoints, history.jsonl, api.addr (default ~/"+node.DefaultHome+")")
 	fs.StringVar(&c.StatusAddr, "status", node.DefaultStatusAddr, "`address` of the local REST status API and web page; off disables it")
 	f.tokenFile = fs.String("status-token-file", "", "`file` holding a secret (≥ 16 bytes) that opens the status API read-only to other machines (Authorization: Bearer, or the page's URL #token=); needed when --status is not loopback")
 	fs.StringVar(&c.Device, "device", node.DefaultDevice, "compute `device`: cpu; cuda in a binary built with make build-cuda; sim (simulated compute, see --sim-step)")
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
-	fs.BoolVar(&c.Overlap, "overlap", false, "overlap the all-reduce of each outer step with the next inner steps")
+	fs.BoolVar(&c.Overlap, "overlap", false, "average each outer step's pseudo-gradients while the next inner steps run, and apply the average during that phase (see --overlap-steps)")
 	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
-	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner AdamW steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md)")
-	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer (Nesterov) learning `rate`; every member must use the same")
-	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` in [0, 1), 0 for none (default %v, %v with --overlap); every member must use the same",
+	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner optimizer steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md); in the run manifest")
+	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov); 1 with --outer-momentum 0 is plain averaging; in the run manifest")
+	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default %v, %v with --overlap); in the run manifest",
 		node.DefaultOuterMomentum, node.DefaultOverlapOuterMomentum))
 	fs.IntVar(&c.MinMembers, "min-members", node.DefaultMinMembers, "hold the first outer step until `N` members agree on a ring")
 	fs.Uint64Var(&c.MaxOuterSteps, "max-outer-steps", 0, "leave gracefully and exit after outer step `N` (0: run until stopped)")
-	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "parallel rings (streams per neighbour) of the all-reduce; every member must use the same")
-	fs.BoolVar(&c.FP32, "fp32", false, "all-reduce in float32 instead of int8 (4× the traffic; for comparisons)")
-	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient")
+	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "`N` shards of the average: parallel rings (streams per neighbour) with --averaging mean, 2N streams per peer with robust; each shard quantizes its own blocks, so it changes the arithmetic; in the run manifest")
+	fs.BoolVar(&c.FP32, "fp32", false, "average in float32 instead of int8 (4× the traffic; for comparisons; implies --averaging mean); in the run manifest")
+	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient; in the run manifest")
 	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md) or mean (the ring's weighted mean; the default with --fp32); recorded in the run manifest")
 	fs.StringVar(&c.Optimizer, "optimizer", node.DefaultOptimizer, "inner `optimizer`: adamw, or muon (Muon on the hidden matrices, AdamW on the rest; docs/convergence.md); recorded in the run manifest")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/p2p"
 )
 
 // `start` without flags runs the node's defaults, and -h prints them.
@@ -30,7 +32,10 @@ func TestStartFlagDefaults(t *testing.T) {
 	var help bytes.Buffer
 	fs.SetOutput(&help)
 	fs.PrintDefaults()
-	for _, want := range []string{"(default " + node.DefaultListen + " and " + node.DefaultListenQUIC + ")", "(default ~/" + node.DefaultHome + ")",
+	if !reflect.DeepEqual(zero.Listen, p2p.DefaultListen) || !slices.Contains(zero.Listen, "/ip6/::/tcp/4001") {
+		t.Errorf("default listen %v, want p2p.DefaultListen %v (IPv4 and IPv6)", zero.Listen, p2p.DefaultListen)
+	}
+	for _, want := range []string{"(default " + strings.Join(p2p.DefaultListen, ", "), "(default ~/" + node.DefaultHome + ")",
 		`(default "` + node.DefaultStatusAddr + `")`, "(default 4)"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("-h lacks %q", want)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -31,7 +30,7 @@ type trainFlags struct {
 
 func runTrain(args []string) error {
 	var f trainFlags
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs := newFlagSet("train", "[--preset NAME | --config FILE] [--data PATH] [--home DIR] [--steps N] [--resume] [flags]")
 	fs.StringVar(&f.preset, "preset", "tiny", fmt.Sprintf("model preset %v", train.PresetNames()))
 	fs.StringVar(&f.config, "config", "", "model config JSON file (overrides --preset's model)")
 	fs.StringVar(&f.data, "data", "default", "training data: default, a shard file, a directory of *.tok shards or a mixture .json")
@@ -51,7 +50,7 @@ func runTrain(args []string) error {
 	fs.IntVar(&f.evalEvery, "eval-every", 50, "held-out loss every N steps")
 	fs.IntVar(&f.saveEvery, "save-every", 200, "checkpoint every N steps")
 	fs.IntVar(&f.keep, "keep", 3, "checkpoints kept")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	rc, err := f.runConfig()

@@ -27,7 +27,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/intellect-node/intellect-node/cmd/linkemu/emu"
+	"github.com/intellect-node/intellect-node/internal/emu"
 )
 
 // options are linkemu's flags.

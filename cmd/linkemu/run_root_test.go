@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/linkemu/emu"
+	"github.com/intellect-node/intellect-node/internal/emu"
 )
 
 // TestRunForwards runs the command's main loop on two namespaces prepared

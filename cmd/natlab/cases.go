@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
+	"github.com/intellect-node/intellect-node/internal/nat"
 )
 
 // event is what a case does to one member while the run goes on.

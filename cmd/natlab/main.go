@@ -1,5 +1,5 @@
 // Command natlab runs real intellect-node members in a NAT lab (package
-// cmd/wanbench/nat: a public segment with the link emulator's WAN delays,
+// internal/nat: a public segment with the link emulator's WAN delays,
 // home LANs behind cone and symmetric NAT routers) and reports whether they
 // train together: outer steps, model hashes, how fast each pair connects
 // directly, bytes through relays, and utilization against the same sites
@@ -23,7 +23,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/results"
+	"github.com/intellect-node/intellect-node/internal/wan"
 	"github.com/intellect-node/intellect-node/train"
 )
 
@@ -85,9 +86,12 @@ func mainErr(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	results := runAll(ctx, c, specs)
-	rep := newReport(c, results)
+	runs := runAll(ctx, c, specs)
+	rep := newReport(c, runs)
 	rep.write(os.Stdout)
+	if err := results.Write(os.Stdout, rep.rows(append([]string{"natlab"}, args...), time.Now())); err != nil {
+		return err
+	}
 	if c.Out != "" {
 		if werr := rep.writeMarkdown(c.Out, strings.Join(append([]string{"natlab"}, args...), " ")); werr != nil {
 			return werr

@@ -13,12 +13,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
+	"github.com/intellect-node/intellect-node/internal/nat"
+	"github.com/intellect-node/intellect-node/internal/results"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// Targets of issue 14.
+// The targets the NAT lab checks (docs/nat.md).
 const (
 	directWithin     = 10 * time.Second // a cone pair must connect directly this soon after joining
 	directTarget     = 0.95             // … in at least this fraction of cone pairs
@@ -170,14 +171,14 @@ type report struct {
 	figures []figure
 }
 
-// figure is one target of the issue with what was measured.
+// figure is one target with what was measured.
 type figure struct {
 	Name, Target, Measured string
 	OK                     bool
 }
 
-func newReport(c config, results []runResult) *report {
-	rp := &report{c: c, results: results}
+func newReport(c config, runs []runResult) *report {
+	rp := &report{c: c, results: runs}
 	rp.figures = []figure{rp.coneDirect(), rp.versusNoNAT(), rp.relay(), rp.identical()}
 	return rp
 }
@@ -304,6 +305,18 @@ func (rp *report) write(w io.Writer) {
 	for _, f := range rp.figures {
 		fmt.Fprintf(w, "%-4s %s: %s (target %s)\n", map[bool]string{true: "ok", false: "FAIL"}[f.OK], f.Name, f.Measured, f.Target)
 	}
+}
+
+// rows returns the figures as rows of docs/results.md, stamped with the
+// command, the binary's commit, this machine and now.
+func (rp *report) rows(args []string, now time.Time) []results.Row {
+	rows := make([]results.Row, len(rp.figures))
+	for i, f := range rp.figures {
+		rows[i] = results.Row{Figure: f.Name, Target: f.Target, Measured: f.Measured,
+			Met: map[bool]string{true: "yes", false: "no"}[f.OK], Page: "nat.md"}
+	}
+	results.Stamp(rows, args, rp.c.Bin, now)
+	return rows
 }
 
 func endOf(res runResult) string {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
+	"github.com/intellect-node/intellect-node/internal/nat"
 	"github.com/intellect-node/intellect-node/node"
 )
 
@@ -71,7 +71,7 @@ func rec(step uint64, members int, hash string, compute, wall, ar float64) node.
 	return node.OuterRecord{Step: step, Members: members, ModelHash: hash, ComputeSec: compute, WallSec: wall, AllReduceSec: ar}
 }
 
-// TestSummarizeHistories: a split (two rings of two, as issue 14 saw) is
+// TestSummarizeHistories: a split (two rings of two) is
 // found at every step it lasts; utilization counts full rings after warm-up
 // only; a member left out of final does not spoil the common step.
 func TestSummarizeHistories(t *testing.T) {
@@ -102,7 +102,7 @@ func TestSummarizeHistories(t *testing.T) {
 	}
 }
 
-// TestReportFigures: the figures pass and fail where the issue's targets
+// TestReportFigures: the figures pass and fail where the targets
 // say: cone pairs within 10 s, NAT within 5 % of no-NAT, relay < 1 MiB per
 // step, identical hashes in every run.
 func TestReportFigures(t *testing.T) {
@@ -114,6 +114,15 @@ func TestReportFigures(t *testing.T) {
 	}
 	if err := newReport(config{}, good).verdict(); err != nil {
 		t.Errorf("good runs fail: %v", err)
+	}
+	rows := newReport(config{}, good).rows([]string{"natlab", "-repeat", "1"}, time.Now())
+	if len(rows) != 4 {
+		t.Fatalf("%d results.md rows, want one per figure", len(rows))
+	}
+	for _, r := range rows {
+		if r.Met != "yes" || r.Command != "natlab -repeat 1" || r.Page != "nat.md" || r.Date == "" {
+			t.Errorf("results.md row %+v", r)
+		}
 	}
 	for name, mutate := range map[string]func(rs []runResult){
 		"pair direct after 11 s": func(rs []runResult) { rs[1].Pairs[0].Delay = 11 * time.Second },
@@ -132,7 +141,7 @@ func TestReportFigures(t *testing.T) {
 	}
 }
 
-// TestCases: the cases exist as the issue lists them, and the cone pairs
+// TestCases: the cases exist as docs/nat.md lists them, and the cone pairs
 // counted for the 95 % figure are the ones between two cone homes.
 func TestCases(t *testing.T) {
 	cs, err := lookupCases([]string{"d", "a", "nonat", "b", "c"})

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/nat"
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/nat"
+	"github.com/intellect-node/intellect-node/internal/wan"
 	"github.com/intellect-node/intellect-node/node"
 )
 

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // resolve returns the profile and the harness options the flags ask for.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // TestPrefixWriter: whole lines get the host's prefix, a partial line waits

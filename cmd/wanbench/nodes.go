@@ -14,7 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/results"
+	"github.com/intellect-node/intellect-node/internal/wan"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/train"
 )
@@ -113,6 +114,9 @@ func cmdNodes(ctx context.Context, args []string) error {
 		if werr := writeTable(os.Stdout, rows); werr != nil {
 			err = errors.Join(err, werr)
 		}
+		rr := resultRows(rows)
+		results.Stamp(rr, append([]string{"wanbench", "nodes"}, args...), c.Bin, time.Now())
+		err = errors.Join(err, results.Write(os.Stdout, rr))
 	}
 	return err
 }

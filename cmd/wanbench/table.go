@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/intellect-node/intellect-node/internal/results"
 	"github.com/intellect-node/intellect-node/node"
 )
 
@@ -93,6 +94,40 @@ func relativeNotes(rows []tableRow) []string {
 	for _, r := range rows {
 		if u, ok := ref[r.Profile]; ok && r.Mode != modeNocomm && u > 0 {
 			out = append(out, fmt.Sprintf("%s %s: utilization %.2f %% of nocomm's %.2f %% = %.3f", r.Profile, r.Mode, 100*r.Utilization, 100*u, r.Utilization/u))
+		}
+	}
+	return out
+}
+
+// utilizationTarget is the overlapped utilization the benchmark is held to.
+const utilizationTarget = 0.99
+
+// resultRows turns the table into rows of docs/results.md: per profile, the
+// overlapped modes' utilization against utilizationTarget (with the same
+// run's nocomm ceiling) and the blocking all-reduce time. Command, commit,
+// machine and date are the caller's to stamp.
+func resultRows(rows []tableRow) []results.Row {
+	nocomm := map[string]float64{}
+	for _, r := range rows {
+		if r.Mode == modeNocomm {
+			nocomm[r.Profile] = r.Utilization
+		}
+	}
+	var out []results.Row
+	for _, r := range rows {
+		switch r.Mode {
+		case modeOverlapped, modeOrder:
+			measured := fmt.Sprintf("%.2f %%", 100*r.Utilization)
+			if u, ok := nocomm[r.Profile]; ok {
+				measured += fmt.Sprintf(" (no-comm node %.2f %%)", 100*u)
+			}
+			out = append(out, results.Row{Figure: fmt.Sprintf("%s utilization, %s, %d nodes", r.Mode, r.Profile, r.Nodes),
+				Target: fmt.Sprintf("≥ %.0f %%", 100*utilizationTarget), Measured: measured,
+				Met: map[bool]string{true: "yes", false: "no"}[r.Utilization >= utilizationTarget], Page: "wan.md"})
+		case modeBlocking:
+			out = append(out, results.Row{Figure: fmt.Sprintf("blocking all-reduce time, %s, %d nodes", r.Profile, r.Nodes),
+				Measured: fmt.Sprintf("median %.3f s, p90 %.3f s; utilization %.2f %%", r.AllReduceMedian, r.AllReduceP90, 100*r.Utilization),
+				Page:     "wan.md"})
 		}
 	}
 	return out

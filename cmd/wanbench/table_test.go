@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 	"github.com/intellect-node/intellect-node/node"
 )
 
@@ -211,5 +211,29 @@ func TestLargestRingAndRelative(t *testing.T) {
 	})
 	if len(notes) != 1 || !strings.HasSuffix(notes[0], "= 0.500") || !strings.HasPrefix(notes[0], "usa blocking") {
 		t.Errorf("notes = %q", notes)
+	}
+}
+
+// TestResultRows: one results.md row per overlapped mode, held to 99 % with
+// the same profile's no-comm ceiling beside it, and one per blocking run.
+func TestResultRows(t *testing.T) {
+	rows := []tableRow{
+		{Profile: "usa", Mode: modeBlocking, Nodes: 4, AllReduceMedian: 0.72, AllReduceP90: 0.85, Utilization: 0.95},
+		{Profile: "usa", Mode: modeNocomm, Nodes: 1, Utilization: 0.9905},
+		{Profile: "usa", Mode: modeOverlapped, Nodes: 4, Utilization: 0.9915},
+		{Profile: "global", Mode: modeOrder, Nodes: 6, Utilization: 0.987},
+	}
+	got := resultRows(rows)
+	if len(got) != 3 {
+		t.Fatalf("%d rows, want 3: %+v", len(got), got)
+	}
+	if r := got[1]; r.Figure != "overlapped utilization, usa, 4 nodes" || r.Met != "yes" || r.Measured != "99.15 % (no-comm node 99.05 %)" {
+		t.Errorf("usa overlapped: %+v", r)
+	}
+	if r := got[2]; r.Met != "no" || r.Measured != "98.70 %" {
+		t.Errorf("global overlapped+order: %+v", r)
+	}
+	if r := got[0]; r.Target != "" || !strings.HasPrefix(r.Measured, "median 0.720 s, p90 0.850 s") {
+		t.Errorf("usa blocking: %+v", r)
 	}
 }

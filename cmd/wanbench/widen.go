@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // sameSite is the path between two hosts widened from the same site of a

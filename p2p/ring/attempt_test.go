@@ -189,8 +189,9 @@ func arRunning(fn string) bool {
 }
 
 // arBlackhole is a TCP listener that accepts connections and never answers:
-// a libp2p dial to it hangs in the security handshake.
-func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
+// a libp2p dial to it hangs in the security handshake. accepted receives a
+// value for each connection it accepts (dropped when nobody waits).
+func arBlackhole(t *testing.T) (id peer.ID, addr ma.Multiaddr, accepted <-chan struct{}) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -198,6 +199,7 @@ func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
 	}
 	var wg sync.WaitGroup
 	var conns []net.Conn
+	acc := make(chan struct{}, 1)
 	wg.Go(func() {
 		for {
 			c, err := l.Accept()
@@ -205,6 +207,10 @@ func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
 				return
 			}
 			conns = append(conns, c)
+			select {
+			case acc <- struct{}{}:
+			default:
+			}
 		}
 	})
 	t.Cleanup(func() {
@@ -218,11 +224,10 @@ func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := peer.IDFromPrivateKey(key)
-	if err != nil {
+	if id, err = peer.IDFromPrivateKey(key); err != nil {
 		t.Fatal(err)
 	}
-	return id, ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", l.Addr().(*net.TCPAddr).Port))
+	return id, ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", l.Addr().(*net.TCPAddr).Port)), acc
 }
 
 // TestServiceCloseJoinsAbortMessages: an aborted attempt keeps telling its
@@ -231,7 +236,7 @@ func arBlackhole(t *testing.T) (peer.ID, ma.Multiaddr) {
 func TestServiceCloseJoinsAbortMessages(t *testing.T) {
 	h0, left := arHostCM(t), arHostCM(t)
 	arLink(t, h0, left)
-	right, addr := arBlackhole(t)
+	right, addr, _ := arBlackhole(t)
 	h0.Peerstore().AddAddr(right, addr, peerstore.PermanentAddrTTL)
 	svc, err := NewService(h0, ServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
 	if err != nil {
@@ -266,7 +271,7 @@ func TestServiceCloseJoinsAbortMessages(t *testing.T) {
 func TestRingCloseJoinsReachLeft(t *testing.T) {
 	h0, right := arHostCM(t), arHostCM(t)
 	arLink(t, h0, right)
-	left, addr := arBlackhole(t)
+	left, addr, dialed := arBlackhole(t)
 	h0.Peerstore().AddAddr(left, addr, peerstore.PermanentAddrTTL)
 	svc, err := NewService(h0, ServiceConfig{IOTimeout: time.Minute, Logger: arQuiet})
 	if err != nil {
@@ -278,12 +283,11 @@ func TestRingCloseJoinsReachLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	const fn = "(*Transport).reachLeft"
-	for start := time.Now(); !arRunning(fn); time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("no dial of the left neighbour: the test cannot tell whether Close joins it")
-		}
+	select {
+	case <-dialed: // the dial is in its handshake with the blackhole
+	case <-time.After(5 * time.Second):
+		t.Fatal("no dial of the left neighbour: the test cannot tell whether Close joins it")
 	}
-	time.Sleep(2 * leftGrace) // into the dial
 	start := time.Now()
 	tr.Close()
 	// Uncancelled, the dial would last until libp2p's local dial timeout

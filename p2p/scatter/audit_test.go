@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -123,7 +124,12 @@ func TestAuditWaitEndsOnClose(t *testing.T) {
 		_, why := svc.waitInputs(auditRequest{id: "finished"})
 		got <- why
 	}()
-	time.Sleep(50 * time.Millisecond)
+	for waiting := false; !waiting; { // the wait has made its wake channel
+		svc.mu.Lock()
+		waiting = svc.keptWake != nil
+		svc.mu.Unlock()
+		runtime.Gosched()
+	}
 	select {
 	case why := <-got:
 		t.Fatalf("the wait for Keep ended before it: %q", why)

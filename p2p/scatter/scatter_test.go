@@ -64,16 +64,17 @@ type result struct {
 	stats []Stats
 }
 
-// run reduces in over svcs, member i starting after delay(i).
+// run reduces in over svcs; member i first calls before(i) if before is
+// set (a late member waits there for something to happen first).
 func run(ctx context.Context, svcs []*Service, ids []peer.ID, id string, in [][]float32, w []float32,
-	cfg collective.ScatterConfig, delay func(int) time.Duration) result {
+	cfg collective.ScatterConfig, before func(int)) result {
 	k := len(svcs)
 	r := result{out: make([][]float32, k), errs: make([]error, k), stats: make([]Stats, k)}
 	var wg sync.WaitGroup
 	for i := range k {
 		wg.Go(func() {
-			if delay != nil {
-				time.Sleep(delay(i))
+			if before != nil {
+				before(i)
 			}
 			r.out[i] = make([]float32, len(in[i]))
 			spec := Spec{ID: id, Step: 7, Members: ids, Self: i}
@@ -108,7 +109,11 @@ func TestScatterLibp2pMatchesMemory(t *testing.T) {
 			cfg := collective.ScatterConfig{Shards: tc.shards, ChunkElems: 4096}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			late := func(i int) time.Duration { return time.Duration(i%2) * 200 * time.Millisecond }
+			late := func(i int) { // odd members open once others' streams wait for them
+				if i%2 == 1 {
+					waitPending(t, svcs[i], "attempt-a")
+				}
+			}
 			r := run(ctx, svcs, ids, "attempt-a", in, w, cfg, late)
 			mem := memReduce(t, in, w, cfg)
 			for i := range tc.k {
@@ -155,10 +160,13 @@ func TestScatterMemberDies(t *testing.T) {
 	cfg := collective.ScatterConfig{Shards: 2, ChunkElems: 1024}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Member 3 never opens the attempt, and its host goes away meanwhile.
-	go func() { time.Sleep(100 * time.Millisecond); hs[3].Close() }()
+	// Member 3 never opens the attempt, and its host goes away once the
+	// others' streams of the attempt have reached it.
+	closed := make(chan struct{})
+	go func() { defer close(closed); waitPending(t, svcs[3], "attempt-dies"); hs[3].Close() }()
 	start := time.Now()
 	r := runWithAbsent(ctx, svcs, ids, "attempt-dies", in, w, cfg, 3)
+	<-closed
 	for i := range 3 {
 		var pe *ring.PeerError
 		if !errors.As(r.errs[i], &pe) || pe.Peer != ids[3] {
@@ -167,6 +175,27 @@ func TestScatterMemberDies(t *testing.T) {
 	}
 	if took := time.Since(start); took > 25*time.Second {
 		t.Fatalf("failure took %v", took)
+	}
+}
+
+// waitPending waits until svc holds a stream of attempt id that arrived
+// before this member opened the attempt.
+func waitPending(t *testing.T, svc *Service, id string) {
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		svc.mu.Lock()
+		n := len(svc.pending[id])
+		svc.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no stream of attempt %s reached the late member", id)
+			return
+		}
+		<-tick.C
 	}
 }
 

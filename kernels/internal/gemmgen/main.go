@@ -146,6 +146,14 @@ func (s kernelSpec) write(w *bytes.Buffer) {
 // masked loads and stores, for the right and bottom edges of C.
 func (s kernelSpec) function(p func(string, ...any), edge bool) {
 	vecBytes := s.width * 4
+	s.header(p, edge)
+	s.prologue(p, edge)
+	s.mainLoop(p, vecBytes)
+	s.stores(p, vecBytes, edge)
+}
+
+// header emits the kernel's doc comment and its TEXT line.
+func (s kernelSpec) header(p func(string, ...any), edge bool) {
 	nr := s.nvec * s.width
 	name, frame := s.name, 48
 	p("")
@@ -177,6 +185,12 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 		p("// When beta == 0 (or -0), C is not read.")
 	}
 	p("TEXT ·%s(SB), NOSPLIT, $0-%d", name, frame)
+}
+
+// prologue emits the argument loads, the row bases of a direct A, the
+// prefetch of the C tile (full tiles) and the clearing of the accumulators.
+func (s kernelSpec) prologue(p func(string, ...any), edge bool) {
+	nr := s.nvec * s.width
 	p("\tMOVQ kc+0(FP), CX")
 	p("\tMOVQ a+8(FP), SI")
 	p("\tMOVQ b+16(FP), DI")
@@ -211,7 +225,12 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 			p("\t%s %s, %s, %s", s.zeroOp(), a, a, a)
 		}
 	}
-	// Main loop: unroll k steps per iteration, then a remainder loop of one step.
+}
+
+// mainLoop emits the k loop: unroll steps per iteration, then a remainder
+// loop of one step.
+func (s kernelSpec) mainLoop(p func(string, ...any), vecBytes int) {
+	nr := s.nvec * s.width
 	p("\tMOVQ CX, R9")
 	p("\tSHRQ $%d, R9", log2(s.unroll))
 	p("\tJZ tail")
@@ -241,6 +260,11 @@ func (s kernelSpec) function(p func(string, ...any), edge bool) {
 	p("\tADDQ $%d, DI", nr*4)
 	p("\tDECQ CX")
 	p("\tJNZ tailloop")
+}
+
+// stores emits C = alpha·acc + beta·C, or alpha·acc when beta is ±0 (C not
+// read), through the column masks for an edge tile.
+func (s kernelSpec) stores(p func(string, ...any), vecBytes int, edge bool) {
 	p("store:")
 	alpha, beta := s.breg(0), s.breg(1)
 	p("\tVBROADCASTSS alpha+40(FP), %s", alpha)

@@ -11,7 +11,7 @@ import (
 // ideal TCP goodput and to the emulator's capacity (no delay, no rate limit)
 // measured in the same run, with and without TCP segmentation offload.
 //
-//	go test -run '^$' -bench Link -benchtime 2x ./cmd/wanbench/wan
+//	go test -run '^$' -bench Link -benchtime 2x ./internal/wan
 func BenchmarkLink(b *testing.B) {
 	if testing.Short() {
 		b.Skip("wan: namespace benchmark skipped in -short mode")

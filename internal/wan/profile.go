@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/linkemu/emu"
+	"github.com/intellect-node/intellect-node/internal/emu"
 )
 
 // The reference workload the profiles' rates belong to: INTELLECT-1 moved

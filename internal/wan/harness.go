@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/linkemu/emu"
+	"github.com/intellect-node/intellect-node/internal/emu"
 )
 
 // Device is the name of the TUN device in every host's namespace.

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/linkemu/emu"
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/emu"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // LANSuffix ends the name of a home LAN's namespace:

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestBuiltinProfiles checks the geographies the issue asks for: usa has 4
+// TestBuiltinProfiles checks the built-in geographies: usa has 4
 // hosts 20–70 ms apart; usa-europe 2+2 with ≈ 90 ms across; global spans
 // three regions with 150–300 ms between them at lower rates than within.
 func TestBuiltinProfiles(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/intellect-node/intellect-node/cmd/linkemu/emu"
+	"github.com/intellect-node/intellect-node/internal/emu"
 )
 
 // NetnsDir is where iproute2 keeps named network namespaces.

@@ -12,7 +12,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // Kind is how a site reaches the public segment.

@@ -6,12 +6,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/intellect-node/intellect-node/cmd/wanbench/wan"
+	"github.com/intellect-node/intellect-node/internal/wan"
 )
 
 // needRoot skips unless the test can build namespaces.
@@ -25,6 +26,9 @@ func needRoot(t *testing.T) {
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skip("no /dev/net/tun")
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		t.Skip("no iptables-restore (make test-nat installs it)")
 	}
 }
 
