@@ -76,7 +76,7 @@ const (
 )
 
 // AllReduceConfig configures AllReduce. Every member of a ring must use the
-// same Shards, ChunkElems and Codec.
+// same values (they decide the bits of the result).
 type AllReduceConfig struct {
 	// Shards is the number of independent rings, each over a contiguous
 	// slice of the vector and on its own Transport shard. Default
@@ -85,12 +85,33 @@ type AllReduceConfig struct {
 	// ChunkElems is the number of values per message, the unit of
 	// pipelining. Default DefaultChunkElems; 1..MaxChunkElems.
 	ChunkElems int
-	// Codec is the wire format of the values. Default CodecInt8.
+	// Codec is the wire format of the values. Default CodecInt8. With
+	// CodecQ4, CodecQ2 and CodecTopK every member encodes its contribution
+	// once and the ring gathers the encoded contributions (see
+	// AllReduceInto).
 	Codec Codec
 	// ErrorFeedback, with a non-nil residual, adds the residual (the
 	// quantization error this member made in the previous all-reduce) to
 	// this member's contribution and stores the new error in it.
 	ErrorFeedback bool
+	// FeedbackDecay β scales the residual carried in by the compressed
+	// codecs' error feedback: the contribution is Src + β·ResIn, in the
+	// member's own units (SparseLoCo uses 0.95). Default 1; in (0, 1]; 1
+	// for CodecInt8 and CodecFP32, whose residual is in output units.
+	FeedbackDecay float32
+	// TopK is the entries CodecTopK keeps per full block (a short last
+	// block keeps ⌈len·TopK/TopKBlock⌉). Default DefaultTopK (at most
+	// TopKBlock); 1..TopKBlock. Cleared by Validate for other codecs, as are
+	// TopKBlock and TopKBits.
+	TopK int
+	// TopKBlock is the values per CodecTopK block; indices take
+	// ⌈log2 TopKBlock⌉ bits. Default DefaultTopKBlock; 1..MaxChunkElems, and
+	// a chunk of ChunkElems may hold at most a few tens of blocks (a
+	// result's block counts must not outweigh a contribution's header).
+	TopKBlock int
+	// TopKBits is the bits per value CodecTopK keeps: 2 or 4. Default
+	// DefaultTopKBits.
+	TopKBits int
 }
 
 // Validate fills defaults and rejects out-of-range values.
@@ -112,7 +133,7 @@ func (c *AllReduceConfig) Validate() error {
 	case !c.Codec.valid():
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, c.Codec)
 	}
-	return nil
+	return c.validateCodec()
 }
 
 // Stats counts the chunk messages (header and payload) of one AllReduce.
