@@ -206,11 +206,17 @@ func AllReduceInto(ctx context.Context, tr Transport, rank int, weights []float3
 	r := &ring{parent: ctx, tr: tr, rank: rank, k: len(weights), cfg: cfg}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
-	shards := make([]*shardRun, cfg.Shards)
+	shards := make([]shardRunner, cfg.Shards)
+	scales := weightScales(weights)
 	var wg sync.WaitGroup
 	for s := range shards {
 		lo, hi := span(len(vec), cfg.Shards, s)
-		shards[s] = newShardRun(r, s, sub(b.Src, lo, hi), vec[lo:hi], sub(resIn, lo, hi), sub(resOut, lo, hi), scale)
+		if cfg.Codec.compressed() {
+			shards[s] = newGatherRun(r, s, Buffers{Src: sub(b.Src, lo, hi), Dst: vec[lo:hi], ResIn: sub(resIn, lo, hi),
+				ResOut: sub(resOut, lo, hi)}, scales)
+		} else {
+			shards[s] = newShardRun(r, s, sub(b.Src, lo, hi), vec[lo:hi], sub(resIn, lo, hi), sub(resOut, lo, hi), scale)
+		}
 		wg.Go(shards[s].run)
 	}
 	wg.Wait()
@@ -266,6 +272,20 @@ func weightScale(weights []float32, rank int) (float32, error) {
 	return float32(float64(weights[rank]) / total), nil
 }
 
+// weightScales returns weights[i] / Σ weights for every member, as
+// weightScale computes it (weights validated).
+func weightScales(weights []float32) []float32 {
+	var total float64
+	for _, w := range weights {
+		total += float64(w)
+	}
+	out := make([]float32, len(weights))
+	for i, w := range weights {
+		out[i] = float32(float64(w) / total)
+	}
+	return out
+}
+
 // span returns part i of n items split into parts nearly equal parts.
 func span(n, parts, i int) (lo, hi int) {
 	return int(int64(n) * int64(i) / int64(parts)), int(int64(n) * int64(i+1) / int64(parts))
@@ -280,9 +300,10 @@ func sub(s []float32, lo, hi int) []float32 {
 
 // reduceAlone is the ring of one. Nothing crosses a wire, so nothing is
 // quantized whatever cfg.Codec says: the member keeps its exact (scaled)
-// vector plus any residual carried from earlier rings, checked for
-// non-finite values as the fp32 codec checks them. A lone node thus trains
-// exactly as it would without DiLoCo's averaging (outer lr 1, momentum 0).
+// vector plus any residual carried from earlier rings (β·residual with the
+// compressed codecs), checked for non-finite values as the fp32 codec
+// checks them. A lone node thus trains exactly as it would without
+// DiLoCo's averaging (outer lr 1, momentum 0).
 func reduceAlone(src, vec, residual, resOut []float32, scale float32, cfg AllReduceConfig) error {
 	var c coder
 	c.init(CodecFP32)
@@ -291,7 +312,11 @@ func reduceAlone(src, vec, residual, resOut []float32, scale float32, cfg AllRed
 		hi := min(lo+cfg.ChunkElems, len(vec))
 		x := vec[lo:hi]
 		fill(x, sub(src, lo, hi))
-		c.prepare(x, sub(residual, lo, hi), scale)
+		if cfg.Codec.compressed() {
+			addDecayed(x, sub(residual, lo, hi), cfg.FeedbackDecay) // scale is 1
+		} else {
+			c.prepare(x, sub(residual, lo, hi), scale)
+		}
 		if err := c.encodeOwned(payload, x, sub(resOut, lo, hi)); err != nil {
 			return err
 		}

@@ -58,13 +58,21 @@ type codecParams struct {
 // params returns the codec parameters of a validated configuration.
 func (c *AllReduceConfig) params() codecParams {
 	p := codecParams{codec: c.Codec, decay: c.FeedbackDecay, topK: c.TopK, block: c.TopKBlock, bits: c.TopKBits}
-	switch c.Codec {
-	case CodecQ4:
-		p.bits = 4
-	case CodecQ2:
-		p.bits = 2
+	if c.Codec != CodecTopK {
+		p.bits = denseBits(c.Codec)
 	}
 	return p
+}
+
+// denseBits is the bits per value of CodecQ4 and CodecQ2 (0 for others).
+func denseBits(c Codec) int {
+	switch c {
+	case CodecQ4:
+		return 4
+	case CodecQ2:
+		return 2
+	}
+	return 0
 }
 
 // validateCodec fills the defaults of the codec's parameters and rejects
@@ -157,6 +165,29 @@ func (p codecParams) msgSize(n int) int {
 		return topkLen(n, p.block, p.entries(n), p.bits, topkFixed)
 	}
 	return p.codec.msgSize(n)
+}
+
+// segmentSize is the size of a contribution to a segment of n values in
+// chunks of chunkElems.
+func (p codecParams) segmentSize(n, chunkElems int) int {
+	size := n / chunkElems * p.msgSize(chunkElems)
+	if n%chunkElems != 0 {
+		size += p.msgSize(n % chunkElems)
+	}
+	return size
+}
+
+// addDecayed adds β·res to x (res may be nil): float32(β·r) rounded
+// before the addition, so no platform fuses a multiply-add (β = 1 adds
+// res exactly).
+func addDecayed(x, res []float32, beta float32) {
+	if res == nil {
+		return
+	}
+	res = res[:len(x)]
+	for i, r := range res {
+		x[i] += float32(beta * r)
+	}
 }
 
 // maxMsgSize bounds every message of n values: for a top-k result, one

@@ -105,6 +105,9 @@ func (r *recMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
 // s, which never crosses the wire when i owns it (an auditor would ask the
 // owner for it).
 func ownContribution(t *testing.T, in []float32, i, j, s, k int, cfg ScatterConfig) []byte {
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	lo, hi := span(len(in), cfg.Shards, s)
 	sc := newScatter(i, k, nil, cfg)
 	sc.ctx = context.Background()
