@@ -254,3 +254,68 @@ func TestMaxChunkMsgSize(t *testing.T) {
 		}
 	}
 }
+
+// TestCompressedMalformed: decoders refuse indices out of their block or
+// out of order, block counts that do not add up or exceed the block,
+// padding bits set and descriptors that disagree with the configuration.
+func TestCompressedMalformed(t *testing.T) {
+	p := testParams(t, AllReduceConfig{Codec: CodecTopK, TopK: 2, TopKBlock: 8, TopKBits: 4}, 64)
+	const n = 13 // a block of 8 and a short one of 5
+	write := func(form int, counts []int, idx []int, pad bool) []byte {
+		e := len(idx)
+		msg := make([]byte, topkLen(n, 8, e, 4, form)+1)
+		putHeader(msg, chunkHeader{codec: CodecTopK, n: n})
+		putTopkDesc(msg[chunkHeaderSize:], topkDesc{bits: 4, form: form, block: 8, entries: e})
+		bw := bitWriter{buf: msg[chunkHeaderSize+topkDescSize+64:]}
+		for _, c := range counts {
+			bw.put(uint32(c), 4)
+		}
+		for _, i := range idx {
+			bw.put(uint32(i), 3)
+		}
+		for range idx {
+			bw.put(1, 4)
+		}
+		if pad {
+			bw.put(1, 1)
+		}
+		bw.flush()
+		return msg[:topkLen(n, 8, e, 4, form)]
+	}
+	good := [][]byte{
+		write(topkFixed, nil, []int{0, 7, 1, 4}, false),
+		write(topkCounted, []int{3, 0}, []int{0, 1, 7}, false),
+	}
+	for i, msg := range good {
+		if _, err := decodeMsg(p, msg, n, i == 1); err != nil {
+			t.Fatalf("good message %d: %v", i, err)
+		}
+	}
+	bad := map[string][]byte{
+		"out of the short block": write(topkFixed, nil, []int{0, 7, 1, 5}, false),
+		"out of order":           write(topkFixed, nil, []int{7, 0, 1, 4}, false),
+		"repeated":               write(topkFixed, nil, []int{0, 7, 4, 4}, false),
+		"padding":                write(topkFixed, nil, []int{0, 7, 1, 4}, true),
+		"counts short":           write(topkCounted, []int{2, 0}, []int{0, 1, 7}, false),
+		"counts over the block":  write(topkCounted, []int{9, 0}, []int{0, 1, 7}, false),
+		"count of a short block": write(topkCounted, []int{0, 6}, []int{0, 1, 2}, false),
+		"counted contribution":   write(topkCounted, []int{2, 2}, []int{0, 7, 1, 4}, false),
+		"fixed count wrong":      write(topkFixed, nil, []int{0, 7, 1}, false),
+	}
+	for name, msg := range bad {
+		if _, err := decodeMsg(p, msg, n, name != "counted contribution"); !errors.Is(err, ErrBadChunk) {
+			t.Errorf("%s: %v, want ErrBadChunk", name, err)
+		}
+	}
+	other := testParams(t, AllReduceConfig{Codec: CodecTopK, TopK: 2, TopKBlock: 16, TopKBits: 4}, 64)
+	if _, err := decodeMsg(other, good[0], n, false); !errors.Is(err, ErrBadChunk) {
+		t.Errorf("another block size: %v", err)
+	}
+	q2 := testParams(t, AllReduceConfig{Codec: CodecQ2}, 64)
+	pk := packer{p: q2}
+	msg, _ := encodeMsg(t, &pk, []float32{1, 2, 3})
+	msg[len(msg)-1] |= 0x80
+	if _, err := decodeMsg(q2, msg, 3, false); !errors.Is(err, ErrBadChunk) {
+		t.Errorf("dense padding: %v", err)
+	}
+}
