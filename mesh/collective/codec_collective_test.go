@@ -646,3 +646,60 @@ func TestCodecMessageNorm(t *testing.T) {
 		}
 	}
 }
+
+// TestCombineDenseCoded: an owner's CenteredClip over q4 and q2 codes
+// (robustMeanCoded on the contributions rewritten as int8) gives the
+// bytes and verdicts of decoding them, robustMean and encoding the
+// result, with clipped, rejected (a NaN table entry in use) and
+// zero-weight members.
+func TestCombineDenseCoded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, cc := range collectiveCodecs[:2] {
+		p := testParams(t, cc, 4096)
+		for _, c := range []struct{ k, m int }{{3, 100}, {7, 1000}, {2, 50}, {9, 4095}} {
+			xs, _ := pseudoGrads(rng, c.k, c.m)
+			noiseAttack(rng, xs, nil, 1)
+			msgs := make([][]byte, c.k)
+			pk := packer{p: p}
+			for i := range xs {
+				msgs[i], _ = encodeMsg(t, &pk, xs[i])
+			}
+			if c.k > 3 { // member 2 uses a NaN entry (every entry is in use here)
+				binary.LittleEndian.PutUint32(msgs[2][chunkHeaderSize:], 0x7fc00000)
+			}
+			w := honestWeights(c.k)
+			w[c.k-1] = 0
+			rc := RobustConfig{MaxWeight: testH}
+			if err := rc.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			ow := newOwnerWork(p, c.k, c.m)
+			got, gotV, err := ow.combine(&rc, w, msgs, 0, -1, 0)
+			got = bytes.Clone(got)
+			putOwnerWork(ow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := make([][]float32, c.k)
+			for i, m := range msgs {
+				rows[i] = make([]float32, c.m)
+				_ = pk.read(m[chunkHeaderSize:], c.m, false, false)
+				pk.apply(rows[i], m[chunkHeaderSize:], 1, false)
+			}
+			var ws robustWork
+			res, wantV := make([]float32, c.m), make([]Verdict, c.k)
+			robustMean(&ws, &rc, w, rows, res, wantV)
+			if c.k > 3 && (wantV[2].Flag != FlagRejected || wantV[0].Flag != FlagHard) {
+				t.Fatalf("%s k=%d: verdicts %+v: not the case meant", caseName(cc), c.k, wantV)
+			}
+			want := make([]byte, p.msgSize(c.m))
+			putHeader(want, chunkHeader{codec: p.codec, phase: phaseDirectGather, n: uint32(c.m)})
+			if _, err := pk.encode(want[chunkHeaderSize:], res, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) || !reflect.DeepEqual(gotV, wantV) {
+				t.Fatalf("%s k=%d m=%d: the coded rule differs from decoding + robustMean", caseName(cc), c.k, c.m)
+			}
+		}
+	}
+}

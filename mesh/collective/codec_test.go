@@ -178,7 +178,6 @@ func TestTopKSelection(t *testing.T) {
 		}
 		keep := 1 + rng.IntN(len(blk))
 		tq.kept.reset(len(blk))
-		tq.keys = make([]uint64, len(blk))
 		tq.selectTopK(blk, 0, keep)
 		if got, want := fmt.Sprint(tq.kept.idx), fmt.Sprint(naiveTopK(blk, keep)); got != want {
 			t.Fatalf("top %d of %v: %s, want %s", keep, blk, got, want)

@@ -180,30 +180,82 @@ func decodeDense(dst []float32, t []float32, payload []byte, b int, scale float3
 	}
 }
 
-// unpackSet sets dst[i] to st[code i].
+// unpackSet sets dst[i] to st[code i], a byte of codes at a time through
+// a table of what each byte decodes to.
 func unpackSet(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
-	per, mask := 8/b, byte(1<<b-1)
-	full := len(dst) / per
-	for i, c := range codes[:full] {
-		for j := range per {
-			dst[i*per+j] = st[c>>(j*b)&mask]
+	var bt [256 * 4]float32 // byte → its 8/b values
+	byteTable(&bt, st, b)
+	if b == 4 {
+		full := len(dst) / 2
+		d := dst[:2*full]
+		for i, c := range codes[:full] {
+			t := bt[2*int(c) : 2*int(c)+2 : 2*int(c)+2]
+			d[2*i], d[2*i+1] = t[0], t[1]
+		}
+	} else {
+		full := len(dst) / 4
+		d := dst[:4*full]
+		for i, c := range codes[:full] {
+			t := bt[4*int(c) : 4*int(c)+4 : 4*int(c)+4]
+			d[4*i], d[4*i+1], d[4*i+2], d[4*i+3] = t[0], t[1], t[2], t[3]
 		}
 	}
-	for i := full * per; i < len(dst); i++ {
-		dst[i] = st[codes[i/per]>>(i%per*b)&mask]
-	}
+	unpackTail(dst, st, codes, b, false)
 }
 
 // unpackAdd adds st[code i] to dst[i].
 func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
-	per, mask := 8/b, byte(1<<b-1)
-	full := len(dst) / per
-	for i, c := range codes[:full] {
-		for j := range per {
-			dst[i*per+j] += st[c>>(j*b)&mask]
+	var bt [256 * 4]float32
+	byteTable(&bt, st, b)
+	if b == 4 {
+		full := len(dst) / 2
+		d := dst[:2*full]
+		for i, c := range codes[:full] {
+			t := bt[2*int(c) : 2*int(c)+2 : 2*int(c)+2]
+			d[2*i] += t[0]
+			d[2*i+1] += t[1]
+		}
+	} else {
+		full := len(dst) / 4
+		d := dst[:4*full]
+		for i, c := range codes[:full] {
+			t := bt[4*int(c) : 4*int(c)+4 : 4*int(c)+4]
+			d[4*i] += t[0]
+			d[4*i+1] += t[1]
+			d[4*i+2] += t[2]
+			d[4*i+3] += t[3]
 		}
 	}
-	for i := full * per; i < len(dst); i++ {
-		dst[i] += st[codes[i/per]>>(i%per*b)&mask]
+	unpackTail(dst, st, codes, b, true)
+}
+
+// unpackBytes writes the len(dst) b-bit codes of codes one per byte.
+func unpackBytes(dst, codes []byte, b int) {
+	per, mask := 8/b, byte(1<<b-1)
+	for i := range dst {
+		dst[i] = codes[i/per] >> (i % per * b) & mask
+	}
+}
+
+// byteTable sets bt[byte·per + j] to st[code j of byte], per = 8/b.
+func byteTable(bt *[256 * 4]float32, st *[maxLevels]float32, b int) {
+	per, mask := 8/b, 1<<b-1
+	for c := range 256 {
+		for j := range per {
+			bt[c*per+j] = st[c>>(j*b)&mask]
+		}
+	}
+}
+
+// unpackTail decodes the values after the last full byte of codes.
+func unpackTail(dst []float32, st *[maxLevels]float32, codes []byte, b int, add bool) {
+	per, mask := 8/b, byte(1<<b-1)
+	for i := len(dst) / per * per; i < len(dst); i++ {
+		v := st[codes[i/per]>>(i%per*b)&mask]
+		if add {
+			dst[i] += v
+		} else {
+			dst[i] = v
+		}
 	}
 }

@@ -3,7 +3,6 @@ package collective
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"slices"
 	"sort"
 )
@@ -29,7 +28,7 @@ func (s *sparse) reset(n int) {
 
 // topkQuant is the scratch space of the top-k encoder; one per goroutine.
 type topkQuant struct {
-	keys   []uint64 // (B) one block's selection keys
+	cand   []uint32 // one block's magnitudes that share the threshold's top digit
 	kept   sparse
 	sorted []float32 // the kept values, sorted
 	dp     groupDP
@@ -39,92 +38,61 @@ type topkQuant struct {
 	codes  []uint8
 }
 
-// selectKey orders by magnitude, then by lower index: larger keys win.
-func selectKey(v float32, i int) uint64 {
-	return uint64(math.Float32bits(v)&^(1<<31))<<32 | uint64(^uint32(i))
-}
-
-// selectTopK appends to kept the K largest keys' positions of the block
-// x (offset off in the chunk), in increasing order.
+// selectTopK appends to tq.kept the keep entries of largest magnitude
+// of the block x (offset off in the chunk), ties to the lower index, in
+// increasing order: a radix selection of the keep-th largest magnitude T
+// over the bits of |x| (three digits, the later ones over the candidates
+// only), then one pass taking every value above T and the first ones equal
+// to it.
 func (tq *topkQuant) selectTopK(x []float32, off, keep int) {
-	keys := tq.keys[:len(x)]
-	for i, v := range x {
-		keys[i] = selectKey(v, i)
+	var h [1 << 11]int32
+	mag := func(v float32) uint32 { return math.Float32bits(v) &^ (1 << 31) }
+	for _, v := range x {
+		h[mag(v)>>21]++
 	}
-	nthLargest(keys, keep)
-	first := len(tq.kept.idx)
-	for _, k := range keys[:keep] {
-		tq.kept.idx = append(tq.kept.idx, int32(off+int(^uint32(k))))
+	hi, need := topDigit(h[:1<<10], keep)
+	tq.cand = tq.cand[:0]
+	for _, v := range x {
+		if m := mag(v); m>>21 == hi {
+			tq.cand = append(tq.cand, m)
+		}
 	}
-	slices.Sort(tq.kept.idx[first:])
-	for _, i := range tq.kept.idx[first:] {
-		tq.kept.vals = append(tq.kept.vals, x[int(i)-off])
+	prefix := hi
+	for _, d := range [2]struct{ shift, width uint }{{11, 10}, {0, 11}} {
+		clear(h[:1<<d.width])
+		for _, m := range tq.cand {
+			if m>>(d.shift+d.width) == prefix {
+				h[m>>d.shift&(1<<d.width-1)]++
+			}
+		}
+		var digit uint32
+		digit, need = topDigit(h[:1<<d.width], need)
+		prefix = prefix<<d.width | digit
+	}
+	for i, v := range x { // prefix is now T
+		if m := mag(v); m > prefix || m == prefix && need > 0 {
+			if m == prefix {
+				need--
+			}
+			tq.kept.idx = append(tq.kept.idx, int32(off+i))
+			tq.kept.vals = append(tq.kept.vals, v)
+		}
 	}
 }
 
-// nthLargest reorders keys (distinct) so that keys[:k] are the k largest:
-// quickselect with median-of-three pivots, sorting outright when it
-// recurses too deep.
-func nthLargest(keys []uint64, k int) {
-	lo, hi := 0, len(keys) // the boundary k lies in [lo, hi)
-	for depth := 2 * bits.Len(uint(len(keys))); hi-lo > 16 && k > lo && k < hi; depth-- {
-		if depth == 0 {
-			slices.SortFunc(keys[lo:hi], func(a, b uint64) int { return cmpDesc(a, b) })
-			return
-		}
-		p := partitionDesc(keys[lo:hi]) + lo
-		if k <= p {
-			hi = p
-		} else {
-			lo = p + 1
-		}
+// topDigit returns the largest digit d with at least need values in
+// digits ≥ d, and how many of those equal to d must still be taken.
+func topDigit(h []int32, need int) (uint32, int) {
+	d := len(h) - 1
+	for ; d > 0 && int(h[d]) < need; d-- {
+		need -= int(h[d])
 	}
-	if k > lo && k < hi {
-		slices.SortFunc(keys[lo:hi], func(a, b uint64) int { return cmpDesc(a, b) })
-	}
-}
-
-func cmpDesc(a, b uint64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
-}
-
-// partitionDesc puts the keys larger than a median-of-three pivot before
-// it and the smaller after it, and returns the pivot's index.
-func partitionDesc(s []uint64) int {
-	m, last := len(s)/2, len(s)-1
-	if s[m] > s[0] {
-		s[m], s[0] = s[0], s[m]
-	}
-	if s[last] > s[0] {
-		s[last], s[0] = s[0], s[last]
-	}
-	if s[m] < s[last] {
-		s[m], s[last] = s[last], s[m]
-	}
-	// s[0] ≥ s[last] ≥ s[m]: the pivot s[last] is the median.
-	pivot, p := s[last], 0
-	for i := range last {
-		if s[i] > pivot {
-			s[i], s[p] = s[p], s[i]
-			p++
-		}
-	}
-	s[p], s[last] = s[last], s[p]
-	return p
+	return uint32(d), need
 }
 
 // selectChunk fills tq.kept with the entries a contribution x keeps.
 func (tq *topkQuant) selectChunk(p codecParams, x []float32) {
 	tq.kept.reset(p.entries(len(x)))
-	if cap(tq.keys) < p.block {
-		tq.keys = make([]uint64, p.block)
-	}
 	for off := 0; off < len(x); off += p.block {
 		blk := x[off:min(off+p.block, len(x))]
 		tq.selectTopK(blk, off, p.blockKeep(len(blk)))

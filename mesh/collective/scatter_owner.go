@@ -17,6 +17,7 @@ type ownerWork struct {
 	t   [256]float32
 	pk  packer   // the compressed codecs' and fp32's decoder and encoder
 	sps []sparse // (k) the top-k contributions' entries
+	syn [][]byte // (k) dense contributions as int8 messages
 	tk  topkUnion
 	// gain is Σ weights used / the owner's own weight, 0 if unused.
 	gain float64
@@ -121,9 +122,15 @@ func (ow *ownerWork) combineInt8(rc *RobustConfig, weights []float32, msgs [][]b
 	return int8TableSize + n, nil
 }
 
-// combineDense runs the rule on decoded dense (or fp32) contributions and
-// encodes the result with the same codec.
+// combineDense runs the rule on dense (or fp32) contributions and encodes
+// the result with the same codec. CenteredClip over q4 or q2 runs on the
+// codes, as for int8 (robustMeanCoded: the bits of decoding them and
+// robustMean); the rest on decoded rows.
 func (ow *ownerWork) combineDense(rc *RobustConfig, weights []float32, msgs [][]byte, n int, v []Verdict, payload []byte) (int, error) {
+	if rc.Rule == RuleCenteredClip && ow.p.codec != CodecFP32 {
+		robustMeanCoded(&ow.ws, rc, weights, ow.asInt8(msgs, n), ow.res[:n], v)
+		return ow.pk.encode(payload, ow.res[:n], nil)
+	}
 	xs := ow.rows(len(msgs), n)
 	for i, m := range msgs {
 		_ = ow.pk.read(m[chunkHeaderSize:], n, false, false) // checked on arrival
@@ -131,6 +138,28 @@ func (ow *ownerWork) combineDense(rc *RobustConfig, weights []float32, msgs [][]
 	}
 	robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
 	return ow.pk.encode(payload, ow.res[:n], nil)
+}
+
+// asInt8 rewrites dense messages of n values as int8 messages that decode
+// to the same values: the table in the first 2^b of 256 entries (the
+// others 0, never used), one code per byte.
+func (ow *ownerWork) asInt8(msgs [][]byte, n int) [][]byte {
+	size, levels := CodecInt8.msgSize(n), ow.p.levels()
+	for len(ow.syn) < len(msgs) {
+		ow.syn = append(ow.syn, nil)
+	}
+	out := ow.syn[:len(msgs)]
+	for i, m := range msgs {
+		if cap(out[i]) < size {
+			out[i] = make([]byte, CodecInt8.msgSize(len(ow.res)))
+		}
+		b := out[i][:size]
+		copy(b, m[:chunkHeaderSize+4*levels])
+		clear(b[chunkHeaderSize+4*levels : chunkHeaderSize+int8TableSize])
+		unpackBytes(b[chunkHeaderSize+int8TableSize:], m[chunkHeaderSize+4*levels:], ow.p.bits)
+		out[i] = b
+	}
+	return out
 }
 
 // combineTopK runs the rule on the top-k contributions restricted to the
