@@ -129,12 +129,16 @@ func packCodes(dst []byte, bins []uint8, group *[256]uint8, b int) {
 	per := 8 / b
 	full := len(bins) / per
 	dst = dst[:(len(bins)*b+7)/8]
-	for i := range full {
-		var v byte
-		for j, bin := range bins[i*per : (i+1)*per] {
-			v |= group[bin] << (j * b)
+	if b == 4 {
+		for i := range full {
+			p := bins[2*i : 2*i+2 : 2*i+2]
+			dst[i] = group[p[0]] | group[p[1]]<<4
 		}
-		dst[i] = v
+	} else {
+		for i := range full {
+			p := bins[4*i : 4*i+4 : 4*i+4]
+			dst[i] = group[p[0]] | group[p[1]]<<2 | group[p[2]]<<4 | group[p[3]]<<6
+		}
 	}
 	if rest := bins[full*per:]; len(rest) > 0 {
 		var v byte
@@ -232,7 +236,19 @@ func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 // unpackBytes writes the len(dst) b-bit codes of codes one per byte.
 func unpackBytes(dst, codes []byte, b int) {
 	per, mask := 8/b, byte(1<<b-1)
-	for i := range dst {
+	full := len(dst) / per
+	if b == 4 {
+		d := dst[:2*full]
+		for i, c := range codes[:full] {
+			d[2*i], d[2*i+1] = c&15, c>>4
+		}
+	} else {
+		d := dst[:4*full]
+		for i, c := range codes[:full] {
+			d[4*i], d[4*i+1], d[4*i+2], d[4*i+3] = c&3, c>>2&3, c>>4&3, c>>6
+		}
+	}
+	for i := full * per; i < len(dst); i++ {
 		dst[i] = codes[i/per] >> (i % per * b) & mask
 	}
 }
