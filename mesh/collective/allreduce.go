@@ -185,6 +185,14 @@ type Buffers struct {
 // a caller retries with them and, on success, swaps ResIn and ResOut: no
 // model-sized copy or allocation per attempt (the copy of Src into Dst is
 // made chunk by chunk inside the pass).
+//
+// With CodecQ4, CodecQ2 or CodecTopK nothing is reduced on the way: each
+// member encodes its contribution Src + β·ResIn once (ResOut = what that
+// lost, in the member's own units), the ring forwards every member's
+// encoded chunks k−1 hops (allgather.go), and every member sums the k
+// decoded contributions in rank order, each scaled by weights[i]/Σ weights,
+// into Dst. Each member sends and receives k−1 encoded contributions and
+// holds all k.
 func AllReduceInto(ctx context.Context, tr Transport, rank int, weights []float32, b Buffers, cfg AllReduceConfig) (Stats, error) {
 	if err := cfg.Validate(); err != nil {
 		return Stats{}, err

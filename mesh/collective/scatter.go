@@ -333,11 +333,13 @@ type ScatterResult struct {
 // len(weights) members, b.Dst with a robust weighted mean of the members'
 // vectors (b.Src, or b.Dst when Src is nil). Each shard's slice is cut into
 // one segment per owner (cfg.Owners; by default k, as the ring cuts it);
-// member i int8-encodes its contribution to every segment once and sends
-// segment j straight to its owner (member j by default); the owner decodes
-// the k contributions chunk by chunk, combines them with
+// member i encodes its contribution to every segment once with cfg.Codec
+// and sends segment j straight to its owner (member j by default); the
+// owner decodes the k contributions chunk by chunk, combines them with
 // cfg.Robust (the code RobustSegment runs for an auditor), encodes
-// the result once and sends the same bytes to everyone, who decode them:
+// the result once with the same codec (a top-k result on the union of the
+// admitted members' supports) and sends the same bytes to everyone, who
+// decode them:
 // every member ends with bit-identical values. rank is this member's index;
 // weights must be the same on every member, finite, ≥ 0, with a positive
 // sum (the rule caps them at cfg.Robust.MaxWeight).
