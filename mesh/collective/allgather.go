@@ -1,9 +1,6 @@
 package collective
 
-import (
-	"fmt"
-	"sync"
-)
+import "fmt"
 
 // The ring with a compressed codec (CodecQ4, CodecQ2, CodecTopK): partial
 // sums are not re-encoded hop by hop. Each member encodes its own
@@ -87,37 +84,16 @@ func (g *gatherRun) header(origin, c, n int) chunkHeader {
 	return chunkHeader{codec: g.p.codec, phase: phaseGatherContrib, step: uint16(origin), chunk: uint32(c), n: uint32(n)}
 }
 
-func (g *gatherRun) run() {
-	var wg sync.WaitGroup
-	wg.Go(g.sendLoop)
-	if err := g.recvLoop(); err != nil {
-		g.r.fail(err)
-	}
-	wg.Wait()
-}
+func (g *gatherRun) run() { g.r.runPair(g.sendLoop, g.recvLoop) }
 
 // sendLoop encodes and sends this member's contribution, chunk by chunk,
 // then forwards what recvLoop queues.
 func (g *gatherRun) sendLoop() {
-	r := g.r
 	if err := g.sendOwn(); err != nil {
-		r.fail(err)
+		g.r.fail(err)
 		return
 	}
-	for {
-		select {
-		case msg, ok := <-g.out:
-			if !ok {
-				return
-			}
-			if err := g.xmit(msg); err != nil {
-				r.fail(err)
-				return
-			}
-		case <-r.ctx.Done():
-			return
-		}
-	}
+	g.r.forward(g.out, g.xmit)
 }
 
 // sendOwn encodes every chunk of this member's contribution into its

@@ -560,13 +560,36 @@ func (sr *shardRun) header(phase uint8, step, c, n int) chunkHeader {
 	return chunkHeader{codec: sr.r.cfg.Codec, phase: phase, step: uint16(step), chunk: uint32(c), n: uint32(n)}
 }
 
-func (sr *shardRun) run() {
+func (sr *shardRun) run() { sr.r.runPair(sr.sendLoop, sr.recvLoop) }
+
+// runPair runs send on its own goroutine and recv on this one, fails the
+// attempt with recv's error and joins send.
+func (r *ring) runPair(send func(), recv func() error) {
 	var wg sync.WaitGroup
-	wg.Go(sr.sendLoop)
-	if err := sr.recvLoop(); err != nil {
-		sr.r.fail(err)
+	wg.Go(send)
+	if err := recv(); err != nil {
+		r.fail(err)
 	}
 	wg.Wait()
+}
+
+// forward sends, with xmit, every message queued on out, until out is
+// closed or the attempt ends; a failed send fails the attempt.
+func (r *ring) forward(out <-chan []byte, xmit func([]byte) error) {
+	for {
+		select {
+		case msg, ok := <-out:
+			if !ok {
+				return
+			}
+			if err := xmit(msg); err != nil {
+				r.fail(err)
+				return
+			}
+		case <-r.ctx.Done():
+			return
+		}
+	}
 }
 
 // sendLoop sends this member's own segment (reduce-scatter step 0), then
@@ -592,20 +615,7 @@ func (sr *shardRun) sendLoop() {
 		}
 	}
 	step0()
-	for {
-		select {
-		case msg, ok := <-sr.out:
-			if !ok {
-				return
-			}
-			if err := sr.xmit(msg); err != nil {
-				r.fail(err)
-				return
-			}
-		case <-r.ctx.Done():
-			return
-		}
-	}
+	r.forward(sr.out, sr.xmit)
 }
 
 func (sr *shardRun) xmit(msg []byte) error {

@@ -376,7 +376,7 @@ func efRun(t *testing.T, cc AllReduceConfig, path string, rf Feedback, k, n int,
 	got, want := make([]float32, n), make([]float64, n)
 	for round := 1; round <= rounds; round++ {
 		xs := efInputs(rng, g, k)
-		out := codecRound(t, cc, path, rf, xs, w, res, ef)
+		out := codecRound(t, cc, path, rf, 1024, xs, w, res, ef)
 		for j, v := range refMean(xs, w) {
 			want[j] += v
 			got[j] += out[j]
@@ -388,16 +388,18 @@ func efRun(t *testing.T, cc AllReduceConfig, path string, rf Feedback, k, n int,
 	return e16, relErr(got, want)
 }
 
-// codecRound runs one all-reduce of xs on path with residuals res (swapped
-// after) and returns member 0's result.
-func codecRound(t *testing.T, cc AllReduceConfig, path string, rf Feedback, xs [][]float32, w []float32, res [][2][]float32, ef bool) []float32 {
+// codecRound runs one all-reduce of xs on path ("ring" or "scatter") in
+// chunks of chunkElems with residuals res (swapped after) and returns
+// member 0's result.
+func codecRound(t *testing.T, cc AllReduceConfig, path string, rf Feedback, chunkElems int, xs [][]float32, w []float32,
+	res [][2][]float32, ef bool) []float32 {
 	k := len(xs)
 	outs := make([][]float32, k)
 	errs := make([]error, k)
 	var wg sync.WaitGroup
 	ar := cc
-	ar.Shards, ar.ChunkElems, ar.ErrorFeedback = 2, 1024, ef
-	sc := scatterCfg(cc, 2, 1024)
+	ar.Shards, ar.ChunkElems, ar.ErrorFeedback = 2, chunkElems, ef
+	sc := scatterCfg(cc, 2, chunkElems)
 	sc.ErrorFeedback, sc.ResultFeedback = ef, rf
 	rings, meshes := NewMemRing(k, 2), NewMemMesh(k, 4)
 	for i := range k {

@@ -432,27 +432,7 @@ func TestScatterErrorFeedback(t *testing.T) {
 }
 
 func efRound(t *testing.T, xs [][]float32, w []float32, res [][2][]float32, ef bool) []float32 {
-	k := len(xs)
-	cfg := ScatterConfig{Shards: 2, ChunkElems: 4096, ErrorFeedback: ef, Robust: RobustConfig{MaxWeight: testH}}
-	ts := NewMemMesh(k, 2*cfg.Shards)
-	outs := make([][]float32, k)
-	errs := make([]error, k)
-	var wg sync.WaitGroup
-	for i := range k {
-		outs[i] = make([]float32, len(xs[i]))
-		wg.Go(func() {
-			b := Buffers{Src: xs[i], Dst: outs[i], ResIn: res[i][0], ResOut: res[i][1]}
-			_, errs[i] = ScatterAllReduce(testCtx(t), ts[i], i, w, b, cfg)
-		})
-	}
-	wg.Wait()
-	for i := range k {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		res[i][0], res[i][1] = res[i][1], res[i][0]
-	}
-	return outs[0]
+	return codecRound(t, AllReduceConfig{Codec: CodecInt8}, "scatter", FeedbackDefault, 4096, xs, w, res, ef)
 }
 
 // TestScatterInvalidArguments: bad configurations, ranks, weights and
