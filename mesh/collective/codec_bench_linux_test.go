@@ -177,13 +177,13 @@ func benchAllReduce[S any](b *testing.B, xs [][]float32, w []float32, ar AllRedu
 	return dst, out
 }
 
-// BenchmarkScatterCodecs times one ScatterAllReduce of k = 4 members in
+// BenchmarkScatterByCodec times one ScatterAllReduce of k = 4 members in
 // memory (every member in this process), int8 and each compressed codec
 // interleaved in the same loop, on a vector of the small preset's size
 // (≈ 15 M values; SCATTER_CODEC_N overrides): wall time and process CPU
 // per all-reduce, and their ratios to int8's (x-int8, x-int8-cpu). Run
 // with -benchtime 1x or 2x.
-func BenchmarkScatterCodecs(b *testing.B) {
+func BenchmarkScatterByCodec(b *testing.B) {
 	const k = 4
 	n := 15_000_000
 	if v, err := strconv.Atoi(os.Getenv("SCATTER_CODEC_N")); err == nil && v > 0 {
