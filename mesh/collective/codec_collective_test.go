@@ -180,14 +180,7 @@ func checkCodecScatter(t *testing.T, ctx context.Context, name string, xs [][]fl
 func auditChunks(t *testing.T, name string, xs [][]float32, w []float32, cfg ScatterConfig, recs []*recMesh, res []ScatterResult, j, s int) {
 	t.Helper()
 	k := len(xs)
-	contribs := make([][]byte, k)
-	for i := range k {
-		if i == j {
-			contribs[i] = ownContribution(t, xs[i], i, j, s, k, cfg)
-		} else {
-			contribs[i] = recs[i].sent[[2]int{j, s}]
-		}
-	}
+	contribs := segmentContribs(t, xs, cfg, recs, j, s)
 	rep := res[j].Owned[s]
 	for c := range rep.Verdicts {
 		msgs := make([][]byte, k)

@@ -193,9 +193,10 @@ func TestMessageNorm(t *testing.T) {
 	}
 }
 
-func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, recs []*recMesh, res []ScatterResult, j, s int) {
+// segmentContribs returns the k contributions owner j received for its
+// segment of shard s, as recorded on the wire (its own re-encoded).
+func segmentContribs(t *testing.T, xs [][]float32, cfg ScatterConfig, recs []*recMesh, j, s int) [][]byte {
 	k := len(xs)
-	rep := res[j].Owned[s]
 	contribs := make([][]byte, k)
 	for i := range k {
 		if i == j {
@@ -203,6 +204,15 @@ func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, 
 		} else {
 			contribs[i] = recs[i].sent[[2]int{j, s}]
 		}
+	}
+	return contribs
+}
+
+func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, recs []*recMesh, res []ScatterResult, j, s int) {
+	k := len(xs)
+	rep := res[j].Owned[s]
+	contribs := segmentContribs(t, xs, cfg, recs, j, s)
+	for i := range k {
 		if c, ok := CommitMessages(contribs[i]); !ok || c != rep.Received[i] || c != res[i].Sent[s*k+j] {
 			t.Fatalf("owner %d shard %d member %d: commitments differ", j, s, i)
 		}
