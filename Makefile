@@ -159,6 +159,7 @@ fuzz:
 	$(GO) test ./train/tokenizer -run XXX -fuzz '^FuzzParseHF$$' -fuzztime 30s
 	$(GO) test ./node -run XXX -fuzz '^FuzzDecodeHistory$$' -fuzztime 30s
 	$(GO) test ./mesh/collective -run XXX -fuzz '^FuzzScatterDecode$$' -fuzztime 30s -fuzzminimizetime 3s
+	$(GO) test ./mesh/collective -run XXX -fuzz '^FuzzCodecDecode$$' -fuzztime 30s -fuzzminimizetime 3s
 	$(GO) test ./p2p/scatter -run XXX -fuzz '^FuzzDecodeHello$$' -fuzztime 30s
 	$(GO) test ./p2p/scatter -run XXX -fuzz '^FuzzDecodeFrames$$' -fuzztime 30s
 	$(GO) test ./node -run XXX -fuzz '^FuzzDecodeManifest$$' -fuzztime 30s

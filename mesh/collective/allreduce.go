@@ -76,7 +76,7 @@ const (
 )
 
 // AllReduceConfig configures AllReduce. Every member of a ring must use the
-// same Shards, ChunkElems and Codec.
+// same values (they decide the bits of the result).
 type AllReduceConfig struct {
 	// Shards is the number of independent rings, each over a contiguous
 	// slice of the vector and on its own Transport shard. Default
@@ -85,12 +85,33 @@ type AllReduceConfig struct {
 	// ChunkElems is the number of values per message, the unit of
 	// pipelining. Default DefaultChunkElems; 1..MaxChunkElems.
 	ChunkElems int
-	// Codec is the wire format of the values. Default CodecInt8.
+	// Codec is the wire format of the values. Default CodecInt8. With
+	// CodecQ4, CodecQ2 and CodecTopK every member encodes its contribution
+	// once and the ring gathers the encoded contributions (see
+	// AllReduceInto).
 	Codec Codec
 	// ErrorFeedback, with a non-nil residual, adds the residual (the
 	// quantization error this member made in the previous all-reduce) to
 	// this member's contribution and stores the new error in it.
 	ErrorFeedback bool
+	// FeedbackDecay β scales the residual carried in by the compressed
+	// codecs' error feedback: the contribution is Src + β·ResIn, in the
+	// member's own units (SparseLoCo uses 0.95). Default 1; in (0, 1]; 1
+	// for CodecInt8 and CodecFP32, whose residual is in output units.
+	FeedbackDecay float32
+	// TopK is the entries CodecTopK keeps per full block (a short last
+	// block keeps ⌈len·TopK/TopKBlock⌉). Default DefaultTopK (at most
+	// TopKBlock); 1..TopKBlock. Cleared by Validate for other codecs, as are
+	// TopKBlock and TopKBits.
+	TopK int
+	// TopKBlock is the values per CodecTopK block; indices take
+	// ⌈log2 TopKBlock⌉ bits. Default DefaultTopKBlock; 1..MaxChunkElems, and
+	// a chunk of ChunkElems may hold at most a few tens of blocks (a
+	// result's block counts must not outweigh a contribution's header).
+	TopKBlock int
+	// TopKBits is the bits per value CodecTopK keeps: 2 or 4. Default
+	// DefaultTopKBits.
+	TopKBits int
 }
 
 // Validate fills defaults and rejects out-of-range values.
@@ -112,7 +133,7 @@ func (c *AllReduceConfig) Validate() error {
 	case !c.Codec.valid():
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, c.Codec)
 	}
-	return nil
+	return c.validateCodec()
 }
 
 // Stats counts the chunk messages (header and payload) of one AllReduce.
@@ -164,6 +185,14 @@ type Buffers struct {
 // a caller retries with them and, on success, swaps ResIn and ResOut: no
 // model-sized copy or allocation per attempt (the copy of Src into Dst is
 // made chunk by chunk inside the pass).
+//
+// With CodecQ4, CodecQ2 or CodecTopK nothing is reduced on the way: each
+// member encodes its contribution Src + β·ResIn once (ResOut = what that
+// lost, in the member's own units), the ring forwards every member's
+// encoded chunks k−1 hops (allgather.go), and every member sums the k
+// decoded contributions in rank order, each scaled by weights[i]/Σ weights,
+// into Dst. Each member sends and receives k−1 encoded contributions and
+// holds all k.
 func AllReduceInto(ctx context.Context, tr Transport, rank int, weights []float32, b Buffers, cfg AllReduceConfig) (Stats, error) {
 	if err := cfg.Validate(); err != nil {
 		return Stats{}, err
@@ -185,11 +214,17 @@ func AllReduceInto(ctx context.Context, tr Transport, rank int, weights []float3
 	r := &ring{parent: ctx, tr: tr, rank: rank, k: len(weights), cfg: cfg}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
-	shards := make([]*shardRun, cfg.Shards)
+	shards := make([]shardRunner, cfg.Shards)
+	scales := weightScales(weights)
 	var wg sync.WaitGroup
 	for s := range shards {
 		lo, hi := span(len(vec), cfg.Shards, s)
-		shards[s] = newShardRun(r, s, sub(b.Src, lo, hi), vec[lo:hi], sub(resIn, lo, hi), sub(resOut, lo, hi), scale)
+		if cfg.Codec.compressed() {
+			shards[s] = newGatherRun(r, s, Buffers{Src: sub(b.Src, lo, hi), Dst: vec[lo:hi], ResIn: sub(resIn, lo, hi),
+				ResOut: sub(resOut, lo, hi)}, scales)
+		} else {
+			shards[s] = newShardRun(r, s, sub(b.Src, lo, hi), vec[lo:hi], sub(resIn, lo, hi), sub(resOut, lo, hi), scale)
+		}
 		wg.Go(shards[s].run)
 	}
 	wg.Wait()
@@ -245,6 +280,20 @@ func weightScale(weights []float32, rank int) (float32, error) {
 	return float32(float64(weights[rank]) / total), nil
 }
 
+// weightScales returns weights[i] / Σ weights for every member, as
+// weightScale computes it (weights validated).
+func weightScales(weights []float32) []float32 {
+	var total float64
+	for _, w := range weights {
+		total += float64(w)
+	}
+	out := make([]float32, len(weights))
+	for i, w := range weights {
+		out[i] = float32(float64(w) / total)
+	}
+	return out
+}
+
 // span returns part i of n items split into parts nearly equal parts.
 func span(n, parts, i int) (lo, hi int) {
 	return int(int64(n) * int64(i) / int64(parts)), int(int64(n) * int64(i+1) / int64(parts))
@@ -259,9 +308,10 @@ func sub(s []float32, lo, hi int) []float32 {
 
 // reduceAlone is the ring of one. Nothing crosses a wire, so nothing is
 // quantized whatever cfg.Codec says: the member keeps its exact (scaled)
-// vector plus any residual carried from earlier rings, checked for
-// non-finite values as the fp32 codec checks them. A lone node thus trains
-// exactly as it would without DiLoCo's averaging (outer lr 1, momentum 0).
+// vector plus any residual carried from earlier rings (β·residual with the
+// compressed codecs), checked for non-finite values as the fp32 codec
+// checks them. A lone node thus trains exactly as it would without
+// DiLoCo's averaging (outer lr 1, momentum 0).
 func reduceAlone(src, vec, residual, resOut []float32, scale float32, cfg AllReduceConfig) error {
 	var c coder
 	c.init(CodecFP32)
@@ -270,7 +320,11 @@ func reduceAlone(src, vec, residual, resOut []float32, scale float32, cfg AllRed
 		hi := min(lo+cfg.ChunkElems, len(vec))
 		x := vec[lo:hi]
 		fill(x, sub(src, lo, hi))
-		c.prepare(x, sub(residual, lo, hi), scale)
+		if cfg.Codec.compressed() {
+			addDecayed(x, sub(residual, lo, hi), cfg.FeedbackDecay) // scale is 1
+		} else {
+			c.prepare(x, sub(residual, lo, hi), scale)
+		}
 		if err := c.encodeOwned(payload, x, sub(resOut, lo, hi)); err != nil {
 			return err
 		}
@@ -506,13 +560,36 @@ func (sr *shardRun) header(phase uint8, step, c, n int) chunkHeader {
 	return chunkHeader{codec: sr.r.cfg.Codec, phase: phase, step: uint16(step), chunk: uint32(c), n: uint32(n)}
 }
 
-func (sr *shardRun) run() {
+func (sr *shardRun) run() { sr.r.runPair(sr.sendLoop, sr.recvLoop) }
+
+// runPair runs send on its own goroutine and recv on this one, fails the
+// attempt with recv's error and joins send.
+func (r *ring) runPair(send func(), recv func() error) {
 	var wg sync.WaitGroup
-	wg.Go(sr.sendLoop)
-	if err := sr.recvLoop(); err != nil {
-		sr.r.fail(err)
+	wg.Go(send)
+	if err := recv(); err != nil {
+		r.fail(err)
 	}
 	wg.Wait()
+}
+
+// forward sends, with xmit, every message queued on out, until out is
+// closed or the attempt ends; a failed send fails the attempt.
+func (r *ring) forward(out <-chan []byte, xmit func([]byte) error) {
+	for {
+		select {
+		case msg, ok := <-out:
+			if !ok {
+				return
+			}
+			if err := xmit(msg); err != nil {
+				r.fail(err)
+				return
+			}
+		case <-r.ctx.Done():
+			return
+		}
+	}
 }
 
 // sendLoop sends this member's own segment (reduce-scatter step 0), then
@@ -538,20 +615,7 @@ func (sr *shardRun) sendLoop() {
 		}
 	}
 	step0()
-	for {
-		select {
-		case msg, ok := <-sr.out:
-			if !ok {
-				return
-			}
-			if err := sr.xmit(msg); err != nil {
-				r.fail(err)
-				return
-			}
-		case <-r.ctx.Done():
-			return
-		}
-	}
+	r.forward(sr.out, sr.xmit)
 }
 
 func (sr *shardRun) xmit(msg []byte) error {

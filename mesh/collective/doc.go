@@ -1,9 +1,12 @@
 // Package collective is the all-reduce a decided ring runs: the sharded,
 // chunked ring reduce-scatter and all-gather over an abstract Transport
-// (AllReduce, AllReduceInto), and its codecs (fp32, and int8 with one
-// 256-entry table per chunk and optional error feedback). Every member ends
-// with bit-identical values: each segment is quantized once, by the member
-// that completes its reduction, and everybody decodes the same bytes.
+// (AllReduce, AllReduceInto), the robust direct scatter over a full mesh
+// (ScatterAllReduce), and their codecs: fp32; int8 with one 256-entry
+// table per chunk; and the compressed q4, q2 (dense, 2^b bucket means) and
+// top-k (sparse), which encode each member's contribution once with error
+// feedback in its own units and which the ring gathers instead of
+// reducing. Every member ends with bit-identical values: everybody decodes
+// the same bytes and sums in the same order.
 //
 // It is pure in what it computes — the standard library only, no clock, no
 // network: a Transport (p2p's libp2p streams, or MemRing in tests) moves

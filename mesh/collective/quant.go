@@ -20,6 +20,17 @@ const (
 	CodecInt8 Codec = 1
 	// CodecFP32 sends float32 values unchanged (little-endian), for comparisons.
 	CodecFP32 Codec = 2
+	// CodecQ4 sends 4 bits per value plus a 16-entry float32 table per chunk:
+	// Lloyd–Max buckets for bell-shaped data (Gaussian thresholds × the
+	// chunk's spread about its mean, then Lloyd iterations on the chunk),
+	// each decoding to the mean of the values that fell into it.
+	CodecQ4 Codec = 3
+	// CodecQ2 is CodecQ4 with 2 bits per value and a 4-entry table.
+	CodecQ2 Codec = 4
+	// CodecTopK is sparse: per block of TopKBlock values the TopK of
+	// largest magnitude, their block-relative indices and TopKBits-bit codes
+	// of one table of bucket means per chunk (SparseLoCo's recipe).
+	CodecTopK Codec = 5
 )
 
 // ClipSigma is the half-width, in standard deviations of a chunk, of the
@@ -30,12 +41,15 @@ const ClipSigma = 4
 // Chunk message layout, shared by every transport:
 //
 //	off 0  uint8   codec
-//	off 1  uint8   phase (0 reduce-scatter, 1 all-gather)
-//	off 2  uint16  step within the phase, big-endian
+//	off 1  uint8   phase (0 reduce-scatter, 1 all-gather, 2 and 3 the direct
+//	               scatter's contribution and result, 4 the ring's gather
+//	               of compressed contributions)
+//	off 2  uint16  step within the phase, big-endian (phases 2 and 3: the
+//	               segment; phase 4: the contribution's origin rank)
 //	off 4  uint32  chunk index within its segment, big-endian
 //	off 8  uint32  number of values n, big-endian
 //	off 12 payload: CodecInt8: 256 × float32 LE table, then n code bytes;
-//	               CodecFP32: n × float32 LE.
+//	               CodecFP32: n × float32 LE; the compressed codecs: codec.go.
 const (
 	chunkHeaderSize = 12
 	int8TableSize   = 256 * 4
@@ -44,8 +58,9 @@ const (
 // MaxChunkElems is the largest AllReduceConfig.ChunkElems accepted.
 const MaxChunkElems = 1 << 20
 
-// MaxChunkMsgSize is the largest chunk message any codec produces; transports
-// use it as their frame limit.
+// MaxChunkMsgSize is the largest chunk message any codec produces (fp32's;
+// the compressed codecs stay below it, TestMaxChunkMsgSize); transports use
+// it as their frame limit.
 const MaxChunkMsgSize = chunkHeaderSize + int8TableSize + 4*MaxChunkElems
 
 // Sentinel errors of the codec.
@@ -57,20 +72,27 @@ var (
 	ErrNonFinite = errors.New("mesh: non-finite value")
 )
 
-// String names the codec ("int8", "fp32").
+// String names the codec ("int8", "fp32", "q4", "q2", "topk").
 func (c Codec) String() string {
 	switch c {
 	case CodecInt8:
 		return "int8"
 	case CodecFP32:
 		return "fp32"
+	case CodecQ4:
+		return "q4"
+	case CodecQ2:
+		return "q2"
+	case CodecTopK:
+		return "topk"
 	}
 	return fmt.Sprintf("codec(%d)", uint8(c))
 }
 
-func (c Codec) valid() bool { return c == CodecInt8 || c == CodecFP32 }
+func (c Codec) valid() bool { return c >= CodecInt8 && c <= CodecTopK }
 
-// msgSize is the size of a chunk message of n values.
+// msgSize is the size of a chunk message of n values of CodecInt8 or
+// CodecFP32 (codecParams.msgSize sizes every codec).
 func (c Codec) msgSize(n int) int {
 	if c == CodecFP32 {
 		return chunkHeaderSize + 4*n
@@ -95,9 +117,14 @@ func putHeader(dst []byte, h chunkHeader) {
 	binary.BigEndian.PutUint32(dst[8:], h.n)
 }
 
-// parseChunk checks a received message against the header the receiver
-// expects and returns its payload. It never allocates.
+// parseChunk checks a received int8 or fp32 message against the header
+// the receiver expects and returns its payload. It never allocates.
 func parseChunk(msg []byte, want chunkHeader) ([]byte, error) {
+	return parseSized(msg, want, want.codec.msgSize(int(want.n)))
+}
+
+// parseSized is parseChunk for a message of size bytes (-1: any).
+func parseSized(msg []byte, want chunkHeader, size int) ([]byte, error) {
 	if len(msg) < chunkHeaderSize {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than the header", ErrBadChunk, len(msg))
 	}
@@ -111,7 +138,7 @@ func parseChunk(msg []byte, want chunkHeader) ([]byte, error) {
 	if got != want {
 		return nil, fmt.Errorf("%w: got %+v, want %+v", ErrBadChunk, got, want)
 	}
-	if len(msg) != want.codec.msgSize(int(want.n)) {
+	if size >= 0 && len(msg) != size {
 		return nil, fmt.Errorf("%w: %d bytes for %d %s values", ErrBadChunk, len(msg), want.n, want.codec)
 	}
 	return msg[chunkHeaderSize:], nil

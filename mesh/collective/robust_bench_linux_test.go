@@ -66,7 +66,7 @@ func ownerChunkStep(b *testing.B, k, n int) func() {
 	if err := rc.Validate(); err != nil {
 		b.Fatal(err)
 	}
-	ow := newOwnerWork(k, n)
+	ow := newOwnerWork(codecParams{codec: CodecInt8}, k, n)
 	hs := make([]hash.Hash, k+1)
 	for i := range hs {
 		hs[i] = sha256.New()

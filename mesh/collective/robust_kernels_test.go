@@ -441,7 +441,7 @@ func inf32(sign int) float32 { return float32(math.Inf(sign)) }
 // scratch reused across member counts and chunk sizes.
 func TestCombineRules(t *testing.T) {
 	rng := rand.New(rand.NewPCG(49, 50))
-	ow := &ownerWork{}
+	ow := &ownerWork{p: codecParams{codec: CodecInt8}}
 	for _, c := range []struct{ k, m int }{{3, 100}, {7, 1000}, {2, 50}, {9, 4099}} {
 		ow.grow(c.m)
 		for _, rule := range []Rule{RuleCenteredClip, RuleTrimmedMean} {
@@ -501,7 +501,7 @@ func FuzzRobustCoded(f *testing.F) {
 		for j, b := range mask {
 			body[(int(off)+j)%len(body)] ^= b
 		}
-		var ow ownerWork
+		ow := ownerWork{p: codecParams{codec: CodecInt8}}
 		ow.grow(m)
 		got, gotV, errG := ow.combine(&rc, w, msgs, 1, 1, 0)
 		got = append([]byte(nil), got...)
@@ -562,7 +562,7 @@ func TestMedianDots(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := honestWeights(c.k)
-		var ow ownerWork
+		ow := ownerWork{p: codecParams{codec: CodecInt8}}
 		ow.grow(c.m)
 		_, v, err := ow.combine(&rc, w, msgs, 0, 0, 0)
 		if err != nil {

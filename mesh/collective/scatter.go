@@ -40,7 +40,7 @@ const (
 const MaxScatterMembers = 256
 
 // ScatterConfig configures ScatterAllReduce. Every member of an attempt must
-// use the same values. The codec is always int8.
+// use the same values.
 type ScatterConfig struct {
 	// Shards: independent slices of the vector, each with its own pair of
 	// lanes. Default DefaultShards; 1..MaxShards.
@@ -49,9 +49,25 @@ type ScatterConfig struct {
 	// (norms, medians and clipping are per chunk). Default
 	// DefaultChunkElems; 1..MaxChunkElems.
 	ChunkElems int
+	// Codec is the wire format of the contributions and of the owners'
+	// results. Default CodecInt8. Its parameters (FeedbackDecay, TopK,
+	// TopKBlock, TopKBits) are AllReduceConfig's.
+	Codec         Codec
+	FeedbackDecay float32
+	TopK          int
+	TopKBlock     int
+	TopKBits      int
 	// ErrorFeedback, with ResIn and ResOut, adds ResIn to this member's
-	// contribution and stores in ResOut what quantizing it lost.
+	// contribution (β·ResIn for the compressed codecs, β = FeedbackDecay)
+	// and stores in ResOut what encoding it lost.
 	ErrorFeedback bool
+	// ResultFeedback: an owner with ErrorFeedback also adds its result's
+	// encoding error to its ResOut, × Σw / its own weight (the gain of the
+	// mean when nothing is clipped). Default FeedbackOn for CodecInt8,
+	// FeedbackOff for the others: the owner's next contribution to its own
+	// segment grows by about k × that error, which a norm clip can cut and
+	// a top-k selection spends its entries on.
+	ResultFeedback Feedback
 	// Robust is the owners' rule.
 	Robust RobustConfig
 	// Audit keeps what a spot check of an owner needs (see AuditChunk):
@@ -68,14 +84,47 @@ type ScatterConfig struct {
 	Owners []int
 }
 
+// Feedback is a switch whose default depends on the codec.
+type Feedback uint8
+
+// Feedback values. Append only, never renumber.
+const (
+	FeedbackDefault Feedback = 0 // the codec's default (Validate resolves it)
+	FeedbackOn      Feedback = 1
+	FeedbackOff     Feedback = 2
+)
+
 // Validate fills defaults and rejects out-of-range values.
 func (c *ScatterConfig) Validate() error {
-	ar := AllReduceConfig{Shards: c.Shards, ChunkElems: c.ChunkElems, Codec: CodecInt8}
+	ar := c.ring()
 	if err := ar.Validate(); err != nil {
 		return err
 	}
-	c.Shards, c.ChunkElems = ar.Shards, ar.ChunkElems
+	c.Shards, c.ChunkElems, c.Codec, c.FeedbackDecay = ar.Shards, ar.ChunkElems, ar.Codec, ar.FeedbackDecay
+	c.TopK, c.TopKBlock, c.TopKBits = ar.TopK, ar.TopKBlock, ar.TopKBits
+	switch c.ResultFeedback {
+	case FeedbackDefault:
+		c.ResultFeedback = FeedbackOff
+		if c.Codec == CodecInt8 {
+			c.ResultFeedback = FeedbackOn
+		}
+	case FeedbackOn, FeedbackOff:
+	default:
+		return fmt.Errorf("%w: ResultFeedback %d", ErrInvalidArgument, c.ResultFeedback)
+	}
 	return c.Robust.Validate()
+}
+
+// ring is the AllReduceConfig of c's shards, chunks and codec.
+func (c *ScatterConfig) ring() AllReduceConfig {
+	return AllReduceConfig{Shards: c.Shards, ChunkElems: c.ChunkElems, Codec: c.Codec, FeedbackDecay: c.FeedbackDecay,
+		TopK: c.TopK, TopKBlock: c.TopKBlock, TopKBits: c.TopKBits, ErrorFeedback: c.ErrorFeedback}
+}
+
+// params is the codec of a validated c.
+func (c *ScatterConfig) params() codecParams {
+	ar := c.ring()
+	return ar.params()
 }
 
 // Commitment is a SHA-256: of one chunk message (headers included), or,
@@ -98,8 +147,8 @@ func commitChunks(chunks []Commitment) Commitment {
 
 // CommitMessages is the commitment of concatenated chunk messages (as
 // RobustSegment returns a result), for comparing with Sent, Got,
-// Received or Result; ok is false if msgs is not a whole number of
-// well-formed int8 chunk messages.
+// Received or Result; ok is false if msgs is not a whole number of chunk
+// messages whose lengths their headers state (chunkMsgLen).
 func CommitMessages(msgs []byte) (c Commitment, ok bool) {
 	var chunks []Commitment
 	for len(msgs) > 0 {
@@ -137,29 +186,70 @@ type SegmentReport struct {
 	Inputs [][]byte
 }
 
-// MessageNorm returns the L2 norm of the values of one int8 chunk message
-// (header, table, codes) as an owner's Verdict.Norm states it, bit for
-// bit: float64 squares of the table entries summed in code order, +Inf
-// for a non-finite table. ok is false if msg is not such a message.
+// MessageNorm returns the L2 norm of the values of one chunk message
+// (header and payload, any codec) as an owner's Verdict.Norm states it,
+// bit for bit: float64 squares of the decoded values summed in order
+// (zeros left out: a top-k message's kept values), +Inf when one is not
+// finite. ok is false if msg is not such a message.
 func MessageNorm(msg []byte) (norm float32, ok bool) {
 	n, ok := chunkMsgLen(msg)
-	if !ok || n != len(msg) || len(msg) < chunkHeaderSize+int8TableSize || Codec(msg[0]) != CodecInt8 {
+	if !ok || n != len(msg) {
 		return 0, false
 	}
 	return messageNorm(msg), true
 }
 
-// messageNorm is MessageNorm of a well-formed message.
+// messageNorm is MessageNorm of a message whose length is its own.
 func messageNorm(msg []byte) float32 {
-	var t [256]float32
-	var sq [256]float64
-	p := msg[chunkHeaderSize:]
-	rawTable(&t, p)
-	n := codedNorm(&sq, &t, p[int8TableSize:])
+	var n float64
+	p, vals := msg[chunkHeaderSize:], int(binary.BigEndian.Uint32(msg[8:]))
+	switch c := Codec(msg[0]); c {
+	case CodecInt8:
+		var t [256]float32
+		var sq [256]float64
+		rawTable(&t, p)
+		n = codedNorm(&sq, &t, p[int8TableSize:])
+	case CodecFP32:
+		var s float64
+		for i := range vals {
+			v := float64(math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:])))
+			s += float64(v * v)
+		}
+		n = math.Sqrt(s)
+	case CodecQ4, CodecQ2, CodecTopK:
+		n = compressedNorm(c, p, vals)
+	}
 	if math.IsNaN(n) || math.IsInf(n, 0) {
 		return float32(math.Inf(1))
 	}
 	return float32(n)
+}
+
+// compressedNorm is the norm of the values of a dense or top-k payload
+// of n values (its length checked): the squares of its table entries
+// summed in code order.
+func compressedNorm(c Codec, p []byte, n int) float64 {
+	b, codes, table, skip := denseBits(c), n, 0, 0
+	if c == CodecTopK {
+		d, _, _ := readTopkDesc(p, n)
+		b, codes, table, skip = d.bits, d.entries, topkDescSize, d.entries*indexBits(d.block)
+		if d.form == topkCounted {
+			skip += (n + d.block - 1) / d.block * countBits(d.block)
+		}
+	}
+	var t [maxLevels]float32
+	var sq [maxLevels]float64
+	_ = loadTable(t[:1<<b], p[table:], false)
+	for i, x := range t[:1<<b] {
+		sq[i] = float64(float64(x) * float64(x))
+	}
+	br := bitReader{buf: p[table+4<<b:], off: skip / 8}
+	br.get(skip % 8)
+	var s float64
+	for range codes {
+		s += sq[br.get(b)]
+	}
+	return math.Sqrt(s)
 }
 
 // ChunkInputs returns the k members' messages of chunk c as the owner
@@ -188,13 +278,30 @@ func (rep *SegmentReport) ChunkInputs(c int) [][]byte {
 	return out
 }
 
-// chunkMsgLen is the length of the int8 chunk message at the start of b,
-// from its header.
+// chunkMsgLen is the length of the chunk message at the start of b, from
+// its header (and a top-k message's descriptor): false if b does not hold
+// that much, or the header names no codec.
 func chunkMsgLen(b []byte) (int, bool) {
 	if len(b) < chunkHeaderSize {
 		return 0, false
 	}
-	m := CodecInt8.msgSize(int(binary.BigEndian.Uint32(b[8:])))
+	n, m := int(binary.BigEndian.Uint32(b[8:])), 0
+	if n > MaxChunkElems {
+		return 0, false
+	}
+	switch c := Codec(b[0]); c {
+	case CodecInt8, CodecFP32:
+		m = c.msgSize(n)
+	case CodecQ4, CodecQ2:
+		m = codecParams{codec: c, bits: denseBits(c)}.msgSize(n)
+	case CodecTopK:
+		var ok bool
+		if _, m, ok = readTopkDesc(b[chunkHeaderSize:], n); !ok {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
 	return m, m <= len(b)
 }
 
@@ -226,11 +333,13 @@ type ScatterResult struct {
 // len(weights) members, b.Dst with a robust weighted mean of the members'
 // vectors (b.Src, or b.Dst when Src is nil). Each shard's slice is cut into
 // one segment per owner (cfg.Owners; by default k, as the ring cuts it);
-// member i int8-encodes its contribution to every segment once and sends
-// segment j straight to its owner (member j by default); the owner decodes
-// the k contributions chunk by chunk, combines them with
+// member i encodes its contribution to every segment once with cfg.Codec
+// and sends segment j straight to its owner (member j by default); the
+// owner decodes the k contributions chunk by chunk, combines them with
 // cfg.Robust (the code RobustSegment runs for an auditor), encodes
-// the result once and sends the same bytes to everyone, who decode them:
+// the result once with the same codec (a top-k result on the union of the
+// admitted members' supports) and sends the same bytes to everyone, who
+// decode them:
 // every member ends with bit-identical values. rank is this member's index;
 // weights must be the same on every member, finite, ≥ 0, with a positive
 // sum (the rule caps them at cfg.Robust.MaxWeight).
@@ -311,7 +420,7 @@ func checkScatterArgs(rank int, weights []float32, b Buffers, cfg ScatterConfig)
 // newScatter is the state of member rank of k, without its context and
 // transport.
 func newScatter(rank, k int, weights []float32, cfg ScatterConfig) *scatter {
-	sc := &scatter{rank: rank, k: k, weights: weights, cfg: cfg, owners: cfg.Owners, seg: -1}
+	sc := &scatter{rank: rank, k: k, weights: weights, cfg: cfg, p: cfg.params(), owners: cfg.Owners, seg: -1}
 	if sc.owners == nil {
 		sc.owners = make([]int, k)
 		for i := range k {
@@ -330,8 +439,9 @@ type scatter struct {
 	rank, k     int
 	weights     []float32
 	cfg         ScatterConfig
-	owners      []int // segment j's owner (cfg.Owners, or every member)
-	seg         int   // the segment this member owns, -1 for a client
+	p           codecParams // cfg's codec
+	owners      []int       // segment j's owner (cfg.Owners, or every member)
+	seg         int         // the segment this member owns, -1 for a client
 
 	mu    sync.Mutex
 	first error
@@ -434,14 +544,14 @@ func AuditChunk(cfg ScatterConfig, weights []float32, seg, c int, msgs [][]byte)
 	if n < 1 || n > cfg.ChunkElems {
 		return nil, nil, &PeerError{Rank: 0, Err: fmt.Errorf("%w: chunk of %d values", ErrBadChunk, n)}
 	}
-	want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(n)}
+	want := chunkHeader{codec: cfg.Codec, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(n)}
+	ow := newOwnerWork(cfg.params(), k, n)
+	defer putOwnerWork(ow)
 	for i, m := range msgs {
-		if _, err := parseChunk(m, want); err != nil {
+		if err := checkContribution(&ow.pk, m, want); err != nil {
 			return nil, nil, &PeerError{Rank: i, Err: err}
 		}
 	}
-	ow := newOwnerWork(k, n)
-	defer putOwnerWork(ow)
 	out, v, err := ow.combine(&cfg.Robust, weights, msgs, seg, -1, c)
 	if err != nil {
 		return nil, nil, err
@@ -474,27 +584,24 @@ func RobustSegment(cfg ScatterConfig, weights []float32, seg, n int, contribs []
 	if len(contribs) != k || n < 0 {
 		return nil, nil, fmt.Errorf("%w: %d contributions of %d values for %d members", ErrInvalidArgument, len(contribs), n, k)
 	}
-	ce := cfg.ChunkElems
-	size := n / ce * CodecInt8.msgSize(ce)
-	if n%ce != 0 {
-		size += CodecInt8.msgSize(n % ce)
-	}
+	ce, p := cfg.ChunkElems, cfg.params()
+	size := p.segmentSize(n, ce)
 	for i, m := range contribs {
 		if len(m) != size {
 			return nil, nil, &PeerError{Rank: i, Err: fmt.Errorf("%w: %d bytes for %d values", ErrBadChunk, len(m), n)}
 		}
 	}
-	ow := newOwnerWork(k, min(ce, max(n, 1)))
+	ow := newOwnerWork(p, k, min(ce, max(n, 1)))
 	defer putOwnerWork(ow)
 	out := make([]byte, 0, size)
 	var verdicts [][]Verdict
 	msgs := make([][]byte, k)
 	for c, off := 0, 0; off < size; c++ {
 		m := min(ce, n-c*ce)
-		end := off + CodecInt8.msgSize(m)
-		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(m)}
+		end := off + p.msgSize(m)
+		want := chunkHeader{codec: p.codec, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(m)}
 		for i, b := range contribs {
-			if _, err := parseChunk(b[off:end], want); err != nil {
+			if err := checkContribution(&ow.pk, b[off:end], want); err != nil {
 				return nil, nil, &PeerError{Rank: i, Err: err}
 			}
 			msgs[i] = b[off:end]

@@ -76,10 +76,10 @@ func FuzzScatterDecode(f *testing.F) {
 		} else if !errors.As(err, &pe) {
 			t.Fatalf("audit error %v names nobody", err)
 		}
-		var tb [256]float32
+		rd := resultDecoder{pk: packer{p: codecParams{codec: CodecInt8}}}
 		dst := make([]float32, 256)
 		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: 1, chunk: 0, n: 256}
-		if decodeResult(dst, &tb, mutate(result, int(off), mask, int(cut)), want) == nil {
+		if rd.decode(dst, mutate(result, int(off), mask, int(cut)), want) == nil {
 			for _, v := range dst {
 				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 					t.Fatalf("decoded %v", v)

@@ -2,7 +2,6 @@ package collective
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"sync"
 )
@@ -46,13 +45,7 @@ func newScatterShard(sc *scatter, s int, b Buffers) *scatterShard {
 		r.segs[j], _ = span(len(b.Dst), o, j)
 	}
 	for j := range o {
-		n := r.segs[j+1] - r.segs[j]
-		full := n / ce
-		size := full * CodecInt8.msgSize(ce)
-		if n%ce != 0 {
-			size += CodecInt8.msgSize(n % ce)
-		}
-		r.segOff[j+1] = r.segOff[j] + size
+		r.segOff[j+1] = r.segOff[j] + sc.p.segmentSize(r.segs[j+1]-r.segs[j], ce)
 		r.ready[j] = make(chan struct{})
 	}
 	r.enc = make([]byte, r.segOff[o])
@@ -73,8 +66,8 @@ func (r *scatterShard) chunk(j, c int) (lo, hi, mlo, mhi int) {
 	ce := r.sc.cfg.ChunkElems
 	lo = r.segs[j] + c*ce
 	hi = min(lo+ce, r.segs[j+1])
-	mlo = r.segOff[j] + c*CodecInt8.msgSize(ce)
-	return lo, hi, mlo, mlo + CodecInt8.msgSize(hi-lo)
+	mlo = r.segOff[j] + c*r.sc.p.msgSize(ce)
+	return lo, hi, mlo, mlo + r.sc.p.msgSize(hi-lo)
 }
 
 func (r *scatterShard) count(sent bool, msg []byte) {
@@ -133,8 +126,7 @@ func (r *scatterShard) encode() error {
 		first = r.sc.rank % o
 	}
 	x := make([]float32, min(r.sc.cfg.ChunkElems, len(r.b.Dst)))
-	var qz quantizer
-	var t [256]float32
+	e := &memberEncoder{pk: packer{p: r.sc.p}}
 	for d := range o {
 		j := (first + d) % o
 		if err := r.sc.ctx.Err(); err != nil {
@@ -144,10 +136,10 @@ func (r *scatterShard) encode() error {
 		for c := range r.chunks(j) {
 			lo, hi, mlo, mhi := r.chunk(j, c)
 			msg := r.enc[mlo:mhi]
-			if err := r.encodeChunk(&qz, &t, x[:hi-lo], lo, hi, msg); err != nil {
+			if err := r.encodeChunk(e, x[:hi-lo], lo, hi, msg); err != nil {
 				return fmt.Errorf("mesh: shard %d own values: %w", r.s, err)
 			}
-			putHeader(msg, chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)})
+			putHeader(msg, chunkHeader{codec: r.sc.p.codec, phase: phaseDirectScatter, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)})
 			r.sentChunks[j] = append(r.sentChunks[j], sha256.Sum256(msg))
 		}
 		r.sentHash[j] = commitChunks(r.sentChunks[j])
@@ -165,21 +157,35 @@ func (r *scatterShard) encode() error {
 	return nil
 }
 
+// memberEncoder is the scratch space of a member's encoder.
+type memberEncoder struct {
+	qz quantizer
+	t  [256]float32
+	pk packer
+}
+
 // encodeChunk writes the payload of values lo..hi of this member's
-// contribution into msg and their quantization error into ResOut.
-func (r *scatterShard) encodeChunk(qz *quantizer, t *[256]float32, x []float32, lo, hi int, msg []byte) error {
+// contribution (Src + ResIn; Src + β·ResIn for the compressed codecs) into
+// msg and their encoding error into ResOut.
+func (r *scatterShard) encodeChunk(e *memberEncoder, x []float32, lo, hi int, msg []byte) error {
 	src := r.b.Src
 	if src == nil {
 		src = r.b.Dst
 	}
 	copy(x, src[lo:hi])
-	st := prepScan(x, sub(r.b.ResIn, lo, hi), 1)
 	payload := msg[chunkHeaderSize:]
-	if err := qz.encodeInt8Scanned(payload, t, x, st); err != nil {
+	resIn, resOut := sub(r.b.ResIn, lo, hi), sub(r.b.ResOut, lo, hi)
+	if r.sc.p.codec != CodecInt8 {
+		addDecayed(x, resIn, r.sc.p.decay)
+		_, err := e.pk.encode(payload, x, resOut)
 		return err
 	}
-	if r.b.ResOut != nil {
-		residualInt8(r.b.ResOut[lo:hi], x, t, payload[int8TableSize:])
+	st := prepScan(x, resIn, 1)
+	if err := e.qz.encodeInt8Scanned(payload, &e.t, x, st); err != nil {
+		return err
+	}
+	if resOut != nil {
+		residualInt8(resOut, x, &e.t, payload[int8TableSize:])
 	}
 	return nil
 }
@@ -213,14 +219,14 @@ func (r *scatterShard) sendTo(j int) error {
 
 // recvChunk receives the next message from member from on lane and checks
 // it is the chunk expected.
-func (r *scatterShard) recvChunk(from, lane int, want chunkHeader) ([]byte, error) {
+func (r *scatterShard) recvChunk(from, lane int, want chunkHeader, pk *packer) ([]byte, error) {
 	sc := r.sc
 	msg, err := sc.tr.Recv(sc.ctx, from, lane)
 	if err != nil {
 		return nil, sc.transportErr(from, "recv", lane, err)
 	}
 	r.count(false, msg)
-	if _, err := parseChunk(msg, want); err != nil {
+	if err := checkContribution(pk, msg, want); err != nil {
 		return nil, &PeerError{Rank: from, Err: fmt.Errorf("lane %d: %w", lane, err)}
 	}
 	return msg, nil
@@ -234,7 +240,7 @@ func (r *scatterShard) own() error {
 		return nil
 	}
 	recv := make([][]Commitment, sc.k) // per member, its chunks' hashes (own: sentChunks)
-	ow := newOwnerWork(sc.k, sc.cfg.ChunkElems)
+	ow := newOwnerWork(sc.p, sc.k, sc.cfg.ChunkElems)
 	defer putOwnerWork(ow)
 	msgs := make([][]byte, sc.k)
 	rep := &SegmentReport{Shard: r.s, Segment: seg}
@@ -246,8 +252,8 @@ func (r *scatterShard) own() error {
 	}
 	for c := range r.chunks(seg) {
 		lo, hi, mlo, mhi := r.chunk(seg, c)
-		want := chunkHeader{codec: CodecInt8, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(hi - lo)}
-		if err := r.collect(msgs, want, mlo, mhi); err != nil {
+		want := chunkHeader{codec: sc.p.codec, phase: phaseDirectScatter, step: uint16(seg), chunk: uint32(c), n: uint32(hi - lo)}
+		if err := r.collect(msgs, want, mlo, mhi, &ow.pk); err != nil {
 			return err
 		}
 		for i, m := range msgs {
@@ -265,8 +271,12 @@ func (r *scatterShard) own() error {
 		rep.Verdicts = append(rep.Verdicts, v)
 		rep.MedianNorms = append(rep.MedianNorms, float32(ow.ws.medianNorm))
 		r.gotChunks[seg] = append(r.gotChunks[seg], sha256.Sum256(out))
-		decodeInt8Set(r.b.Dst[lo:hi], &ow.t, out[chunkHeaderSize+int8TableSize:])
-		r.feedBack(ow, lo, hi)
+		if err := ow.decodeOwn(r.b.Dst[lo:hi], out); err != nil {
+			return fmt.Errorf("mesh: shard %d segment %d: own result: %w", r.s, seg, err)
+		}
+		if sc.cfg.ResultFeedback == FeedbackOn {
+			r.feedBack(ow, lo, hi)
+		}
 		if err := r.broadcast(out); err != nil {
 			return err
 		}
@@ -298,13 +308,13 @@ func (r *scatterShard) feedBack(ow *ownerWork, lo, hi int) {
 
 // collect fills msgs with chunk want of every member's contribution: its
 // own from enc[mlo:mhi], the others' from their lanes.
-func (r *scatterShard) collect(msgs [][]byte, want chunkHeader, mlo, mhi int) error {
+func (r *scatterShard) collect(msgs [][]byte, want chunkHeader, mlo, mhi int, pk *packer) error {
 	for i := range msgs {
 		if i == r.sc.rank {
 			msgs[i] = r.enc[mlo:mhi]
 			continue
 		}
-		m, err := r.recvChunk(i, r.s, want)
+		m, err := r.recvChunk(i, r.s, want, pk)
 		if err != nil {
 			return err
 		}
@@ -331,16 +341,16 @@ func (r *scatterShard) broadcast(msg []byte) error {
 // gatherFrom receives segment j's results from its owner into Dst.
 func (r *scatterShard) gatherFrom(j int) error {
 	lane, owner := r.sc.cfg.Shards+r.s, r.sc.owners[j]
-	var t [256]float32
+	rd := &resultDecoder{pk: packer{p: r.sc.p}}
 	for c := range r.chunks(j) {
 		lo, hi, _, _ := r.chunk(j, c)
-		want := chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
+		want := chunkHeader{codec: r.sc.p.codec, phase: phaseDirectGather, step: uint16(j), chunk: uint32(c), n: uint32(hi - lo)}
 		msg, err := r.sc.tr.Recv(r.sc.ctx, owner, lane)
 		if err != nil {
 			return r.sc.transportErr(owner, "recv", lane, err)
 		}
 		r.count(false, msg)
-		if err := decodeResult(r.b.Dst[lo:hi], &t, msg, want); err != nil {
+		if err := rd.decode(r.b.Dst[lo:hi], msg, want); err != nil {
 			return &PeerError{Rank: owner, Err: fmt.Errorf("lane %d: %w", lane, err)}
 		}
 		r.gotChunks[j] = append(r.gotChunks[j], sha256.Sum256(msg))
@@ -349,103 +359,43 @@ func (r *scatterShard) gatherFrom(j int) error {
 	return nil
 }
 
-// decodeResult checks an owner's result message against the chunk
-// expected and decodes it into dst (len(dst) = want.n), using t for its
-// table; ErrBadChunk or ErrNonFinite on malformed bytes.
-func decodeResult(dst []float32, t *[256]float32, msg []byte, want chunkHeader) error {
-	payload, err := parseChunk(msg, want)
+// resultDecoder decodes owners' results; one per goroutine.
+type resultDecoder struct {
+	t  [256]float32
+	pk packer
+}
+
+// decode checks an owner's result message against the chunk expected and
+// decodes it into dst (len(dst) = want.n); ErrBadChunk or ErrNonFinite on
+// malformed bytes (a non-finite table entry, used or not, included).
+func (rd *resultDecoder) decode(dst []float32, msg []byte, want chunkHeader) error {
+	payload, err := rd.pk.p.parse(msg, want, true)
 	if err != nil {
 		return err
 	}
-	if err := readTable(t, payload); err != nil {
+	if rd.pk.p.codec != CodecInt8 {
+		if err := rd.pk.read(payload, len(dst), true, true); err != nil {
+			return err
+		}
+		rd.pk.apply(dst, payload, 1, false)
+		return nil
+	}
+	if err := readTable(&rd.t, payload); err != nil {
 		return err
 	}
-	decodeInt8Set(dst, t, payload[int8TableSize:])
+	decodeInt8Set(dst, &rd.t, payload[int8TableSize:])
 	return nil
 }
 
-// ownerWork is an owner's scratch space for one chunk at a time.
-type ownerWork struct {
-	dec [][]float32 // (k, ChunkElems) decoded contributions (trimmed mean only)
-	res []float32   // (ChunkElems) the combined values
-	out []byte      // the result message
-	ws  robustWork
-	qz  quantizer
-	t   [256]float32
-	// gain is Σ weights used / the owner's own weight, 0 if unused.
-	gain float64
-}
-
-// ownerWorks keeps owner scratch space between attempts: it is k chunks
-// of float32 and more, and an attempt runs Shards owners.
-var ownerWorks sync.Pool
-
-// newOwnerWork returns scratch space for k members and chunks of up to
-// chunkElems values; putOwnerWork gives it back.
-func newOwnerWork(k, chunkElems int) *ownerWork {
-	ow, _ := ownerWorks.Get().(*ownerWork)
-	if ow == nil {
-		ow = &ownerWork{}
+// checkContribution checks a member's contribution against the chunk
+// expected: header, length and, for the compressed codecs, the payload's
+// structure (a top-k message's indices, the padding); its table may hold
+// anything (the rule rejects the contributions that use a non-finite
+// entry). pk is scratch space (its table and entries are overwritten).
+func checkContribution(pk *packer, msg []byte, want chunkHeader) error {
+	payload, err := pk.p.parse(msg, want, false)
+	if err != nil || !pk.p.codec.compressed() {
+		return err
 	}
-	ow.grow(chunkElems)
-	return ow
-}
-
-// grow makes room for chunks of chunkElems values.
-func (ow *ownerWork) grow(chunkElems int) {
-	if len(ow.res) < chunkElems {
-		ow.res, ow.out = make([]float32, chunkElems), make([]byte, CodecInt8.msgSize(chunkElems))
-		ow.dec = ow.dec[:0]
-	}
-}
-
-func putOwnerWork(ow *ownerWork) { ownerWorks.Put(ow) }
-
-// combine is the robust rule over chunk c of segment seg: msgs are the k
-// members' parsed chunk messages (same header), the result is the owner's
-// message (valid until the next call; ow.t holds its table) and one Verdict
-// per member. rank is the owner's (for ow.gain; -1 for an auditor). A
-// contribution with a non-finite table entry in use is rejected, not an
-// error. It only fails if the result does not encode.
-func (ow *ownerWork) combine(rc *RobustConfig, weights []float32, msgs [][]byte, seg, rank, c int) ([]byte, []Verdict, error) {
-	n := int(binary.BigEndian.Uint32(msgs[0][8:]))
-	v := make([]Verdict, len(msgs))
-	var st chunkStats
-	if rc.Rule == RuleCenteredClip {
-		st, _ = robustMeanCoded(&ow.ws, rc, weights, msgs, ow.res[:n], v)
-	} else {
-		for len(ow.dec) < len(msgs) {
-			ow.dec = append(ow.dec, make([]float32, len(ow.res)))
-		}
-		xs := ow.dec[:len(msgs)]
-		for i, m := range msgs {
-			xs[i] = xs[i][:n]
-			decodeRaw(xs[i], m[chunkHeaderSize:])
-		}
-		robustMean(&ow.ws, rc, weights, xs, ow.res[:n], v)
-		st = scanChunk(ow.res[:n])
-	}
-	ow.gain = 0
-	if rank >= 0 && ow.ws.w[rank] > 0 { // an auditor (-1) feeds nothing back
-		own := ow.ws.w[rank]
-		var total float64
-		for _, i := range ow.ws.active {
-			total += ow.ws.w[i]
-		}
-		ow.gain = total / own
-	}
-	out := ow.out[:CodecInt8.msgSize(n)]
-	putHeader(out, chunkHeader{codec: CodecInt8, phase: phaseDirectGather, step: uint16(seg), chunk: uint32(c), n: uint32(n)})
-	if err := ow.qz.encodeInt8Scanned(out[chunkHeaderSize:], &ow.t, ow.res[:n], st); err != nil {
-		return nil, nil, err
-	}
-	return out, v, nil
-}
-
-// decodeRaw decodes an int8 payload into x whatever its table holds
-// (non-finite entries included: the rule rejects such contributions).
-func decodeRaw(x []float32, payload []byte) {
-	var t [256]float32
-	rawTable(&t, payload)
-	decodeInt8Set(x, &t, payload[int8TableSize:int8TableSize+len(x)])
+	return pk.read(payload, int(want.n), false, false)
 }

@@ -105,6 +105,9 @@ func (r *recMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
 // s, which never crosses the wire when i owns it (an auditor would ask the
 // owner for it).
 func ownContribution(t *testing.T, in []float32, i, j, s, k int, cfg ScatterConfig) []byte {
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	lo, hi := span(len(in), cfg.Shards, s)
 	sc := newScatter(i, k, nil, cfg)
 	sc.ctx = context.Background()
@@ -190,9 +193,10 @@ func TestMessageNorm(t *testing.T) {
 	}
 }
 
-func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, recs []*recMesh, res []ScatterResult, j, s int) {
+// segmentContribs returns the k contributions owner j received for its
+// segment of shard s, as recorded on the wire (its own re-encoded).
+func segmentContribs(t *testing.T, xs [][]float32, cfg ScatterConfig, recs []*recMesh, j, s int) [][]byte {
 	k := len(xs)
-	rep := res[j].Owned[s]
 	contribs := make([][]byte, k)
 	for i := range k {
 		if i == j {
@@ -200,6 +204,15 @@ func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, 
 		} else {
 			contribs[i] = recs[i].sent[[2]int{j, s}]
 		}
+	}
+	return contribs
+}
+
+func auditSegment(t *testing.T, xs [][]float32, w []float32, cfg ScatterConfig, recs []*recMesh, res []ScatterResult, j, s int) {
+	k := len(xs)
+	rep := res[j].Owned[s]
+	contribs := segmentContribs(t, xs, cfg, recs, j, s)
+	for i := range k {
 		if c, ok := CommitMessages(contribs[i]); !ok || c != rep.Received[i] || c != res[i].Sent[s*k+j] {
 			t.Fatalf("owner %d shard %d member %d: commitments differ", j, s, i)
 		}
@@ -429,27 +442,7 @@ func TestScatterErrorFeedback(t *testing.T) {
 }
 
 func efRound(t *testing.T, xs [][]float32, w []float32, res [][2][]float32, ef bool) []float32 {
-	k := len(xs)
-	cfg := ScatterConfig{Shards: 2, ChunkElems: 4096, ErrorFeedback: ef, Robust: RobustConfig{MaxWeight: testH}}
-	ts := NewMemMesh(k, 2*cfg.Shards)
-	outs := make([][]float32, k)
-	errs := make([]error, k)
-	var wg sync.WaitGroup
-	for i := range k {
-		outs[i] = make([]float32, len(xs[i]))
-		wg.Go(func() {
-			b := Buffers{Src: xs[i], Dst: outs[i], ResIn: res[i][0], ResOut: res[i][1]}
-			_, errs[i] = ScatterAllReduce(testCtx(t), ts[i], i, w, b, cfg)
-		})
-	}
-	wg.Wait()
-	for i := range k {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		res[i][0], res[i][1] = res[i][1], res[i][0]
-	}
-	return outs[0]
+	return codecRound(t, AllReduceConfig{Codec: CodecInt8}, "scatter", FeedbackDefault, 4096, xs, w, res, ef)
 }
 
 // TestScatterInvalidArguments: bad configurations, ranks, weights and

@@ -116,13 +116,15 @@ func arSameBits(a, b []float32) bool {
 }
 
 // TestAllReduceLibp2p: 3 and 4 real hosts on 127.0.0.1 reduce a vector over
-// several shards; all end with the same bits, close to the exact mean, and
-// the byte counts of both layers agree.
+// several shards; all end with the same bits, close to the exact mean (the
+// compressed codecs: with the bits of the in-memory ring), and the byte
+// counts of both layers agree.
 func TestAllReduceLibp2p(t *testing.T) {
 	for _, tc := range []struct {
 		k, n, shards int
 		codec        collective.Codec
-	}{{4, 100_003, 3, collective.CodecInt8}, {3, 50_000, 2, collective.CodecFP32}, {2, 999, 1, collective.CodecInt8}} {
+	}{{4, 100_003, 3, collective.CodecInt8}, {3, 50_000, 2, collective.CodecFP32}, {2, 999, 1, collective.CodecInt8},
+		{4, 30_001, 2, collective.CodecTopK}, {3, 20_000, 2, collective.CodecQ4}} {
 		t.Run(fmt.Sprintf("k=%d/%v", tc.k, tc.codec), func(t *testing.T) {
 			_, svcs, ids := arRing(t, tc.k, ServiceConfig{IOTimeout: 10 * time.Second})
 			in := arVecs(1, tc.k, tc.n)
@@ -144,11 +146,38 @@ func TestAllReduceLibp2p(t *testing.T) {
 					t.Fatalf("member %d sent %+v (%+v), its right neighbour received %+v", i, r.ring[i], r.stats[i], r.ring[next])
 				}
 			}
-			if e := arRelErr(r.out[0], in, w); e > 0.02 {
+			if tc.codec == collective.CodecTopK || tc.codec == collective.CodecQ4 {
+				if mem := arMemRing(t, in, w, cfg); !arSameBits(r.out[0], mem) {
+					t.Fatal("the result differs from the in-memory ring's")
+				}
+			} else if e := arRelErr(r.out[0], in, w); e > 0.02 {
 				t.Fatalf("relative error %.3g", e)
 			}
 		})
 	}
+}
+
+// arMemRing runs the same all-reduce over collective's in-memory ring and
+// returns member 0's result.
+func arMemRing(t *testing.T, in [][]float32, w []float32, cfg collective.AllReduceConfig) []float32 {
+	k := len(in)
+	trs := collective.NewMemRing(k, cfg.Shards)
+	outs := make([][]float32, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range k {
+		outs[i] = make([]float32, len(in[i]))
+		wg.Go(func() {
+			_, errs[i] = collective.AllReduceInto(context.Background(), trs[i], i, w, collective.Buffers{Src: in[i], Dst: outs[i]}, cfg)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("in-memory member %d: %v", i, err)
+		}
+	}
+	return outs[0]
 }
 
 // arRelErr is the relative L2 error of got against the float64 weighted mean.

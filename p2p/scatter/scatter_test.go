@@ -98,15 +98,19 @@ func sameBits(a, b []float32) bool {
 // with the bits of the same reduction over the in-memory mesh; one member
 // opening its side late finds the streams others opened before.
 func TestScatterLibp2pMatchesMemory(t *testing.T) {
-	for _, tc := range []struct{ k, n, shards int }{{4, 100_003, 3}, {3, 5000, 1}, {2, 999, 2}} {
-		t.Run(fmt.Sprintf("k=%d", tc.k), func(t *testing.T) {
+	for _, tc := range []struct {
+		k, n, shards int
+		codec        collective.Codec
+	}{{4, 100_003, 3, collective.CodecInt8}, {3, 5000, 1, collective.CodecInt8}, {2, 999, 2, collective.CodecInt8},
+		{4, 30_001, 2, collective.CodecTopK}, {3, 20_000, 2, collective.CodecQ4}} {
+		t.Run(fmt.Sprintf("k=%d/%v", tc.k, tc.codec), func(t *testing.T) {
 			_, svcs, ids := mesh(t, tc.k, Config{IOTimeout: 10 * time.Second})
 			in := vecs(1, tc.k, tc.n)
 			w := make([]float32, tc.k)
 			for i := range w {
 				w[i] = float32(10 + i)
 			}
-			cfg := collective.ScatterConfig{Shards: tc.shards, ChunkElems: 4096}
+			cfg := collective.ScatterConfig{Shards: tc.shards, ChunkElems: 4096, Codec: tc.codec}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			late := func(i int) { // odd members open once others' streams wait for them
