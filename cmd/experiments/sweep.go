@@ -58,6 +58,10 @@ type sweepResult struct {
 	Data   string    `json:"data"`
 	Tokens []int64   `json:"tokens"`
 	Eval   []float64 `json:"eval"`
+	// Hashes are the global model's hash (train.Hash) after each outer
+	// step of a DiLoCo run: two runs trained the same models exactly when
+	// they agree.
+	Hashes []string `json:"hashes,omitempty"`
 	// Final is the held-out loss of the final model on finalEvalBatches
 	// batches (8× the curve's): the figure runs are compared by.
 	Final float64 `json:"final"`
@@ -198,6 +202,7 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	params, err := train.RunDiLoCo(ctx, cfg, src, func(rec train.DiLoCoRecord) {
 		res.Tokens = append(res.Tokens, rec.Tokens)
 		res.Eval = append(res.Eval, rec.EvalLoss)
+		res.Hashes = append(res.Hashes, rec.Hash)
 	})
 	if err != nil {
 		return res, err
