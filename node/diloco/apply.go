@@ -103,6 +103,7 @@ func (l *Loop) fetch(ctx context.Context, ev Event, ot *times) error {
 	l.tokens = 0
 	*ot = newTimes()
 	l.port.Synced(f.Step, l.model.hash, f.History)
+	l.hooks.Synced(f.Step, l.model.hash)
 	return nil
 }
 

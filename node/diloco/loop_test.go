@@ -339,6 +339,7 @@ func (e recEngine) Params() []float32 {
 
 // The member's Hooks.
 func (m *member) InnerDone(int, train.StepStats) {}
+func (m *member) Synced(uint64, string)          {}
 
 func (m *member) Committed(c Commit) {
 	m.mu.Lock()

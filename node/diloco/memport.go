@@ -200,6 +200,7 @@ type localHooks struct {
 }
 
 func (h localHooks) InnerDone(int, train.StepStats) {}
+func (h localHooks) Synced(uint64, string)          {}
 
 // Committed adds member i's commit to its step's; the last member of the
 // step's ring to commit emits the Record.

@@ -76,8 +76,8 @@ type Stats struct {
 	BytesSent, BytesRecv int64
 }
 
-// Hooks are what the loop reports. Both are called on the loop's goroutine,
-// which waits for them.
+// Hooks are what the loop reports. They are called on the loop's
+// goroutine, which waits for them.
 type Hooks interface {
 	// InnerDone is called after each inner step (inner is 1-based within
 	// the phase).
@@ -85,6 +85,9 @@ type Hooks interface {
 	// Committed is called once the global model of c.Step is this
 	// member's.
 	Committed(c Commit)
+	// Synced is called once a fetched model, the global model of step, is
+	// this member's (after Port.Synced).
+	Synced(step uint64, hash string)
 }
 
 // Commit describes a global model a member made: the average that made it
