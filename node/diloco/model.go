@@ -87,7 +87,9 @@ func (m *Model) set(step uint64, update func()) {
 }
 
 // Outer is the outer optimizer: SGD with Nesterov momentum on the averaged
-// pseudo-gradient (lr 1 and momentum 0 is plain averaging).
+// pseudo-gradient (lr 1 and momentum 0 is plain averaging). All math is
+// element-wise float32 in a fixed order, so every member computes the same
+// bits from the same inputs.
 type Outer struct {
 	LR, Momentum float32   // outer learning rate (DiLoCo: 0.7) and momentum μ (0.9)
 	V            []float32 // momentum buffer, one per parameter
