@@ -17,7 +17,8 @@ import (
 // Checkpoint layout under <home>/checkpoints/step-NNNNNNNN:
 //
 //	engine/              the engine's own checkpoint (model, AdamW moments, data position)
-//	outer.safetensors    theta0 (the global model of the step) and the outer momentum
+//	outer.safetensors    theta0 (the global model of the step), the outer momentum
+//	                     and, with --error-feedback, ef_residual (the loop's residual)
 //	node.json            run, outer step and θ₀ hash
 const (
 	checkpointDir  = "checkpoints"
@@ -67,6 +68,9 @@ func (n *Node) writeCheckpoint() error {
 				{Name: "theta0", Shape: []int{len(theta0)}, Data: theta0},
 				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v},
 			}
+			if res := n.residual(); res != nil {
+				ts = append(ts, train.Tensor{Name: "ef_residual", Shape: []int{len(res)}, Data: res})
+			}
 			if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": hash}); err != nil {
 				return err
 			}
@@ -98,21 +102,9 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 	if st.Run != n.cfg.Run || (st.Manifest != "" && st.Manifest != n.runID()) {
 		return bad(fmt.Errorf("it belongs to run %q manifest %s, not %q manifest %s", st.Run, short(st.Manifest), n.cfg.Run, short(n.runID())))
 	}
-	ts, _, err := train.ReadSafetensors(filepath.Join(dir, outerFile))
+	theta0, v, res, err := readOuter(dir, st.Hash)
 	if err != nil {
 		return bad(err)
-	}
-	var theta0, v []float32
-	for _, t := range ts {
-		switch t.Name {
-		case "theta0":
-			theta0 = t.Data
-		case "outer_momentum":
-			v = t.Data
-		}
-	}
-	if theta0 == nil || len(v) != len(theta0) || train.Hash(theta0) != st.Hash {
-		return bad(errors.New("outer state missing or does not match its hash"))
 	}
 	if err := mesh.ValidateHistory(st.Step, st.History); err != nil {
 		return bad(fmt.Errorf("%s: %w", nodeStateFile, err))
@@ -131,9 +123,44 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 	}
 	n.engine = eng
 	n.model = diloco.NewModel(st.Step, theta0, &diloco.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: v})
-	n.resumedHist = st.History
+	n.resumedHist, n.resumedRes = st.History, res
 	n.log.Info("resumed from checkpoint", "dir", dir, "outer_step", st.Step)
 	return true, nil
+}
+
+// readOuter reads a checkpoint's outer state: θ₀ (which must hash to hash),
+// the outer momentum and the error-feedback residual (nil if none).
+func readOuter(dir, hash string) (theta0, v, res []float32, err error) {
+	ts, _, err := train.ReadSafetensors(filepath.Join(dir, outerFile))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, t := range ts {
+		switch t.Name {
+		case "theta0":
+			theta0 = t.Data
+		case "outer_momentum":
+			v = t.Data
+		case "ef_residual":
+			res = t.Data
+		}
+	}
+	if theta0 == nil || len(v) != len(theta0) || train.Hash(theta0) != hash {
+		return nil, nil, nil, errors.New("outer state missing or does not match its hash")
+	}
+	if res != nil && len(res) != len(theta0) {
+		return nil, nil, nil, fmt.Errorf("error-feedback residual of %d values, θ₀ of %d", len(res), len(theta0))
+	}
+	return theta0, v, res, nil
+}
+
+// residual is the error-feedback residual a checkpoint keeps: the loop's,
+// or the one resumed while no loop runs yet (nil without error feedback).
+func (n *Node) residual() []float32 {
+	if n.loop != nil {
+		return n.loop.Residual()
+	}
+	return n.resumedRes
 }
 
 // resumeEngine restores the CPU trainer with its AdamW state; other devices

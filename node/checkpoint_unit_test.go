@@ -109,6 +109,61 @@ func TestCheckpointResumeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCheckpointKeepsResidual pins the error-feedback residual across a
+// restart: the loop's is written with the checkpoint, comes back with the
+// resumed model and is the new loop's; without error feedback there is none.
+func TestCheckpointKeepsResidual(t *testing.T) {
+	home := t.TempDir()
+	nd := newCkptNode(t, home, 9, 3)
+	l, err := diloco.New(diloco.Config{Inner: 2, ErrorFeedback: true}, nd.engine, nd.model, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := unitVec(77, int(nd.params), 0.01)
+	if err := l.SetResidual(res); err != nil {
+		t.Fatal(err)
+	}
+	nd.loop = l
+	if err := nd.saveCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r := freshNode(nd)
+	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil {
+		t.Fatalf("resume = %v, %v", ok, err)
+	}
+	if !slices.Equal(r.resumedRes, res) {
+		t.Fatal("the residual did not come back")
+	}
+	nd.loop = nil
+	nd.resumedRes = nil
+	home2 := t.TempDir()
+	nd.cfg.Home = home2
+	if err := nd.saveCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := freshNode(nd)
+	if ok, err := r2.resume(simOptions(21, 1)); !ok || err != nil || r2.resumedRes != nil {
+		t.Fatalf("resume without error feedback: %v, %v, residual %v", ok, err, r2.resumedRes != nil)
+	}
+}
+
+// TestTrainLoopTakesResumedResidual pins that the loop a resumed node
+// starts carries the checkpoint's residual into its first attempt.
+func TestTrainLoopTakesResumedResidual(t *testing.T) {
+	nd := newCkptNode(t, t.TempDir(), 4, 3)
+	nd.cfg.ErrorFeedback = true
+	res := unitVec(78, int(nd.params), 0.01)
+	nd.resumedRes = slices.Clone(res)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the loop stops after its first inner step
+	if err := nd.trainLoop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("trainLoop: %v", err)
+	}
+	if nd.resumedRes != nil || !slices.Equal(nd.loop.Residual(), res) {
+		t.Fatal("the loop does not carry the resumed residual")
+	}
+}
+
 // TestResumeNothing pins that a home without checkpoints resumes nothing,
 // without error.
 func TestResumeNothing(t *testing.T) {
@@ -210,6 +265,13 @@ func TestResumeRejectsBadCheckpoints(t *testing.T) {
 				{Name: "theta0", Shape: []int{len(theta0Of(nd.model))}, Data: theta0Of(nd.model)},
 				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v}})
 		}, []string{"outer state missing"}},
+		{"residual of another size", func(t *testing.T, dir string, nd *Node) {
+			th, v := modelOf(nd.model)
+			writeOuter(t, dir, []train.Tensor{
+				{Name: "theta0", Shape: []int{len(th)}, Data: th},
+				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v},
+				{Name: "ef_residual", Shape: []int{3}, Data: []float32{1, 2, 3}}})
+		}, []string{"error-feedback residual of 3 values"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

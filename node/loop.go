@@ -33,7 +33,12 @@ func (n *Node) trainLoop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.loop = l
+	if n.resumedRes != nil && cfg.ErrorFeedback {
+		if err := l.SetResidual(n.resumedRes); err != nil {
+			return err
+		}
+	}
+	n.loop, n.resumedRes = l, nil
 	return l.Run(ctx)
 }
 

@@ -85,6 +85,7 @@ type Node struct {
 
 	history     lineHistory // who made the line's last models (lineage.go)
 	resumedHist []mesh.Made // the checkpoint's history, for the mesh's start
+	resumedRes  []float32   // the checkpoint's error-feedback residual, for the loop's start
 
 	awaitingAdmission bool // a newcomer left out of a step, not yet in a ring (mesh goroutine)
 
