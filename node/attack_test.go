@@ -11,24 +11,24 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p/ring"
+	"github.com/intellect-node/intellect-node/node/diloco"
 )
 
 // signFlipper is an attacking member: it follows every protocol but sends
 // scale (< 0) × its pseudo-gradient.
 type signFlipper struct {
-	inner reducer
+	inner diloco.Reducer
 	scale float32
 }
 
-func (s signFlipper) attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
+func (s signFlipper) Attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (diloco.Stats, error) {
 	for i := range b.Src {
 		b.Src[i] *= s.scale
 	}
-	return s.inner.attempt(ctx, r, b)
+	return s.inner.Attempt(ctx, r, b)
 }
 
-func (s signFlipper) failed(r *mesh.Ring, err error) mesh.PeerID { return s.inner.failed(r, err) }
+func (s signFlipper) Failed(r *mesh.Ring, err error) mesh.PeerID { return s.inner.Failed(r, err) }
 
 // TestRobustNetworkExcludesAttacker: 4 in-process nodes average robustly;
 // one sends −1000× its update. The honest three keep identical models that
@@ -42,7 +42,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	const k, steps = 4, 6
 	nodes := robustNodes(ctx, t, k, steps, "attack-test") // honest owners pass every audit: no one else is excluded
 	bad := nodes[k-1]
-	bad.tamper = func(r reducer) reducer { return signFlipper{r, -1000} }
+	bad.tamper = func(r diloco.Reducer) diloco.Reducer { return signFlipper{r, -1000} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	checkHonest(t, honest, bad, steps, "attacker", "flagged at steps [1 2 3]")
@@ -62,7 +62,7 @@ func TestRobustNetworkExcludesOpposer(t *testing.T) {
 	const k, steps = 4, 5
 	ctx, nodes := attackNodes(t, k, steps, "opposer-test")
 	bad := nodes[k-1]
-	bad.tamper = func(r reducer) reducer { return signFlipper{r, -4} }
+	bad.tamper = func(r diloco.Reducer) diloco.Reducer { return signFlipper{r, -4} }
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	checkHonest(t, honest, bad, steps, "opposer", "median) at steps [1 2 3]")
@@ -188,8 +188,8 @@ func runHonest(ctx context.Context, t *testing.T, nodes []*Node) {
 func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what, evidence string) {
 	t.Helper()
 	for _, n := range honest {
-		if n.model.hash != honest[0].model.hash || n.model.step != steps {
-			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
+		if n.model.Hash() != honest[0].model.Hash() || n.model.Step() != steps {
+			t.Fatalf("honest members end at step %d/%d with different models", n.model.Step(), honest[0].model.Step())
 		}
 		ex := n.host.Excluded()
 		if len(ex) != 1 || ex[0].ID != bad.host.ID() {
@@ -264,8 +264,8 @@ func TestFalseAccuserKeepsNobodyOut(t *testing.T) {
 	runHonest(ctx, t, nodes)
 	honest := nodes[:k-1]
 	for _, n := range honest {
-		if n.model.hash != honest[0].model.hash || n.model.step != steps {
-			t.Fatalf("honest members end at step %d/%d with different models", n.model.step, honest[0].model.step)
+		if n.model.Hash() != honest[0].model.Hash() || n.model.Step() != steps {
+			t.Fatalf("honest members end at step %d/%d with different models", n.model.Step(), honest[0].model.Step())
 		}
 		st := n.board.snapshot()
 		if len(st.Members) != len(honest) || slices.Contains(st.Members, string(bad.self)) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -36,10 +37,9 @@ func newFetchRig(t *testing.T) *fetchRig {
 	if n.engine, err = newSimEngine(simOptions(21, 1), time.Nanosecond); err != nil {
 		t.Fatal(err)
 	}
-	n.model.theta0 = slices.Clone(n.engine.Params())
-	n.model.outer = train.NewOuter(len(n.model.theta0), 1, 0)
-	n.model.set(0, func() {})
-	n.params = int64(len(n.model.theta0))
+	theta0 := slices.Clone(n.engine.Params())
+	n.model = diloco.NewModel(0, theta0, diloco.NewOuter(len(theta0), 1, 0))
+	n.params = int64(len(theta0))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := n.host.Libp2p().Connect(ctx, peer.AddrInfo{ID: dh.ID(), Addrs: dh.Libp2p().Addrs()}); err != nil {
@@ -49,45 +49,46 @@ func newFetchRig(t *testing.T) *fetchRig {
 	return r
 }
 
-// fetch asks the node to fetch (step, hash) from the donor and returns the
-// command it sent the mesh.
-func (r *fetchRig) fetch(t *testing.T, step uint64, hash string) meshCmd {
+// fetch asks the node to fetch (step, hash) from the donor and returns
+// what it fetched and the command it sent the mesh, if any.
+func (r *fetchRig) fetch(t *testing.T, step uint64, hash string) (*diloco.Fetched, *meshCmd) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	f := &mesh.Fetch{Step: step, Hash: hash, From: []mesh.PeerID{r.donor, r.n.self}}
-	if err := r.n.fetch(ctx, f, false); err != nil {
+	got, err := nodePort{r.n}.Fetch(ctx, diloco.Event{Fetch: f})
+	if err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
 	select {
 	case c := <-r.n.meshCmds:
-		return c
+		return got, &c
 	default:
-		t.Fatal("fetch told the mesh nothing")
-		return meshCmd{}
+		return got, nil
 	}
 }
 
-// TestFetchInstallsModel pins a good fetch: θ₀ and v of the donor become the
-// node's model at the fetched step, the engine is put on θ₀, and the mesh
-// is told Synced with the model's hash.
-func TestFetchInstallsModel(t *testing.T) {
+// TestFetchVerifiesModel pins a good fetch: θ₀, v and the history of the
+// donor come back for the loop to install (this node's model and engine are
+// the loop's to change, and the mesh hears Synced from it), and the board
+// shows the download.
+func TestFetchVerifiesModel(t *testing.T) {
 	r := newFetchRig(t)
 	theta := unitVec(31, int(r.n.params), 1)
 	v := unitVec(32, int(r.n.params), 0.1)
 	r.serve = ckpt.EncodeSnapshot(12, theta, v, []byte(`{}`))
-	c := r.fetch(t, 12, train.Hash(theta))
-	if c.kind != cmdSynced || c.step != 12 || c.hash != train.Hash(theta) {
-		t.Fatalf("mesh told %+v, want Synced(12, θ's hash)", c)
+	before := theta0Of(r.n.model)
+	got, c := r.fetch(t, 12, train.Hash(theta))
+	if c != nil {
+		t.Fatalf("fetch told the mesh %+v", *c)
 	}
-	m := &r.n.model
-	if m.step != 12 || m.hash != train.Hash(theta) || !slices.Equal(m.theta0, theta) || !slices.Equal(m.outer.V, v) {
-		t.Fatalf("model step %d; θ₀, v or hash not the donor's", m.step)
+	if got == nil || got.Step != 12 || !slices.Equal(got.Theta0, theta) || !slices.Equal(got.Momentum, v) {
+		t.Fatalf("fetched %+v, want the donor's step 12", got)
 	}
-	if !slices.Equal(r.n.engine.Params(), theta) {
-		t.Fatal("engine not put on the fetched θ₀")
+	if r.n.model.Step() != 0 || !slices.Equal(theta0Of(r.n.model), before) || !slices.Equal(r.n.engine.Params(), before) {
+		t.Fatal("fetch changed the model itself")
 	}
-	if s := r.n.board.snapshot(); s.OuterStep != 12 || s.ModelHash != m.hash || s.Download == nil {
+	if s := r.n.board.snapshot(); s.Download == nil || s.Download.Step != 12 {
 		t.Fatalf("board %+v", s)
 	}
 }
@@ -123,19 +124,19 @@ func TestFetchRejectsUnusableModels(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newFetchRig(t)
-			before := slices.Clone(r.n.model.theta0)
-			hash0 := r.n.model.hash
+			before := slices.Clone(theta0Of(r.n.model))
+			hash0 := r.n.model.Hash()
 			var hash string
 			r.serve, hash = c.serve(int(r.n.params))
-			cmd := r.fetch(t, 5, hash)
-			if cmd.kind != cmdSyncFailed {
-				t.Fatalf("mesh told %+v, want SyncFailed", cmd)
+			got, cmd := r.fetch(t, 5, hash)
+			if got != nil || cmd == nil || cmd.kind != cmdSyncFailed {
+				t.Fatalf("fetched %v, mesh told %+v, want SyncFailed", got, cmd)
 			}
 			if got := testutil.ToFloat64(r.n.met.fetchFailures.WithLabelValues(c.cause)); got != 1 {
 				t.Fatalf("%s failures %v, want 1", c.cause, got)
 			}
-			m := &r.n.model
-			if m.step != 0 || m.hash != hash0 || !slices.Equal(m.theta0, before) || !slices.Equal(r.n.engine.Params(), before) {
+			m := r.n.model
+			if m.Step() != 0 || m.Hash() != hash0 || !slices.Equal(theta0Of(m), before) || !slices.Equal(r.n.engine.Params(), before) {
 				t.Fatal("a rejected model was installed")
 			}
 		})
@@ -149,13 +150,59 @@ func TestFetchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	th := unitVec(50, int(r.n.params), 1)
-	err := r.n.fetch(ctx, &mesh.Fetch{Step: 3, Hash: train.Hash(th), From: []mesh.PeerID{r.donor}}, true)
-	if err == nil {
-		t.Fatal("cancelled fetch returned nil")
+	got, err := r.n.fetch(ctx, &mesh.Fetch{Step: 3, Hash: train.Hash(th), From: []mesh.PeerID{r.donor}}, true)
+	if err == nil || got != nil {
+		t.Fatalf("cancelled fetch returned %v, %v", got, err)
 	}
 	select {
 	case c := <-r.n.meshCmds:
 		t.Fatalf("cancelled fetch told the mesh %+v", c)
 	default:
+	}
+}
+
+// TestFetchBackoff: retries of a failing fetch wait half a second, then
+// twice as long each time up to a minute; a repeated reason is a repeat
+// (logged once as a warning); success starts over.
+func TestFetchBackoff(t *testing.T) {
+	b := backoff{base: fetchRetryBase, limit: fetchRetryLimit}
+	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
+	for i, w := range want {
+		got, repeat := b.failed("too big")
+		if got != w || repeat != (i > 0) {
+			t.Fatalf("failure %d: wait %v repeat %v, want %v %v", i+1, got, repeat, w, i > 0)
+		}
+	}
+	for range 20 {
+		b.failed("too big")
+	}
+	if got, _ := b.failed("too big"); got != time.Minute {
+		t.Fatalf("wait after many failures: %v, want the one-minute cap", got)
+	}
+	if _, repeat := b.failed("another reason"); repeat {
+		t.Fatal("a new reason counted as a repeat")
+	}
+	b.succeeded()
+	if got, repeat := b.failed("too big"); got != fetchRetryBase || repeat {
+		t.Fatalf("after a success: wait %v repeat %v", got, repeat)
+	}
+}
+
+// TestReachableDonors: donors this node is connected to directly come
+// first and alone; without any, all are tried.
+func TestReachableDonors(t *testing.T) {
+	h, other := unitHost(t), unitHost(t)
+	n, _ := unitMeshNode(h)
+	if err := h.Libp2p().Connect(context.Background(), peer.AddrInfo{ID: other.ID(), Addrs: other.Libp2p().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	stranger := mesh.PeerID(unitPeerID(t).String())
+	near := mesh.PeerID(other.ID().String())
+	got := n.reachableDonors([]mesh.PeerID{stranger, n.self, near})
+	if len(got) != 1 || got[0] != other.ID() {
+		t.Fatalf("donors %v, want only the connected %s", got, other.ID())
+	}
+	if got := n.reachableDonors([]mesh.PeerID{stranger, n.self}); len(got) != 1 || got[0].String() != string(stranger) {
+		t.Fatalf("donors %v, want the one unconnected donor", got)
 	}
 }

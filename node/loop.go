@@ -5,34 +5,48 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// trainLoop runs the outer loop until ctx ends or MaxOuterSteps is reached.
+// trainLoop runs the DiLoCo loop (node/diloco) until ctx ends or
+// MaxOuterSteps is reached (diloco.ErrDone): over the network's reducer
+// (the ring, or the direct scatter with --averaging robust) and this node's
+// mesh goroutine (nodePort).
 func (n *Node) trainLoop(ctx context.Context) error {
-	cfg := loopConfig{inner: n.cfg.InnerSteps, maxOuter: n.cfg.MaxOuterSteps, tick: n.cfg.Tick, drain: drainTimeout}
+	cfg := diloco.Config{Inner: n.cfg.InnerSteps, MaxOuter: n.cfg.MaxOuterSteps, Tick: n.cfg.Tick,
+		Drain: diloco.DefaultDrain, ErrorFeedback: n.cfg.ErrorFeedback, Eval: true, Logger: n.log}
 	if n.cfg.Overlap {
-		cfg.lag = n.cfg.OverlapSteps
-		if cfg.lag == 0 {
-			cfg.lag = -1 // the first inner step at which the average is in
+		cfg.Lag = n.cfg.OverlapSteps
+		if cfg.Lag == 0 {
+			cfg.Lag = -1 // the first inner step at which the average is in
 		}
 	}
-	var red reducer = ringReducer{n}
+	var red diloco.Reducer = ringReducer{n}
 	if n.cfg.Averaging == AveragingRobust {
 		red = scatterReducer{n}
 	}
 	if n.tamper != nil {
 		red = n.tamper(red)
 	}
-	l := newOuterLoop(cfg, n.engine, &n.model, red, nodePort{n}, nodeHooks{n}, n.cfg.ErrorFeedback, n.log)
-	return l.run(ctx)
+	l, err := diloco.New(cfg, n.engine, n.model, red, nodePort{n}, nodeHooks{n})
+	if err != nil {
+		return err
+	}
+	if n.resumedRes != nil && cfg.ErrorFeedback {
+		if err := l.SetResidual(n.resumedRes); err != nil {
+			return err
+		}
+	}
+	n.loop, n.resumedRes = l, nil
+	return l.Run(ctx)
 }
 
-// nodeHooks publish the outer loop's progress: board, metrics, history,
-// log, checkpoints; and carry out model fetches.
+// nodeHooks publish the loop's progress: board, metrics, history, log,
+// checkpoints.
 type nodeHooks struct{ n *Node }
 
-func (h nodeHooks) innerDone(inner int, st train.StepStats) {
+func (h nodeHooks) InnerDone(inner int, st train.StepStats) {
 	bySource := tokensBySource(h.n.data)
 	h.n.board.update(func(s *Status) {
 		s.InnerStep, s.Loss = inner, st.Loss
@@ -41,16 +55,17 @@ func (h nodeHooks) innerDone(inner int, st train.StepStats) {
 	})
 }
 
-func (h nodeHooks) fetch(ctx context.Context, ev meshEvent) error {
-	return h.n.fetch(ctx, ev.fetch, ev.adopt)
+// Synced shows a fetched model on the board.
+func (h nodeHooks) Synced(step uint64, hash string) {
+	h.n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
 }
 
-// committed records that the global model of step t+1 is this node's:
+// Committed records that the global model of c.Step is this node's:
 // record, log, checkpoint.
-func (h nodeHooks) committed(t uint64, ot outerTimes, out outcome, eval float64) {
+func (h nodeHooks) Committed(c diloco.Commit) {
 	n := h.n
-	n.finishOuter(ot, out, eval)
-	if n.cfg.CheckpointEvery > 0 && n.model.step%uint64(n.cfg.CheckpointEvery) == 0 {
+	n.finishOuter(c)
+	if n.cfg.CheckpointEvery > 0 && c.Step%uint64(n.cfg.CheckpointEvery) == 0 {
 		if err := n.saveCheckpoint(); err != nil {
 			n.log.Error("checkpoint", "err", err)
 		}
@@ -58,32 +73,29 @@ func (h nodeHooks) committed(t uint64, ot outerTimes, out outcome, eval float64)
 }
 
 // finishOuter records, logs and publishes a completed outer step.
-func (n *Node) finishOuter(ot outerTimes, out outcome, eval float64) {
-	wall := time.Since(ot.start)
+func (n *Node) finishOuter(c diloco.Commit) {
+	wall := time.Since(c.Start)
 	rec := OuterRecord{
-		Step: n.model.step, Time: time.Now(), Members: len(out.ring.Members), EvalLoss: eval,
-		AllReduceSec: out.took.Seconds(), ComputeSec: ot.compute.Seconds(), WallSec: wall.Seconds(),
-		Utilization: ot.compute.Seconds() / wall.Seconds(), BytesSent: out.stats.BytesSent,
-		BytesReceived: out.stats.BytesRecv, ModelHash: n.model.hash, Attempts: ot.attempts,
-	}
-	if ot.losses > 0 {
-		rec.Loss = ot.loss / float64(ot.losses)
+		Step: c.Step, Time: time.Now(), Members: len(c.Ring.Members), EvalLoss: c.Eval, Loss: c.Loss,
+		AllReduceSec: c.Took.Seconds(), ComputeSec: c.Compute.Seconds(), WallSec: wall.Seconds(),
+		Utilization: c.Compute.Seconds() / wall.Seconds(), BytesSent: c.Stats.BytesSent,
+		BytesReceived: c.Stats.BytesRecv, ModelHash: c.Hash, Attempts: c.Attempts,
 	}
 	n.board.record(rec)
-	n.met.outerDone(wall, out.took, ot.attempts)
-	members := make([]string, len(out.ring.Members))
-	for i, id := range out.ring.Members {
+	n.met.outerDone(wall, c.Took, c.Attempts)
+	members := make([]string, len(c.Ring.Members))
+	for i, id := range c.Ring.Members {
 		members[i] = string(id)
 	}
 	n.board.update(func(s *Status) {
-		s.OuterStep, s.InnerStep, s.Members, s.EvalLoss, s.ModelHash = n.model.step, 0, members, eval, n.model.hash
+		s.OuterStep, s.InnerStep, s.Members, s.EvalLoss, s.ModelHash = c.Step, 0, members, c.Eval, c.Hash
 		s.ComputeUtilization, s.LastAllReduceSec = rec.Utilization, rec.AllReduceSec
 	})
 	n.appendHistory(rec)
-	n.log.Info("outer step", "step", n.model.step, "members", rec.Members, "loss", fmt.Sprintf("%.4f", rec.Loss),
-		"eval_loss", fmt.Sprintf("%.4f", eval), "allreduce", fmtDur(out.took), "sent", rec.BytesSent,
+	n.log.Info("outer step", "step", c.Step, "members", rec.Members, "loss", fmt.Sprintf("%.4f", rec.Loss),
+		"eval_loss", fmt.Sprintf("%.4f", c.Eval), "allreduce", fmtDur(c.Took), "sent", rec.BytesSent,
 		"received", rec.BytesReceived, "utilization", fmt.Sprintf("%.3f", rec.Utilization),
-		"attempts", ot.attempts, "hash", short(n.model.hash))
+		"attempts", c.Attempts, "hash", short(c.Hash))
 }
 
 func fmtDur(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }

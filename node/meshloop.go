@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
 )
 
@@ -117,18 +118,18 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 		}
 	}
 	if rd.Ring != nil {
-		n.sendEvent(ctx, meshEvent{ring: rd.Ring})
+		n.sendEvent(ctx, diloco.Event{Ring: rd.Ring})
 	}
 	if rd.Fetch != nil {
-		n.sendEvent(ctx, meshEvent{fetch: rd.Fetch})
+		n.sendEvent(ctx, diloco.Event{Fetch: rd.Fetch})
 	}
 	if rd.Adopt != nil {
-		n.sendEvent(ctx, meshEvent{fetch: rd.Adopt, adopt: true})
+		n.sendEvent(ctx, diloco.Event{Fetch: rd.Adopt, Adopt: true})
 	}
 	m.Advance(rd)
 }
 
-func (n *Node) sendEvent(ctx context.Context, ev meshEvent) {
+func (n *Node) sendEvent(ctx context.Context, ev diloco.Event) {
 	select {
 	case n.events <- ev:
 	case <-ctx.Done():

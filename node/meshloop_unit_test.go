@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,7 +54,7 @@ func unitMeshNode(h *p2p.Host) (*Node, *syncBuffer) {
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	n := &Node{cfg: Config{Tick: time.Millisecond, RingOrder: "sorted", Logger: log}, log: log, host: h,
-		meshCmds: make(chan meshCmd, 8), events: make(chan meshEvent, 8)}
+		meshCmds: make(chan meshCmd, 8), events: make(chan diloco.Event, 8)}
 	if h != nil {
 		n.self = mesh.PeerID(h.ID().String())
 	}
@@ -61,14 +62,14 @@ func unitMeshNode(h *p2p.Host) (*Node, *syncBuffer) {
 }
 
 // recvEvent returns the next event of n, failing after a second.
-func recvEvent(t *testing.T, n *Node) meshEvent {
+func recvEvent(t *testing.T, n *Node) diloco.Event {
 	t.Helper()
 	select {
 	case ev := <-n.events:
 		return ev
 	case <-time.After(time.Second):
 		t.Fatal("no mesh event")
-		return meshEvent{}
+		return diloco.Event{}
 	}
 }
 
@@ -82,14 +83,14 @@ func TestCarryOutEvents(t *testing.T) {
 	fetch := &mesh.Fetch{Step: 3, Hash: "h3"}
 	adopt := &mesh.Fetch{Step: 9, Hash: "h9"}
 	n.carryOut(context.Background(), m, mesh.Ready{Ring: ring, Fetch: fetch, Adopt: adopt, State: m.State()}, n.log)
-	evs := []meshEvent{recvEvent(t, n), recvEvent(t, n), recvEvent(t, n)}
-	if evs[0].ring != ring || evs[0].fetch != nil {
+	evs := []diloco.Event{recvEvent(t, n), recvEvent(t, n), recvEvent(t, n)}
+	if evs[0].Ring != ring || evs[0].Fetch != nil {
 		t.Fatalf("first event %+v, want the ring", evs[0])
 	}
-	if evs[1].fetch != fetch || evs[1].adopt {
+	if evs[1].Fetch != fetch || evs[1].Adopt {
 		t.Fatalf("second event %+v, want the fetch, not an adoption", evs[1])
 	}
-	if evs[2].fetch != adopt || !evs[2].adopt {
+	if evs[2].Fetch != adopt || !evs[2].Adopt {
 		t.Fatalf("third event %+v, want the adoption", evs[2])
 	}
 	if m.HasReady() {
@@ -149,7 +150,7 @@ func TestCarryOutPublishFailure(t *testing.T) {
 	if !strings.Contains(logs.String(), "publish") {
 		t.Fatalf("publish failure not logged: %s", logs.String())
 	}
-	if ev := recvEvent(t, n); ev.ring != rd.Ring {
+	if ev := recvEvent(t, n); ev.Ring != rd.Ring {
 		t.Fatal("ring not delivered after a publish failure")
 	}
 	if m.HasReady() {
@@ -160,12 +161,12 @@ func TestCarryOutPublishFailure(t *testing.T) {
 // TestSendEventCancelled pins that handing an event to a training goroutine
 // that no longer reads gives up when ctx ends.
 func TestSendEventCancelled(t *testing.T) {
-	n := &Node{events: make(chan meshEvent)} // nobody reads
+	n := &Node{events: make(chan diloco.Event)} // nobody reads
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	done := make(chan struct{})
 	go func() {
-		n.sendEvent(ctx, meshEvent{ring: &mesh.Ring{}})
+		n.sendEvent(ctx, diloco.Event{Ring: &mesh.Ring{}})
 		close(done)
 	}()
 	select {
@@ -261,7 +262,7 @@ func TestMeshLoopLone(t *testing.T) {
 	port := nodePort{n}
 	port.Ready(0, 5)
 	ev := recvEvent(t, n)
-	if ev.ring == nil || ev.ring.Step != 0 || !slices.Equal(ev.ring.Members, []mesh.PeerID{n.self}) {
+	if ev.Ring == nil || ev.Ring.Step != 0 || !slices.Equal(ev.Ring.Members, []mesh.PeerID{n.self}) {
 		t.Fatalf("event %+v, want a ring of this node for step 0", ev)
 	}
 	port.Completed(0, "h1")

@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/p2p/ring"
@@ -42,7 +44,7 @@ type Node struct {
 	// owners' verdict reports (report.go).
 	reports reportBook
 	// tamper, set by tests only, wraps the reducer: an attacking member.
-	tamper func(reducer) reducer
+	tamper func(diloco.Reducer) diloco.Reducer
 	// auditAlways, set by tests only: audit every owner after every step.
 	auditAlways bool
 	// probation: when each owner first shared a ring with this node.
@@ -69,11 +71,12 @@ type Node struct {
 
 	cred credentials // the key or ticket this node joins its run with (admission.go)
 
-	model  globalModel // θ₀, v, step, hash: written by the training goroutine only
+	model  *diloco.Model // θ₀, v, step, hash: written by the training goroutine only
+	loop   *diloco.Loop  // the DiLoCo loop, once trainLoop made it
 	params int64
 
 	meshCmds chan meshCmd
-	events   chan meshEvent
+	events   chan diloco.Event
 	sendRate *p2p.Limiter // nil: unlimited
 
 	snapMu   sync.Mutex
@@ -82,6 +85,7 @@ type Node struct {
 
 	history     lineHistory // who made the line's last models (lineage.go)
 	resumedHist []mesh.Made // the checkpoint's history, for the mesh's start
+	resumedRes  []float32   // the checkpoint's error-feedback residual, for the loop's start
 
 	awaitingAdmission bool // a newcomer left out of a step, not yet in a ring (mesh goroutine)
 
@@ -106,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		log:      cfg.Logger.With("system", "node"),
 		retry:    backoff{base: fetchRetryBase, limit: fetchRetryLimit},
 		meshCmds: make(chan meshCmd, 64),
-		events:   make(chan meshEvent, 16),
+		events:   make(chan diloco.Event, 16),
 	}
 	if cfg.MaxSendRate > 0 {
 		n.sendRate = p2p.NewSendLimiter(cfg.MaxSendRate)
@@ -214,13 +218,12 @@ func (n *Node) initModel() error {
 		if n.engine, err = n.newEngine(opts); err != nil {
 			return err
 		}
-		n.model.theta0 = append([]float32(nil), n.engine.Params()...)
-		n.model.outer = train.NewOuter(len(n.model.theta0), n.cfg.OuterLR, *n.cfg.OuterMomentum)
+		theta0 := slices.Clone(n.engine.Params())
+		n.model = diloco.NewModel(0, theta0, diloco.NewOuter(len(theta0), n.cfg.OuterLR, *n.cfg.OuterMomentum))
 	}
-	n.params = int64(len(n.model.theta0))
-	n.model.hash = train.Hash(n.model.theta0)
+	n.params = int64(n.model.Len())
 	n.log.Info("model ready", "preset", opts.Model.Name, "params", n.params, "device", n.cfg.Device,
-		"data", n.data.String(), "outer_step", n.model.step, "hash", short(n.model.hash), "resumed", resumed)
+		"data", n.data.String(), "outer_step", n.model.Step(), "hash", short(n.model.Hash()), "resumed", resumed)
 	return nil
 }
 
@@ -230,9 +233,6 @@ func short(h string) string {
 	}
 	return h
 }
-
-// errLeft ends the training loop when the node leaves on purpose.
-var errLeft = errors.New("node: left the network")
 
 // Run runs the node until ctx is cancelled or MaxOuterSteps is reached, then
 // leaves the network gracefully, writes a checkpoint and returns nil.
@@ -248,7 +248,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if err == nil {
 		err = n.trainLoop(ctx)
 	}
-	if errors.Is(err, errLeft) { // reached --max-outer-steps
+	if errors.Is(err, diloco.ErrDone) { // reached --max-outer-steps
 		n.awaitReports(ctx)
 	}
 	n.leave()
@@ -266,8 +266,8 @@ func (n *Node) Run(ctx context.Context) error {
 	n.ckpt.Close()
 	n.mserv.Close()
 	n.wg.Wait()
-	if err == nil || errors.Is(err, errLeft) || errors.Is(err, context.Canceled) {
-		n.log.Info("node stopped", "outer_step", n.model.step, "hash", short(n.model.hash))
+	if err == nil || errors.Is(err, diloco.ErrDone) || errors.Is(err, context.Canceled) {
+		n.log.Info("node stopped", "outer_step", n.model.Step(), "hash", short(n.model.Hash()))
 		return nil
 	}
 	return err
@@ -276,18 +276,18 @@ func (n *Node) Run(ctx context.Context) error {
 // evalInitial records the held-out loss of the run's initial model (outer
 // step 0), the reference a run's progress is measured against.
 func (n *Node) evalInitial() error {
-	if n.model.step != 0 {
+	if n.model.Step() != 0 {
 		return nil
 	}
 	eval, err := n.engine.Eval()
 	if err != nil {
 		return fmt.Errorf("node: eval: %w", err)
 	}
-	rec := OuterRecord{Step: 0, Time: time.Now(), EvalLoss: eval, ModelHash: n.model.hash}
+	rec := OuterRecord{Step: 0, Time: time.Now(), EvalLoss: eval, ModelHash: n.model.Hash()}
 	n.board.record(rec)
 	n.board.update(func(s *Status) { s.EvalLoss = eval })
 	n.appendHistory(rec)
-	n.log.Info("initial model", "eval_loss", fmt.Sprintf("%.4f", eval), "hash", short(n.model.hash))
+	n.log.Info("initial model", "eval_loss", fmt.Sprintf("%.4f", eval), "hash", short(n.model.Hash()))
 	return nil
 }
 
@@ -327,15 +327,15 @@ func (n *Node) start(ctx context.Context) error {
 		Incarnation: uint64(time.Now().UnixNano()),
 		AdmitRate:   n.run.admitRate(),
 		History:     n.resumedHist,
-	}, n.model.step, n.model.hash)
+	}, n.model.Step(), n.model.Hash())
 	if err != nil {
 		return err
 	}
 	n.board.update(func(s *Status) {
 		s.PeerID, s.Addrs, s.Run, s.Device = string(n.self), n.host.Addrs(), n.cfg.Run, n.cfg.Device
 		s.Manifest = n.run.id
-		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.model.step
-		s.ModelHash, s.StartedAt, s.State = n.model.hash, time.Now(), "starting"
+		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.model.Step()
+		s.ModelHash, s.StartedAt, s.State = n.model.Hash(), time.Now(), "starting"
 	})
 	if n.cfg.StatusAddr != "off" {
 		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.log); err != nil {
@@ -371,14 +371,14 @@ func (n *Node) start(ctx context.Context) error {
 func (n *Node) snapshot() *ckpt.Snapshot {
 	n.snapMu.Lock()
 	defer n.snapMu.Unlock()
-	n.model.mu.RLock()
-	defer n.model.mu.RUnlock()
-	hist, histOK := n.history.of(n.model.step, n.model.hash)
-	if n.snap == nil || n.snap.Step != n.model.step || n.snap.Hash != n.model.hash || histOK && !n.snapHist {
-		state, _ := json.Marshal(snapshotState{Run: n.cfg.Run, Manifest: n.runID(), Step: n.model.step, Params: n.params, History: hist})
-		n.snap = ckpt.EncodeSnapshot(n.model.step, n.model.theta0, n.model.outer.V, state)
-		n.snapHist = histOK
-	}
+	n.model.Read(func(step uint64, hash string, theta0, v []float32) {
+		hist, histOK := n.history.of(step, hash)
+		if n.snap == nil || n.snap.Step != step || n.snap.Hash != hash || histOK && !n.snapHist {
+			state, _ := json.Marshal(snapshotState{Run: n.cfg.Run, Manifest: n.runID(), Step: step, Params: n.params, History: hist})
+			n.snap = ckpt.EncodeSnapshot(step, theta0, v, state)
+			n.snapHist = histOK
+		}
+	})
 	return n.snap
 }
 

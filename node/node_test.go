@@ -69,8 +69,8 @@ func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
 			t.Fatal(err)
 		}
 	}
-	if a.model.step != steps || b.model.step != steps || a.model.hash != b.model.hash {
-		t.Fatalf("a at step %d (%s), b at step %d (%s): want step %d, same hash", a.model.step, a.model.hash, b.model.step, b.model.hash, steps)
+	if a.model.Step() != steps || b.model.Step() != steps || a.model.Hash() != b.model.Hash() {
+		t.Fatalf("a at step %d (%s), b at step %d (%s): want step %d, same hash", a.model.Step(), a.model.Hash(), b.model.Step(), b.model.Hash(), steps)
 	}
 	for _, n := range []*Node{a, b} {
 		hist := n.board.historyList()

@@ -12,8 +12,8 @@ import (
 
 // The exclusion rule of robust averaging (docs/robust.md "Exclusion"): what
 // one segment owner's verdicts prove about a member, step after step. The
-// node applies it to its own segments (noteVerdicts); the in-memory
-// ScatterReducer applies it per owner as the network would, so that the
+// node applies it to its own segments (noteVerdicts); ScatterJudge applies
+// it per owner of an in-process run as the network would, so that the
 // experiments measure training with it.
 
 // excludeAfter is how many outer steps in a row a member's contributions

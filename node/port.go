@@ -5,37 +5,8 @@ import (
 	"slices"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 )
-
-// meshPort is all the outer loop (and a model fetch) sees of the mesh
-// goroutine: typed commands in, decided rings and fetch requests out.
-type meshPort interface {
-	// Ready tells the mesh this member finished the inner steps of step.
-	Ready(step uint64, inner int)
-	// Completed tells it step's all-reduce is applied: the model is hash.
-	Completed(step uint64, hash string)
-	// Failed reports a failed attempt of step, blaming culprit.
-	Failed(step uint64, culprit mesh.PeerID)
-	// Synced tells it a fetched model (step, hash) is now this node's, and
-	// who made the line's last models (the donor's word, validated).
-	Synced(step uint64, hash string, history []mesh.Made)
-	// SyncFailed tells it a fetch failed: it picks donors again.
-	SyncFailed()
-	// SetStragglerTicks sets how long a ring waits for a late member.
-	SetStragglerTicks(ticks int)
-	// CaughtUp reports whether every other member of the last ring is seen
-	// at this node's step or beyond, or gone (false when ctx ends first).
-	CaughtUp(ctx context.Context) bool
-	// Events delivers decided rings and fetch requests; one goroutine reads it.
-	Events() <-chan meshEvent
-}
-
-// meshEvent is something the mesh asks of the outer loop.
-type meshEvent struct {
-	ring  *mesh.Ring
-	fetch *mesh.Fetch
-	adopt bool // fetch is an adoption of a larger side's model
-}
 
 // cmdKind names a command to the mesh goroutine.
 type cmdKind uint8
@@ -116,8 +87,9 @@ func ringCaughtUp(st mesh.Status) bool {
 	return true
 }
 
-// nodePort is the meshPort of a running node: commands go to the mesh
-// goroutine over n.meshCmds, events come from n.events.
+// nodePort is the diloco.Port of a running node: commands go to the mesh
+// goroutine over n.meshCmds, events come from n.events, models from donors
+// (fetch.go).
 type nodePort struct{ n *Node }
 
 func (p nodePort) send(c meshCmd) { p.n.meshCmds <- c }
@@ -127,15 +99,22 @@ func (p nodePort) Ready(step uint64, inner int) {
 func (p nodePort) Completed(step uint64, hash string) {
 	p.send(meshCmd{kind: cmdCompleted, step: step, hash: hash})
 }
-func (p nodePort) Failed(step uint64, bad mesh.PeerID) {
-	p.send(meshCmd{kind: cmdFailed, step: step, peer: bad})
+func (p nodePort) Failed(r *mesh.Ring, bad mesh.PeerID) {
+	p.send(meshCmd{kind: cmdFailed, step: r.Step, peer: bad})
 }
 func (p nodePort) Synced(step uint64, hash string, history []mesh.Made) {
 	p.send(meshCmd{kind: cmdSynced, step: step, hash: hash, hist: history})
 }
+
+// SyncFailed tells the mesh a fetch failed: it picks donors again.
 func (p nodePort) SyncFailed()                 { p.send(meshCmd{kind: cmdSyncFailed}) }
 func (p nodePort) SetStragglerTicks(ticks int) { p.send(meshCmd{kind: cmdStragglerTicks, n: ticks}) }
-func (p nodePort) Events() <-chan meshEvent    { return p.n.events }
+func (p nodePort) Events() <-chan diloco.Event { return p.n.events }
+
+// Fetch downloads the model ev names from its donors (fetch.go).
+func (p nodePort) Fetch(ctx context.Context, ev diloco.Event) (*diloco.Fetched, error) {
+	return p.n.fetch(ctx, ev.Fetch, ev.Adopt)
+}
 
 func (p nodePort) CaughtUp(ctx context.Context) bool {
 	reply := make(chan bool, 1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 )
 
 // TestRingCaughtUpTable pins which members of the last ring hold a drain:
@@ -337,7 +338,7 @@ func TestMeshCmdLeave(t *testing.T) {
 // TestNodePortSends pins nodePort: each method sends the one command of its
 // kind, with its arguments, on n.meshCmds.
 func TestNodePortSends(t *testing.T) {
-	n := &Node{meshCmds: make(chan meshCmd, 8), events: make(chan meshEvent)}
+	n := &Node{meshCmds: make(chan meshCmd, 8), events: make(chan diloco.Event)}
 	p := nodePort{n}
 	cases := []struct {
 		call func()
@@ -345,7 +346,7 @@ func TestNodePortSends(t *testing.T) {
 	}{
 		{func() { p.Ready(3, 7) }, meshCmd{kind: cmdReady, step: 3, n: 7}},
 		{func() { p.Completed(3, "h4") }, meshCmd{kind: cmdCompleted, step: 3, hash: "h4"}},
-		{func() { p.Failed(3, "bad") }, meshCmd{kind: cmdFailed, step: 3, peer: "bad"}},
+		{func() { p.Failed(&mesh.Ring{Step: 3}, "bad") }, meshCmd{kind: cmdFailed, step: 3, peer: "bad"}},
 		{func() { p.Synced(9, "h9", []mesh.Made{{Step: 9, Members: []mesh.PeerID{"a"}}}) }, meshCmd{kind: cmdSynced, step: 9, hash: "h9", hist: []mesh.Made{{Step: 9, Members: []mesh.PeerID{"a"}}}}},
 		{func() { p.SyncFailed() }, meshCmd{kind: cmdSyncFailed}},
 		{func() { p.SetStragglerTicks(42) }, meshCmd{kind: cmdStragglerTicks, n: 42}},
@@ -361,7 +362,7 @@ func TestNodePortSends(t *testing.T) {
 			t.Errorf("case %d: nothing sent", i)
 		}
 	}
-	if p.Events() != (<-chan meshEvent)(n.events) {
+	if p.Events() != (<-chan diloco.Event)(n.events) {
 		t.Fatal("Events is not the node's event channel")
 	}
 }

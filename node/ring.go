@@ -7,19 +7,24 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// ringReducer is the reducer of a running node: one attempt of the int8
-// ring all-reduce over libp2p streams (ring.Service).
+// ringReducer is the diloco.Reducer of a running node with --averaging
+// mean: one attempt of the ring all-reduce over libp2p streams
+// (ring.Service).
 type ringReducer struct{ n *Node }
 
-func (r ringReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
-	return r.n.allReduce(ctx, rg, b)
+// Attempt runs one attempt over rg (allReduce).
+func (r ringReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (diloco.Stats, error) {
+	st, err := r.n.allReduce(ctx, rg, b)
+	return diloco.Stats{BytesSent: st.BytesSent, BytesRecv: st.BytesRecv}, err
 }
 
-func (r ringReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
+// Failed counts and logs a failed attempt and names its culprit.
+func (r ringReducer) Failed(rg *mesh.Ring, err error) mesh.PeerID {
 	bad := r.n.culprit(rg, err)
 	r.n.met.arFailures.WithLabelValues(failureCause(err)).Inc()
 	r.n.log.Warn("all-reduce failed", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "culprit", bad, "err", err)

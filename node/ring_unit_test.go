@@ -113,7 +113,7 @@ func TestRingReducerFailed(t *testing.T) {
 	}
 	for _, c := range cases {
 		before := testutil.ToFloat64(n.met.arFailures.WithLabelValues(c.cause))
-		if got := (ringReducer{n}).failed(r, c.err); got != c.want {
+		if got := (ringReducer{n}).Failed(r, c.err); got != c.want {
 			t.Errorf("failed(%v) = %s, want %s", c.err, got, c.want)
 		}
 		if after := testutil.ToFloat64(n.met.arFailures.WithLabelValues(c.cause)); after != before+1 {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p/ring"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p/scatter"
 )
 
@@ -15,11 +15,13 @@ import (
 // and combining every member's whole contribution (docs/robust.md).
 type scatterReducer struct{ n *Node }
 
-func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (ring.Stats, error) {
+// Attempt runs one attempt of the direct scatter over rg and carries out
+// the accountability of its result: verdicts, report, spot check.
+func (r scatterReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (diloco.Stats, error) {
 	n := r.n
 	rs, err := n.ringSpec(rg)
 	if err != nil {
-		return ring.Stats{}, err
+		return diloco.Stats{}, err
 	}
 	spec := scatter.Spec{ID: rs.ID, Step: rs.Step, Members: rs.Members, Self: rs.Self, SendRate: rs.SendRate, Wrap: n.scatterWrap}
 	owners := len(rg.Owners)
@@ -33,10 +35,10 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 	cfg := scatterConfig(n.cfg)
 	cfg.Owners = rg.Owners
 	if err := cfg.Validate(); err != nil { // defaults filled in, for spotCheck
-		return ring.Stats{}, err
+		return diloco.Stats{}, err
 	}
 	res, st, err := scatter.AllReduce(actx, n.sc, spec, rg.Weights, b, cfg)
-	stats := ring.Stats{BytesSent: st.Sent, BytesRecv: st.Received}
+	stats := diloco.Stats{BytesSent: st.Sent, BytesRecv: st.Received}
 	if err != nil {
 		return stats, attemptErr(actx, err)
 	}
@@ -48,8 +50,9 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 	return stats, nil
 }
 
-func (r scatterReducer) failed(rg *mesh.Ring, err error) mesh.PeerID {
-	return ringReducer(r).failed(rg, err)
+// Failed counts and logs a failed attempt and names its culprit.
+func (r scatterReducer) Failed(rg *mesh.Ring, err error) mesh.PeerID {
+	return ringReducer(r).Failed(rg, err)
 }
 
 // segmentOwners returns the member index owning each segment of rg.

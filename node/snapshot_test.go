@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
 	"github.com/intellect-node/intellect-node/train"
 )
@@ -19,22 +20,24 @@ func TestSnapshotLazyAndConsistent(t *testing.T) {
 	for i := range theta {
 		theta[i] = rng.Float32() - 0.5
 	}
-	nd := &Node{model: globalModel{theta0: theta, outer: train.NewOuter(len(theta), 0.7, 0.9)}, params: int64(len(theta))}
-	nd.model.set(3, func() {})
+	nd := &Node{model: diloco.NewModel(3, slices.Clone(theta), diloco.NewOuter(len(theta), 0.7, 0.9)), params: int64(len(theta))}
 	s := nd.snapshot()
-	if s.Step != 3 || s.Hash != train.Hash(theta) || s.Hash != nd.model.hash {
-		t.Fatalf("snapshot step %d hash %s; model hash %s", s.Step, s.Hash, nd.model.hash)
+	if s.Step != 3 || s.Hash != train.Hash(theta) || s.Hash != nd.model.Hash() {
+		t.Fatalf("snapshot step %d hash %s; model hash %s", s.Step, s.Hash, nd.model.Hash())
 	}
 	if nd.snapshot() != s {
 		t.Fatal("encoded twice in one step")
 	}
-	nd.model.set(4, func() { nd.model.theta0[0]++ })
+	theta[0]++
+	if err := nd.model.Set(4, slices.Clone(theta), make([]float32, len(theta))); err != nil {
+		t.Fatal(err)
+	}
 	s2 := nd.snapshot()
-	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(nd.model.theta0) {
+	if s2 == s || s2.Step != 4 || s2.Hash != train.Hash(theta0Of(nd.model)) {
 		t.Fatalf("stale snapshot after the model changed: step %d", s2.Step)
 	}
 	th, _, state, err := ckpt.DecodeSnapshot(s2.Data)
-	if err != nil || !slices.Equal(th, nd.model.theta0) {
+	if err != nil || !slices.Equal(th, theta0Of(nd.model)) {
 		t.Fatalf("decoded θ₀ differs: %v", err)
 	}
 	if h, err := fetchedHistory(state, 4); h != nil || err != nil {
@@ -43,7 +46,7 @@ func TestSnapshotLazyAndConsistent(t *testing.T) {
 	// Once the mesh records who made the step's model, the snapshot is
 	// encoded again with it, once, and a joiner reads it back.
 	hist := []mesh.Made{{Step: 3, Members: []mesh.PeerID{"a", "b"}}, {Step: 4, Members: []mesh.PeerID{"b", "c"}}}
-	nd.history.set(4, nd.model.hash, hist)
+	nd.history.set(4, nd.model.Hash(), hist)
 	s3 := nd.snapshot()
 	if s3 == s2 || nd.snapshot() != s3 {
 		t.Fatal("the snapshot was not encoded exactly once more with the history")

@@ -1,11 +1,12 @@
 // Package train is the training core of intellect-node: a Llama-3-style model
 // with hand-written forward and backward passes over caller-owned buffers,
-// AdamW with a warmup-stable-decay schedule and gradient clipping, the DiLoCo
-// outer optimizer, data sources (an embedded generated corpus, memory-mapped
-// token shards, weighted mixtures) and safetensors checkpoints.
+// AdamW and Muon with a warmup-stable-decay schedule and gradient clipping,
+// data sources (an embedded generated corpus, memory-mapped token shards,
+// weighted mixtures) and safetensors checkpoints.
 //
-// The CPU Trainer implements Engine, the interface the DiLoCo loop in node/
-// drives; other devices register their engines with RegisterEngine.
+// The CPU Trainer implements Engine, the interface the DiLoCo loop
+// (node/diloco) drives; other devices register their engines with
+// RegisterEngine.
 package train
 
 import (

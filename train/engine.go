@@ -100,33 +100,3 @@ func Hash(params []float32) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-// Outer is the DiLoCo outer optimizer, SGD with Nesterov momentum on the
-// averaged pseudo-gradient. All math is element-wise float32 in a fixed order,
-// so every machine computes the same bits from the same inputs.
-type Outer struct {
-	LR, Momentum float32   // outer learning rate (DiLoCo: 0.7) and momentum μ (0.9)
-	V            []float32 // momentum buffer, one per parameter
-}
-
-// NewOuter returns an outer optimizer for n parameters with zero momentum.
-func NewOuter(n int, lr, momentum float32) *Outer {
-	return &Outer{LR: lr, Momentum: momentum, V: make([]float32, n)}
-}
-
-// Apply performs v ← μ·v + Δ̄ ; θ ← θ₀ − lr·(Δ̄ + μ·v), writing theta. All
-// slices have len(o.V) elements; theta may alias theta0.
-func (o *Outer) Apply(theta, theta0, avgDelta []float32) {
-	n := len(o.V)
-	theta, theta0, avgDelta = theta[:n], theta0[:n], avgDelta[:n]
-	mu, lr := o.Momentum, o.LR
-	for i := range o.V {
-		d := avgDelta[i]
-		// The float32() conversions forbid fused multiply-add (Go spec), which
-		// some platforms and GOAMD64 levels would otherwise use.
-		v := float32(mu*o.V[i]) + d
-		o.V[i] = v
-		step := d + float32(mu*v)
-		theta[i] = theta0[i] - float32(lr*step)
-	}
-}

@@ -17,7 +17,7 @@ type CheckpointModel struct {
 	Params []float32 // flat, in Config.Layout order
 }
 
-// Files of a node checkpoint (node/sync.go writes them; the format string is
+// Files of a node checkpoint (node/checkpoint.go writes them; the format string is
 // node's nodeStateMagic): node.json, outer.safetensors holding θ₀ (the global
 // model of the outer step), and the engine's own checkpoint under engine/.
 const (

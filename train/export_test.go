@@ -279,7 +279,7 @@ func TestLoadCheckpointModelCorrupt(t *testing.T) {
 	}
 }
 
-// TestLoadNodeCheckpoint builds a node checkpoint as node/sync.go writes it
+// TestLoadNodeCheckpoint builds a node checkpoint as node/checkpoint.go writes it
 // (engine/, outer.safetensors, node.json) and reads θ₀ from it, not the
 // engine's own parameters.
 func TestLoadNodeCheckpoint(t *testing.T) {

@@ -190,33 +190,3 @@ func TestOptimizerOption(t *testing.T) {
 		t.Fatal(`optimizer "adamw" differs from ""`)
 	}
 }
-
-// TestMuonDiLoCo: Muon's buffer is inner state like AdamW's moments,
-// carried across phases; a DiLoCo of one with lr 1 is plain Muon training
-// (up to one float32 rounding per outer step, TestDiLoCoOfOneIsTraining).
-func TestMuonDiLoCo(t *testing.T) {
-	o := testOptions(t)
-	o.Optimizer = OptimizerMuon
-	o.GradAccum, o.TotalSteps, o.Worker = 1, 20, 11
-	tr, _ := NewTrainer(o, DefaultSource())
-	run(t, tr, o.TotalSteps)
-	want, err := tr.Eval()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DiLoCoConfig{Options: o, Workers: []uint64{11}, Inner: 5, Outer: 4, OuterLR: 1}
-	got, err := RunDiLoCo(t.Context(), cfg, DefaultSource(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.SetParams(got); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := tr.Eval()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if math.Abs(ev-want) > 1e-4*want {
-		t.Fatalf("DiLoCo of one with muon: eval %.6f, plain muon training %.6f", ev, want)
-	}
-}

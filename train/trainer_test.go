@@ -236,25 +236,6 @@ func TestLRSchedule(t *testing.T) {
 	}
 }
 
-func TestOuterNesterov(t *testing.T) {
-	o := NewOuter(2, 0.5, 0.9)
-	theta0 := []float32{1, -2}
-	delta := []float32{0.2, -0.4}
-	theta := make([]float32, 2)
-	o.Apply(theta, theta0, delta)
-	// v = Δ; θ = θ₀ − lr·(Δ + μ·Δ) = θ₀ − 0.5·1.9·Δ
-	for i := range theta {
-		w := theta0[i] - 0.5*float32(1.9)*delta[i]
-		if math.Abs(float64(theta[i]-w)) > 1e-6 || o.V[i] != delta[i] {
-			t.Fatalf("step 1: θ=%v v=%v", theta, o.V)
-		}
-	}
-	o.Apply(theta, theta, delta) // v = 1.9Δ ; θ -= 0.5·(Δ + 0.9·1.9Δ)
-	if math.Abs(float64(o.V[0]-1.9*0.2)) > 1e-6 {
-		t.Fatalf("step 2: v=%v", o.V)
-	}
-}
-
 func TestHashIsLittleEndianSHA256(t *testing.T) {
 	sum := sha256.Sum256([]byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}) // 1.0, -2.0 as little-endian float32
 	if got, want := Hash([]float32{1, -2}), hex.EncodeToString(sum[:]); got != want {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 
-	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/train"
+	"github.com/intellect-node/intellect-node/node/diloco"
 )
 
 // Attacks on the average, for the in-process sweep (docs/robust.md): the last F
@@ -61,50 +58,41 @@ type attackCtx struct {
 	rng       *rand.Rand
 }
 
-// attacked wraps reduce: the last f of the workers attack with name.
-func attacked(reduce train.Reducer, name string, f int, seed uint64) (train.Reducer, error) {
+// attacked is the alteration of an in-process run of m members in which
+// the last f attack with name: each sends what the attack makes of the
+// honest members' pseudo-gradients, its own and its previous one.
+func attacked(name string, m, f int, seed uint64) (diloco.Alter, error) {
 	atk, ok := attacks[name]
 	if !ok {
 		return nil, fmt.Errorf("attack %q: want one of %v", name, attackNames())
 	}
-	rng := rand.New(rand.NewPCG(seed, 13))
-	var prev [][]float32
-	return func(ctx context.Context, deltas [][]float32, weights []float32, out []float32) error {
-		k := len(deltas)
-		if f < 1 || f >= k {
-			return fmt.Errorf("attack with %d of %d workers", f, k)
-		}
-		honest := deltas[:k-f]
-		sent := slices.Clone(deltas)
-		w := slices.Clone(weights)
-		for i := k - f; i < k; i++ {
-			a := attackCtx{honest: honest, own: deltas[i], rng: rng}
-			if prev != nil {
-				a.prev = prev[i]
-			}
-			sent[i] = atk(a)
-			if name == "weight" {
-				w[i] = 1 << 24
-			}
-		}
-		prev = make([][]float32, k)
-		for i := range deltas {
-			prev[i] = slices.Clone(deltas[i])
-		}
-		return reduceOrRetry(ctx, reduce, sent, w, out)
-	}, nil
-}
-
-// reduceOrRetry reduces, and when the attempt fails naming a member (e.g.
-// one whose own encoder refused its NaN update), reduces again without it,
-// as the network's members agree a new ring without the culprit.
-func reduceOrRetry(ctx context.Context, reduce train.Reducer, vecs [][]float32, w []float32, out []float32) error {
-	err := reduce(ctx, vecs, w, out)
-	var pe *collective.PeerError
-	if err == nil || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank >= len(vecs) || len(vecs) < 2 {
-		return err
+	if f < 1 || f >= m {
+		return nil, fmt.Errorf("attack with %d of %d workers", f, m)
 	}
-	return reduce(ctx, slices.Delete(slices.Clone(vecs), pe.Rank, pe.Rank+1), slices.Delete(slices.Clone(w), pe.Rank, pe.Rank+1), out)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	prev := map[int][]float32{} // by member
+	return func(members []int, srcs [][]float32, weights []float32) ([][]float32, []float32) {
+		var honest [][]float32
+		for r, i := range members {
+			if i < m-f {
+				honest = append(honest, srcs[r])
+			}
+		}
+		sent := slices.Clone(srcs)
+		for r, i := range members {
+			if i < m-f {
+				continue
+			}
+			sent[r] = atk(attackCtx{honest: honest, own: srcs[r], prev: prev[i], rng: rng})
+			if name == "weight" {
+				weights[r] = 1 << 24
+			}
+		}
+		for r, i := range members {
+			prev[i] = slices.Clone(srcs[r])
+		}
+		return sent, weights
+	}, nil
 }
 
 func attackNames() []string {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node"
-	"github.com/intellect-node/intellect-node/train"
+	"github.com/intellect-node/intellect-node/node/diloco"
 )
 
 func TestParseAttackRuns(t *testing.T) {
@@ -18,13 +18,18 @@ func TestParseAttackRuns(t *testing.T) {
 	if _, err := parseRuns("diloco:m=4,atk=nosuch", 20); err == nil {
 		t.Fatal("an unknown attack was accepted")
 	}
-	if _, err := attacked(train.MeanReducer, "nosuch", 1, 1); err == nil {
+	if _, err := attacked("nosuch", 4, 1, 1); err == nil {
 		t.Fatal("attacked took an unknown attack")
+	}
+	for _, f := range []int{0, 4} {
+		if _, err := attacked("signflip", 4, f, 1); err == nil {
+			t.Fatalf("an attack by %d of 4 workers was accepted", f)
+		}
 	}
 }
 
 // TestAttackedMeanAndRobust: a sign flip ×1000 by the last of 4 wrecks the
-// plain mean and not the robust scatter; f out of range is an error.
+// plain mean and not the robust scatter.
 func TestAttackedMeanAndRobust(t *testing.T) {
 	deltas := make([][]float32, 4)
 	for i := range deltas {
@@ -41,27 +46,43 @@ func TestAttackedMeanAndRobust(t *testing.T) {
 		}
 		return d
 	}
+	sc := collective.ScatterConfig{Shards: 1, Robust: collective.RobustConfig{MaxWeight: 20}}
 	for _, c := range []struct {
-		name   string
-		reduce train.Reducer
-		bad    bool
+		name string
+		avg  diloco.Averaging
+		bad  bool
 	}{
-		{"mean", train.MeanReducer, true},
-		{"robust", node.ScatterReducer(collective.ScatterConfig{Shards: 1, Robust: collective.RobustConfig{MaxWeight: 20}}), false},
+		{"mean", diloco.Averaging{}, true},
+		{"robust", diloco.Averaging{Scatter: &sc, Judge: node.ScatterJudge(sc, nil)}, false},
 	} {
-		red, err := attacked(c.reduce, "signflip1000", 1, 1)
-		if err != nil {
+		var err error
+		if c.avg.Alter, err = attacked("signflip1000", 4, 1, 1); err != nil {
 			t.Fatal(err)
 		}
 		out := make([]float32, 4096)
-		if err := red(context.Background(), deltas, w, out); err != nil {
+		if err := diloco.Average(context.Background(), c.avg, deltas, w, out); err != nil {
 			t.Fatal(err)
 		}
 		if e := errOf(out); (e > 10) != c.bad {
 			t.Fatalf("%s: max error %.3g against the honest values", c.name, e)
 		}
-		if err := red(context.Background(), deltas[:1], w[:1], out); err == nil {
-			t.Fatalf("%s: an attack with every worker attacking was accepted", c.name)
-		}
+	}
+}
+
+// TestAttackedTargetsMembers: the attackers are the last f members of the
+// run, whatever their rank in a ring that lacks some member; the others
+// send their own vectors, and "weight" claims 2²⁴ inner steps.
+func TestAttackedTargetsMembers(t *testing.T) {
+	alter, err := attacked("weight", 4, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs := [][]float32{{1, 2}, {3, 4}, {5, 6}}
+	sent, w := alter([]int{0, 2, 3}, srcs, []float32{4, 4, 4})
+	if &sent[0][0] != &srcs[0][0] || &sent[1][0] != &srcs[1][0] || sent[2][0] != -5 || sent[2][1] != -6 {
+		t.Fatalf("sent %v", sent)
+	}
+	if w[0] != 4 || w[1] != 4 || w[2] != 1<<24 {
+		t.Fatalf("weights %v", w)
 	}
 }

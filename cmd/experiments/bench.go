@@ -25,13 +25,14 @@ import (
 // shipped defaults for M = 2, 4, 8 against both single-node baselines — one
 // node with the same batch and steps (1×), one node with an M× batch (equal
 // tokens) — on the embedded corpus and on real text, over several seeds.
-// Everything runs in this process through train.RunDiLoCo with the nodes'
+// Everything runs in this process through diloco.RunLocal with the nodes'
 // default averaging — robust, the direct scatter with robust segment owners
-// (node.ScatterReducer) — or, for the fp32 comparison, the plain mean that
-// --fp32 implies; the in-memory reducers compute the bits of the network's
-// (TestNetworkMatchesReference). Results are appended to a
-// JSON-lines file as each run ends, so an interrupted benchmark resumes
-// where it stopped and the table and plots can be rebuilt without training.
+// and their exclusion rule (node.ScatterJudge) — or, for the fp32
+// comparison, the plain float32 mean; the in-memory reducers compute the
+// bits of the network's (TestNetworkMatchesReference). Results are appended
+// to a JSON-lines file as each run ends, so an interrupted benchmark
+// resumes where it stopped and the table and plots can be rebuilt without
+// training.
 
 // benchOptions are the flags of `experiments bench`.
 type benchOptions struct {

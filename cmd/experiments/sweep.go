@@ -8,18 +8,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// The in-process sweep: DiLoCo (train.RunDiLoCo, the reference the network is
-// tested against) and the single-node baselines, run one after another in
+// The in-process sweep: DiLoCo (diloco.RunLocal, the reference the network
+// is tested against) and the single-node baselines, run one after another in
 // this process, several seeds each. Every run prints one JSON line (its eval
 // curve); a summary table follows. It is the fast way to choose defaults:
 // no processes, no network, the same numerics as the nodes (fp32 mean here;
@@ -43,12 +46,9 @@ type sweepRun struct {
 	// Optimizer is the inner optimizer (of a single run: its only one),
 	// train.Options.Optimizer: "adamw" or "muon"; "": the preset's (AdamW).
 	Optimizer string `json:"inner_optimizer,omitempty"`
-	// OverlapStart is where an overlapped worker computes its steps before
-	// the rebase (train.OverlapStart): "" or "end" (node/), "prev", "extrap", "predict", "mid", "beyond".
-	OverlapStart string `json:"overlap_start,omitempty"`
-	Codec        string `json:"codec"`            // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
-	Attack       string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
-	F            int    `json:"f,omitempty"`
+	Codec     string `json:"codec"`            // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
+	Attack    string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
+	F         int    `json:"f,omitempty"`
 }
 
 // sweepResult is one run of one seed.
@@ -58,6 +58,10 @@ type sweepResult struct {
 	Data   string    `json:"data"`
 	Tokens []int64   `json:"tokens"`
 	Eval   []float64 `json:"eval"`
+	// Hashes are the global model's hash (train.Hash) after each outer
+	// step of a DiLoCo run: two runs trained the same models exactly when
+	// they agree.
+	Hashes []string `json:"hashes,omitempty"`
 	// Final is the held-out loss of the final model on finalEvalBatches
 	// batches (8× the curve's): the figure runs are compared by.
 	Final float64 `json:"final"`
@@ -79,7 +83,7 @@ type sweepExclusion struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon] | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS[,ovs=end|prev|extrap|predict|mid|beyond]][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon] | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -125,9 +129,34 @@ func sweepMain(args []string) error {
 }
 
 func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps int, src train.Source) (sweepResult, error) {
-	opts, err := train.DefaultOptions(preset)
+	opts, err := sweepOptions(r, seed, preset, steps)
 	if err != nil {
 		return sweepResult{}, err
+	}
+	res := sweepResult{Run: r, Seed: seed}
+	start := time.Now()
+	defer func() { res.Secs = time.Since(start).Seconds() }()
+	var params []float32
+	if r.Kind == "single" {
+		opts.GradAccum = r.K
+		opts.Worker = workerOf(seed, 0)
+		params, err = res.single(opts, r.H, steps, src)
+	} else {
+		params, err = res.diloco(ctx, opts, r, seed, steps, src)
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Final, err = finalEval(opts, src, params)
+	res.Secs = time.Since(start).Seconds()
+	return res, err
+}
+
+// sweepOptions are the training options of run r.
+func sweepOptions(r sweepRun, seed uint64, preset string, steps int) (train.Options, error) {
+	opts, err := train.DefaultOptions(preset)
+	if err != nil {
+		return opts, err
 	}
 	opts.Seed = seed
 	opts.TotalSteps = steps
@@ -143,87 +172,72 @@ func sweepOne(ctx context.Context, r sweepRun, seed uint64, preset string, steps
 	if r.Optimizer != "" {
 		opts.Optimizer = r.Optimizer
 	}
-	res := sweepResult{Run: r, Seed: seed}
-	start := time.Now()
-	defer func() { res.Secs = time.Since(start).Seconds() }()
-	if r.Kind == "single" {
-		opts.GradAccum = r.K
-		opts.Worker = workerOf(seed, 0)
-		t, err := train.NewTrainer(opts, src)
+	return opts, nil
+}
+
+// single trains one node for steps steps, evaluating every h, and returns
+// its model.
+func (res *sweepResult) single(opts train.Options, h, steps int, src train.Source) ([]float32, error) {
+	t, err := train.NewTrainer(opts, src)
+	if err != nil {
+		return nil, err
+	}
+	for s := 1; s <= steps; s++ {
+		st, err := t.Step()
 		if err != nil {
-			return res, err
+			return nil, err
 		}
-		for s := 1; s <= steps; s++ {
-			st, err := t.Step()
+		if s%h == 0 {
+			ev, err := t.Eval()
 			if err != nil {
-				return res, err
+				return nil, err
 			}
-			if s%r.H == 0 {
-				ev, err := t.Eval()
-				if err != nil {
-					return res, err
-				}
-				res.Tokens = append(res.Tokens, int64(s*st.Tokens))
-				res.Eval = append(res.Eval, ev)
-			}
+			res.Tokens = append(res.Tokens, int64(s*st.Tokens))
+			res.Eval = append(res.Eval, ev)
 		}
-		res.Final, err = finalEval(opts, src, t.Params())
-		res.Secs = time.Since(start).Seconds()
-		return res, err
 	}
-	cfg := train.DiLoCoConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, OverlapSteps: r.Overlap}
-	if cfg.OverlapStart, err = overlapStart(r.OverlapStart); err != nil {
-		return res, err
-	}
-	switch r.Codec {
-	case "int8": // as a node does
-		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards})
-	case "int8-ef":
-		cfg.Reduce = node.MeshReducer(collective.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true})
-	case "robust":
-		cfg.Reduce = node.ScatterReducerWatched(collective.ScatterConfig{Shards: node.DefaultShards,
-			Robust: collective.RobustConfig{MaxWeight: float32(r.H)}}, res.watchOwners(r.M-r.F))
-	}
-	if r.Attack != "" {
-		if cfg.Reduce == nil {
-			cfg.Reduce = train.MeanReducer
-		}
-		if cfg.Reduce, err = attacked(cfg.Reduce, r.Attack, r.F, seed); err != nil {
-			return res, err
-		}
+	return t.Params(), nil
+}
+
+// diloco runs DiLoCo in process (diloco.RunLocal) and returns the global
+// model.
+func (res *sweepResult) diloco(ctx context.Context, opts train.Options, r sweepRun, seed uint64, steps int, src train.Source) ([]float32, error) {
+	cfg := diloco.LocalConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, Lag: r.Overlap}
+	var err error
+	if cfg.Averaging, err = res.averaging(r, seed); err != nil {
+		return nil, err
 	}
 	for i := range r.M {
 		cfg.Workers = append(cfg.Workers, workerOf(seed, i))
 	}
-	params, err := train.RunDiLoCo(ctx, cfg, src, func(rec train.DiLoCoRecord) {
+	return diloco.RunLocal(ctx, cfg, src, func(rec diloco.Record) {
 		res.Tokens = append(res.Tokens, rec.Tokens)
 		res.Eval = append(res.Eval, rec.EvalLoss)
+		res.Hashes = append(res.Hashes, rec.Hash)
 	})
-	if err != nil {
-		return res, err
-	}
-	res.Final, err = finalEval(opts, src, params)
-	res.Secs = time.Since(start).Seconds()
-	return res, err
 }
 
-// overlapStart parses a sweep's ovs= value.
-func overlapStart(s string) (train.OverlapStart, error) {
-	switch s {
-	case "", "end":
-		return train.OverlapFromEnd, nil
-	case "prev":
-		return train.OverlapFromPrev, nil
-	case "extrap":
-		return train.OverlapFromExtrapolated, nil
-	case "predict":
-		return train.OverlapFromPredicted, nil
-	case "mid":
-		return train.OverlapFromMidpoint, nil
-	case "beyond":
-		return train.OverlapFromBeyond, nil
+// averaging is run r's averaging: codec fp32 is the plain float32 mean,
+// int8 and int8-ef the nodes' ring all-reduce, robust the direct scatter
+// with the nodes' exclusion rule; an attack alters what the last F send.
+func (res *sweepResult) averaging(r sweepRun, seed uint64) (diloco.Averaging, error) {
+	var a diloco.Averaging
+	switch r.Codec {
+	case "int8": // as a node does
+		a.Ring = &collective.AllReduceConfig{Shards: node.DefaultShards}
+	case "int8-ef":
+		a.Ring = &collective.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true}
+	case "robust":
+		sc := collective.ScatterConfig{Shards: node.DefaultShards, Robust: collective.RobustConfig{MaxWeight: float32(r.H)}}
+		a.Scatter, a.Judge = &sc, node.ScatterJudge(sc, res.watchOwners(r.M-r.F))
 	}
-	return 0, fmt.Errorf("overlap start %q: want end, prev, extrap, predict, mid or beyond", s)
+	if r.Attack != "" {
+		var err error
+		if a.Alter, err = attacked(r.Attack, r.M, r.F, seed); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
 }
 
 // finalEvalBatches is the size of the final evaluation, in batches: the
@@ -272,82 +286,96 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 		if spec == "" {
 			continue
 		}
-		kind, rest, _ := strings.Cut(spec, ":")
-		r := sweepRun{Name: spec, Kind: kind, M: 1, K: 1, H: h, LR: 0.7, Mu: 0.9, Codec: "int8"}
-		if kind != "single" && kind != "diloco" {
-			return nil, fmt.Errorf("run %q: kind must be single or diloco", spec)
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if kv == "" {
-				continue
-			}
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return nil, fmt.Errorf("run %q: %q is not key=value", spec, kv)
-			}
-			if k == "codec" {
-				if v != "fp32" && v != "int8" && v != "int8-ef" && v != "robust" {
-					return nil, fmt.Errorf("run %q: codec %q: want fp32, int8, int8-ef or robust", spec, v)
-				}
-				r.Codec = v
-				continue
-			}
-			if k == "opt" {
-				if v != train.OptimizerAdamW && v != train.OptimizerMuon {
-					return nil, fmt.Errorf("run %q: optimizer %q: want %s or %s", spec, v, train.OptimizerAdamW, train.OptimizerMuon)
-				}
-				r.Optimizer = v
-				continue
-			}
-			if k == "ovs" {
-				if _, err := overlapStart(v); err != nil {
-					return nil, fmt.Errorf("run %q: %w", spec, err)
-				}
-				r.OverlapStart = v
-				continue
-			}
-			if k == "atk" {
-				if _, ok := attacks[v]; !ok {
-					return nil, fmt.Errorf("run %q: attack %q: want one of %v", spec, v, attackNames())
-				}
-				r.Attack, r.F = v, max(r.F, 1)
-				continue
-			}
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return nil, fmt.Errorf("run %q: %s: %w", spec, k, err)
-			}
-			switch k {
-			case "m":
-				r.M = int(f)
-			case "k":
-				r.K = int(f)
-			case "h":
-				r.H = int(f)
-			case "lr":
-				r.LR = float32(f)
-			case "mu":
-				r.Mu = float32(f)
-			case "ilr":
-				r.InnerLR = f
-			case "b1":
-				r.Beta1 = f
-			case "wu":
-				r.Warmup = int(f)
-			case "ov":
-				r.Overlap = int(f)
-			case "f":
-				r.F = int(f)
-			default:
-				return nil, fmt.Errorf("run %q: unknown key %q", spec, k)
-			}
-		}
-		if r.M < 1 || r.K < 1 || r.H < 1 {
-			return nil, errors.New("run " + spec + ": m, k, h must be ≥ 1")
+		r, err := parseRun(spec, h)
+		if err != nil {
+			return nil, fmt.Errorf("run %q: %w", spec, err)
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// parseRun parses one run of a sweep's -runs, h being the default H.
+func parseRun(spec string, h int) (sweepRun, error) {
+	kind, rest, _ := strings.Cut(spec, ":")
+	r := sweepRun{Name: spec, Kind: kind, M: 1, K: 1, H: h, LR: 0.7, Mu: 0.9, Codec: "int8"}
+	if kind != "single" && kind != "diloco" {
+		return r, errors.New("kind must be single or diloco")
+	}
+	for _, kv := range strings.Split(rest, ",") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return r, fmt.Errorf("%q is not key=value", kv)
+		}
+		if err := r.set(k, v); err != nil {
+			return r, err
+		}
+	}
+	if r.M < 1 || r.K < 1 || r.H < 1 {
+		return r, errors.New("m, k, h must be ≥ 1")
+	}
+	return r, nil
+}
+
+// set sets the run's key k to v.
+func (r *sweepRun) set(k, v string) error {
+	switch k {
+	case "codec":
+		if v != "fp32" && v != "int8" && v != "int8-ef" && v != "robust" {
+			return fmt.Errorf("codec %q: want fp32, int8, int8-ef or robust", v)
+		}
+		r.Codec = v
+		return nil
+	case "opt":
+		if v != train.OptimizerAdamW && v != train.OptimizerMuon {
+			return fmt.Errorf("optimizer %q: want %s or %s", v, train.OptimizerAdamW, train.OptimizerMuon)
+		}
+		r.Optimizer = v
+		return nil
+	case "atk":
+		if _, ok := attacks[v]; !ok {
+			return fmt.Errorf("attack %q: want one of %v", v, attackNames())
+		}
+		r.Attack, r.F = v, max(r.F, 1)
+		return nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return fmt.Errorf("%s: %w", k, err)
+	}
+	return r.setNumber(k, f)
+}
+
+// setNumber sets the run's numeric key k to f.
+func (r *sweepRun) setNumber(k string, f float64) error {
+	switch k {
+	case "m":
+		r.M = int(f)
+	case "k":
+		r.K = int(f)
+	case "h":
+		r.H = int(f)
+	case "lr":
+		r.LR = float32(f)
+	case "mu":
+		r.Mu = float32(f)
+	case "ilr":
+		r.InnerLR = f
+	case "b1":
+		r.Beta1 = f
+	case "wu":
+		r.Warmup = int(f)
+	case "ov":
+		r.Overlap = int(f)
+	case "f":
+		r.F = int(f)
+	default:
+		return fmt.Errorf("unknown key %q", k)
+	}
+	return nil
 }
 
 // watchOwners records, from the in-memory owners' views, the first
@@ -355,8 +383,8 @@ func parseRuns(s string, h int) ([]sweepRun, error) {
 func (res *sweepResult) watchOwners(honest int) func(node.OwnerView) {
 	seen := map[int]bool{}
 	return func(v node.OwnerView) {
-		for w, ev := range v.Excluded {
-			if !seen[w] {
+		for _, w := range slices.Sorted(maps.Keys(v.Excluded)) {
+			if ev := v.Excluded[w]; !seen[w] {
 				seen[w] = true
 				res.Exclusions = append(res.Exclusions, sweepExclusion{v.Step, v.Owner, w, ev})
 				fmt.Fprintf(os.Stderr, "sweep: step %d: owner %d excluded worker %d: %s\n", v.Step, v.Owner, w, ev)

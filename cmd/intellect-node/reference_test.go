@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/node"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestNetworkMatchesReference runs DiLoCo on three real node processes and
-// in-process (train.RunDiLoCo with the in-memory ring of the same order and
+// in-process (diloco.RunLocal with the in-memory ring of the same order and
 // codec): every outer step's global model must have the same hash. This pins
 // down the whole path — data streams by peer id, the schedule, pseudo-
 // gradient weights, the int8 all-reduce, the outer step — against plain
@@ -75,7 +76,7 @@ func checkReference(t *testing.T, flags []string, set func(*node.Config)) {
 		t.Fatal(err)
 	}
 	var want []string
-	if _, err := train.RunDiLoCo(context.Background(), ref, train.DefaultSource(), func(r train.DiLoCoRecord) {
+	if _, err := diloco.RunLocal(context.Background(), ref, train.DefaultSource(), func(r diloco.Record) {
 		want = append(want, r.Hash)
 	}); err != nil {
 		t.Fatal(err)

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/train"
-	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -41,9 +41,7 @@ func newCkptNode(t *testing.T, home string, step uint64, keep int) *Node {
 	simSteps(t, eng, 3) // the engine's model is not θ₀
 	n := &Node{cfg: cfg, log: unitLog, met: unitMetrics(), engine: eng}
 	theta0 := unitVec(step+1, len(eng.Params()), 1)
-	n.model.outer = &train.Outer{LR: 0.7, Momentum: 0.9, V: unitVec(step+1000, len(theta0), 0.1)}
-	n.model.theta0 = theta0
-	n.model.set(step, func() {})
+	n.model = diloco.NewModel(step, theta0, &diloco.Outer{LR: 0.7, Momentum: 0.9, V: unitVec(step+1000, len(theta0), 0.1)})
 	n.params = int64(len(theta0))
 	return n
 }
@@ -66,7 +64,7 @@ func TestCheckpointResumeRoundTrip(t *testing.T) {
 	home := t.TempDir()
 	nd := newCkptNode(t, home, 17, 3)
 	hist := []mesh.Made{{Step: 16, Members: []mesh.PeerID{"a", "b"}}, {Step: 17, Members: []mesh.PeerID{"a", "c"}}}
-	nd.history.set(17, nd.model.hash, hist)
+	nd.history.set(17, nd.model.Hash(), hist)
 	if err := nd.saveCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,21 +78,21 @@ func TestCheckpointResumeRoundTrip(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("resume = %v, %v", ok, err)
 	}
-	if r.model.step != 17 || !slices.Equal(r.model.theta0, nd.model.theta0) || !slices.Equal(r.model.outer.V, nd.model.outer.V) {
-		t.Fatalf("resumed step %d; θ₀ or v differ", r.model.step)
+	if r.model.Step() != 17 || !slices.Equal(theta0Of(r.model), theta0Of(nd.model)) || !slices.Equal(momentumOf(r.model), momentumOf(nd.model)) {
+		t.Fatalf("resumed step %d; θ₀ or v differ", r.model.Step())
 	}
-	if train.Hash(r.model.theta0) != nd.model.hash {
+	if train.Hash(theta0Of(r.model)) != nd.model.Hash() {
 		t.Fatal("resumed θ₀ does not hash to the saved hash")
 	}
-	if !slices.Equal(r.engine.Params(), nd.model.theta0) {
+	if !slices.Equal(r.engine.Params(), theta0Of(nd.model)) {
 		t.Fatal("the resumed engine is not on θ₀")
 	}
-	if r.model.outer.LR != 0.7 || r.model.outer.Momentum != 0.9 {
-		t.Fatalf("outer optimizer lr %v momentum %v", r.model.outer.LR, r.model.outer.Momentum)
+	if r.model.Outer().LR != 0.7 || r.model.Outer().Momentum != 0.9 {
+		t.Fatalf("outer optimizer lr %v momentum %v", r.model.Outer().LR, r.model.Outer().Momentum)
 	}
 	var st nodeState
 	b, _ := os.ReadFile(filepath.Join(ckptDir(home, 17), nodeStateFile))
-	if err := json.Unmarshal(b, &st); err != nil || !reflect.DeepEqual(st, nodeState{Format: nodeStateMagic, Run: "r", Step: 17, Hash: nd.model.hash, History: hist}) {
+	if err := json.Unmarshal(b, &st); err != nil || !reflect.DeepEqual(st, nodeState{Format: nodeStateMagic, Run: "r", Step: 17, Hash: nd.model.Hash(), History: hist}) {
 		t.Fatalf("node.json %+v (%v)", st, err)
 	}
 	if !reflect.DeepEqual(r.resumedHist, hist) {
@@ -108,6 +106,61 @@ func TestCheckpointResumeRoundTrip(t *testing.T) {
 	}
 	if _, err := freshNode(nd).resume(simOptions(21, 1)); err == nil || !strings.Contains(err.Error(), "history entry 0 is of step 18") {
 		t.Fatalf("resume with a history from the future: %v", err)
+	}
+}
+
+// TestCheckpointKeepsResidual pins the error-feedback residual across a
+// restart: the loop's is written with the checkpoint, comes back with the
+// resumed model and is the new loop's; without error feedback there is none.
+func TestCheckpointKeepsResidual(t *testing.T) {
+	home := t.TempDir()
+	nd := newCkptNode(t, home, 9, 3)
+	l, err := diloco.New(diloco.Config{Inner: 2, ErrorFeedback: true}, nd.engine, nd.model, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := unitVec(77, int(nd.params), 0.01)
+	if err := l.SetResidual(res); err != nil {
+		t.Fatal(err)
+	}
+	nd.loop = l
+	if err := nd.saveCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r := freshNode(nd)
+	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil {
+		t.Fatalf("resume = %v, %v", ok, err)
+	}
+	if !slices.Equal(r.resumedRes, res) {
+		t.Fatal("the residual did not come back")
+	}
+	nd.loop = nil
+	nd.resumedRes = nil
+	home2 := t.TempDir()
+	nd.cfg.Home = home2
+	if err := nd.saveCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := freshNode(nd)
+	if ok, err := r2.resume(simOptions(21, 1)); !ok || err != nil || r2.resumedRes != nil {
+		t.Fatalf("resume without error feedback: %v, %v, residual %v", ok, err, r2.resumedRes != nil)
+	}
+}
+
+// TestTrainLoopTakesResumedResidual pins that the loop a resumed node
+// starts carries the checkpoint's residual into its first attempt.
+func TestTrainLoopTakesResumedResidual(t *testing.T) {
+	nd := newCkptNode(t, t.TempDir(), 4, 3)
+	nd.cfg.ErrorFeedback = true
+	res := unitVec(78, int(nd.params), 0.01)
+	nd.resumedRes = slices.Clone(res)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the loop stops after its first inner step
+	if err := nd.trainLoop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("trainLoop: %v", err)
+	}
+	if nd.resumedRes != nil || !slices.Equal(nd.loop.Residual(), res) {
+		t.Fatal("the loop does not carry the resumed residual")
 	}
 }
 
@@ -150,8 +203,8 @@ func TestResumeNewestAndKeep(t *testing.T) {
 		t.Fatalf("checkpoints kept %v, want %v", names, want)
 	}
 	r := freshNode(last)
-	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil || r.model.step != 12 || !slices.Equal(r.model.theta0, last.model.theta0) {
-		t.Fatalf("resumed step %d (%v, %v), want 12", r.model.step, ok, err)
+	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil || r.model.Step() != 12 || !slices.Equal(theta0Of(r.model), theta0Of(last.model)) {
+		t.Fatalf("resumed step %d (%v, %v), want 12", r.model.Step(), ok, err)
 	}
 }
 
@@ -171,10 +224,10 @@ func TestResumeRejectsBadCheckpoints(t *testing.T) {
 			ckptWrite(t, filepath.Join(dir, nodeStateFile), "{not json")
 		}, []string{nodeStateFile, "not a node state"}},
 		{"node.json of another format", func(t *testing.T, dir string, nd *Node) {
-			writeState(t, dir, nodeState{Format: "intellect-node/node/0", Run: "r", Step: 5, Hash: nd.model.hash})
+			writeState(t, dir, nodeState{Format: "intellect-node/node/0", Run: "r", Step: 5, Hash: nd.model.Hash()})
 		}, []string{nodeStateFile, "not a node state"}},
 		{"another run", func(t *testing.T, dir string, nd *Node) {
-			writeState(t, dir, nodeState{Format: nodeStateMagic, Run: "other", Step: 5, Hash: nd.model.hash})
+			writeState(t, dir, nodeState{Format: nodeStateMagic, Run: "other", Step: 5, Hash: nd.model.Hash()})
 		}, []string{`run "other"`, `not "r"`}},
 		{"hash of another model", func(t *testing.T, dir string, _ *Node) {
 			writeState(t, dir, nodeState{Format: nodeStateMagic, Run: "r", Step: 5, Hash: train.Hash([]float32{1})})
@@ -194,24 +247,31 @@ func TestResumeRejectsBadCheckpoints(t *testing.T) {
 			ckptWrite(t, filepath.Join(dir, outerFile), "garbage, not a safetensors file")
 		}, []string{outerFile}},
 		{"outer momentum missing", func(t *testing.T, dir string, nd *Node) {
-			writeOuter(t, dir, []train.Tensor{{Name: "theta0", Shape: []int{len(nd.model.theta0)}, Data: nd.model.theta0}})
+			writeOuter(t, dir, []train.Tensor{{Name: "theta0", Shape: []int{len(theta0Of(nd.model))}, Data: theta0Of(nd.model)}})
 		}, []string{"outer state missing"}},
 		{"θ₀ missing", func(t *testing.T, dir string, nd *Node) {
-			writeOuter(t, dir, []train.Tensor{{Name: "outer_momentum", Shape: []int{len(nd.model.outer.V)}, Data: nd.model.outer.V}})
+			writeOuter(t, dir, []train.Tensor{{Name: "outer_momentum", Shape: []int{len(momentumOf(nd.model))}, Data: momentumOf(nd.model)}})
 		}, []string{"outer state missing"}},
 		{"θ₀ changed after hashing", func(t *testing.T, dir string, nd *Node) {
-			th := slices.Clone(nd.model.theta0)
+			th := slices.Clone(theta0Of(nd.model))
 			th[len(th)/2] += 0.5
 			writeOuter(t, dir, []train.Tensor{
 				{Name: "theta0", Shape: []int{len(th)}, Data: th},
-				{Name: "outer_momentum", Shape: []int{len(nd.model.outer.V)}, Data: nd.model.outer.V}})
+				{Name: "outer_momentum", Shape: []int{len(momentumOf(nd.model))}, Data: momentumOf(nd.model)}})
 		}, []string{"does not match its hash"}},
 		{"momentum of another size", func(t *testing.T, dir string, nd *Node) {
-			v := nd.model.outer.V[:10]
+			v := momentumOf(nd.model)[:10]
 			writeOuter(t, dir, []train.Tensor{
-				{Name: "theta0", Shape: []int{len(nd.model.theta0)}, Data: nd.model.theta0},
+				{Name: "theta0", Shape: []int{len(theta0Of(nd.model))}, Data: theta0Of(nd.model)},
 				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v}})
 		}, []string{"outer state missing"}},
+		{"residual of another size", func(t *testing.T, dir string, nd *Node) {
+			th, v := modelOf(nd.model)
+			writeOuter(t, dir, []train.Tensor{
+				{Name: "theta0", Shape: []int{len(th)}, Data: th},
+				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v},
+				{Name: "ef_residual", Shape: []int{3}, Data: []float32{1, 2, 3}}})
+		}, []string{"error-feedback residual of 3 values"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -250,7 +310,7 @@ func TestResumeRejectsOtherModel(t *testing.T) {
 	opts := simOptions(21, 1)
 	opts.Model.FFN *= 2
 	_, err := freshNode(nd).resume(opts)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(len(nd.model.theta0))) || !strings.Contains(err.Error(), fmt.Sprint(opts.Model.NumParams())) {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(len(theta0Of(nd.model)))) || !strings.Contains(err.Error(), fmt.Sprint(opts.Model.NumParams())) {
 		t.Fatalf("resume with a bigger model: %v", err)
 	}
 }
@@ -320,18 +380,18 @@ func TestNewResumesCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n1.model.step != 0 || n1.model.hash != train.Hash(n1.model.theta0) || n1.params != int64(len(n1.model.theta0)) {
-		t.Fatalf("fresh node step %d, hash consistent %v", n1.model.step, n1.model.hash == train.Hash(n1.model.theta0))
+	if n1.model.Step() != 0 || n1.model.Hash() != train.Hash(theta0Of(n1.model)) || n1.params != int64(len(theta0Of(n1.model))) {
+		t.Fatalf("fresh node step %d, hash consistent %v", n1.model.Step(), n1.model.Hash() == train.Hash(theta0Of(n1.model)))
 	}
-	if !slices.Equal(n1.engine.Params(), n1.model.theta0) {
+	if !slices.Equal(n1.engine.Params(), theta0Of(n1.model)) {
 		t.Fatal("fresh engine is not on θ₀")
 	}
-	n1.model.advance(0, unitVec(5, len(n1.model.theta0), 0.01))
-	n1.model.advance(1, unitVec(6, len(n1.model.theta0), 0.01))
+	n1.model.Advance(0, unitVec(5, len(theta0Of(n1.model)), 0.01))
+	n1.model.Advance(1, unitVec(6, len(theta0Of(n1.model)), 0.01))
 	if err := n1.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	step, hash, theta0, v := n1.model.step, n1.model.hash, slices.Clone(n1.model.theta0), slices.Clone(n1.model.outer.V)
+	step, hash, theta0, v := n1.model.Step(), n1.model.Hash(), slices.Clone(theta0Of(n1.model)), slices.Clone(momentumOf(n1.model))
 	n1.host.Close()
 
 	n2, err := New(ctx, cfg)
@@ -339,8 +399,8 @@ func TestNewResumesCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n2.host.Close()
-	if n2.model.step != step || n2.model.hash != hash || !slices.Equal(n2.model.theta0, theta0) || !slices.Equal(n2.model.outer.V, v) {
-		t.Fatalf("resumed step %d hash %s, want %d %s", n2.model.step, n2.model.hash, step, hash)
+	if n2.model.Step() != step || n2.model.Hash() != hash || !slices.Equal(theta0Of(n2.model), theta0) || !slices.Equal(momentumOf(n2.model), v) {
+		t.Fatalf("resumed step %d hash %s, want %d %s", n2.model.Step(), n2.model.Hash(), step, hash)
 	}
 	if !slices.Equal(n2.engine.Params(), theta0) {
 		t.Fatal("resumed engine is not on θ₀")
@@ -394,51 +454,5 @@ func writeOuter(t *testing.T, dir string, ts []train.Tensor) {
 	t.Helper()
 	if err := train.WriteSafetensors(filepath.Join(dir, outerFile), ts, nil); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestFetchBackoff: retries of a failing fetch wait half a second, then
-// twice as long each time up to a minute; a repeated reason is a repeat
-// (logged once as a warning); success starts over.
-func TestFetchBackoff(t *testing.T) {
-	b := backoff{base: fetchRetryBase, limit: fetchRetryLimit}
-	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second}
-	for i, w := range want {
-		got, repeat := b.failed("too big")
-		if got != w || repeat != (i > 0) {
-			t.Fatalf("failure %d: wait %v repeat %v, want %v %v", i+1, got, repeat, w, i > 0)
-		}
-	}
-	for range 20 {
-		b.failed("too big")
-	}
-	if got, _ := b.failed("too big"); got != time.Minute {
-		t.Fatalf("wait after many failures: %v, want the one-minute cap", got)
-	}
-	if _, repeat := b.failed("another reason"); repeat {
-		t.Fatal("a new reason counted as a repeat")
-	}
-	b.succeeded()
-	if got, repeat := b.failed("too big"); got != fetchRetryBase || repeat {
-		t.Fatalf("after a success: wait %v repeat %v", got, repeat)
-	}
-}
-
-// TestReachableDonors: donors this node is connected to directly come
-// first and alone; without any, all are tried.
-func TestReachableDonors(t *testing.T) {
-	h, other := unitHost(t), unitHost(t)
-	n, _ := unitMeshNode(h)
-	if err := h.Libp2p().Connect(context.Background(), peer.AddrInfo{ID: other.ID(), Addrs: other.Libp2p().Addrs()}); err != nil {
-		t.Fatal(err)
-	}
-	stranger := mesh.PeerID(unitPeerID(t).String())
-	near := mesh.PeerID(other.ID().String())
-	got := n.reachableDonors([]mesh.PeerID{stranger, n.self, near})
-	if len(got) != 1 || got[0] != other.ID() {
-		t.Fatalf("donors %v, want only the connected %s", got, other.ID())
-	}
-	if got := n.reachableDonors([]mesh.PeerID{stranger, n.self}); len(got) != 1 || got[0].String() != string(stranger) {
-		t.Fatalf("donors %v, want the one unconnected donor", got)
 	}
 }

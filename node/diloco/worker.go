@@ -1,4 +1,4 @@
-package node
+package diloco
 
 import (
 	"context"
@@ -6,36 +6,27 @@ import (
 
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/p2p/ring"
 )
 
-// reducer runs one all-reduce attempt over a decided ring: b.Dst ← the
-// weighted mean of the members' vectors, this member's being b.Src (left as
-// is, as is b.ResIn, when the attempt fails).
-type reducer interface {
-	attempt(ctx context.Context, r *mesh.Ring, b collective.Buffers) (ring.Stats, error)
-	// failed records a failed attempt and names the member to blame.
-	failed(r *mesh.Ring, err error) mesh.PeerID
-}
-
-// outcome is how the all-reduce of one step ended.
+// outcome is how the average of one step ended.
 type outcome struct {
 	step     uint64
 	ring     *mesh.Ring // the ring of the attempt that succeeded
-	stats    ring.Stats
+	stats    Stats
 	attempts int
+	tokens   int64         // of the phase reduced
 	took     time.Duration // from Ready to the average
-	fetch    *meshEvent    // the mesh asked for a model fetch instead
+	fetch    *Event        // the mesh asked for a model fetch instead
 	err      error
 }
 
-// pending is an all-reduce handed to the worker and not applied yet.
+// pending is an average handed to the worker and not applied yet.
 type pending struct {
 	res <-chan outcome
 	out *outcome
 }
 
-// arrived reports, without waiting, whether the all-reduce has ended.
+// arrived reports, without waiting, whether the average has ended.
 func (p *pending) arrived() bool {
 	if p.out != nil {
 		return true
@@ -49,7 +40,7 @@ func (p *pending) arrived() bool {
 	}
 }
 
-// wait returns the outcome once the all-reduce has ended.
+// wait returns the outcome once the average has ended.
 func (p *pending) wait(ctx context.Context) (outcome, error) {
 	if p.out == nil {
 		select {
@@ -62,33 +53,34 @@ func (p *pending) wait(ctx context.Context) (outcome, error) {
 	return *p.out, p.out.err
 }
 
-// worker is the one reader of the mesh's events. It runs the all-reduce
-// of each step the loop hands it — waits for the step's ring, runs an
-// attempt, reports the culprit and waits for the next ring on failure —
-// and keeps a fetch the mesh asks for while it has no step to reduce.
+// worker is the one reader of the port's events. It runs the average of
+// each step the loop hands it — waits for the step's ring, runs an attempt,
+// reports the culprit and waits for the next ring on failure — and keeps a
+// fetch the mesh asks for while it has no step to reduce.
 type worker struct {
-	l       *outerLoop
+	l       *Loop
 	jobs    chan job
 	res     chan outcome
-	polls   chan chan *meshEvent
+	polls   chan chan *Event
 	cancel  context.CancelFunc
 	stopped chan struct{}
 
 	// Owned by the worker goroutine.
 	ring  *mesh.Ring
-	fetch *meshEvent
+	fetch *Event
 }
 
-// job is the all-reduce of step after inner steps.
+// job is the average of step after inner steps.
 type job struct {
-	step  uint64
-	inner int
-	start time.Time
+	step   uint64
+	inner  int
+	tokens int64
+	start  time.Time
 }
 
-func startWorker(ctx context.Context, l *outerLoop) *worker {
+func startWorker(ctx context.Context, l *Loop) *worker {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &worker{l: l, jobs: make(chan job), res: make(chan outcome, 1), polls: make(chan chan *meshEvent),
+	w := &worker{l: l, jobs: make(chan job), res: make(chan outcome, 1), polls: make(chan chan *Event),
 		cancel: cancel, stopped: make(chan struct{})}
 	go w.loop(ctx)
 	return w
@@ -101,19 +93,19 @@ func (w *worker) stop() {
 }
 
 // start tells the mesh this member is Ready for step and hands the worker
-// its all-reduce.
-func (w *worker) start(step uint64, inner int) *pending {
+// its average.
+func (w *worker) start(step uint64, inner int, tokens int64) *pending {
 	w.l.port.Ready(step, inner)
 	select {
-	case w.jobs <- job{step: step, inner: inner, start: time.Now()}:
+	case w.jobs <- job{step: step, inner: inner, tokens: tokens, start: time.Now()}:
 	case <-w.stopped:
 	}
 	return &pending{res: w.res}
 }
 
 // pollFetch returns the fetch the mesh asked for since the last poll, if any.
-func (w *worker) pollFetch() *meshEvent {
-	reply := make(chan *meshEvent, 1)
+func (w *worker) pollFetch() *Event {
+	reply := make(chan *Event, 1)
 	select {
 	case w.polls <- reply:
 		return <-reply
@@ -139,13 +131,13 @@ func (w *worker) loop(ctx context.Context) {
 	}
 }
 
-// note remembers an event that came while no all-reduce runs.
-func (w *worker) note(ev meshEvent) {
-	if ev.fetch != nil {
+// note remembers an event that came while no average runs.
+func (w *worker) note(ev Event) {
+	if ev.Fetch != nil {
 		w.fetch = &ev
 		return
 	}
-	w.ring = ev.ring
+	w.ring = ev.Ring
 }
 
 // run reduces step j.step: Δ (l.delta) into Δ̄ (l.avg), retrying with each
@@ -153,7 +145,7 @@ func (w *worker) note(ev meshEvent) {
 // or ctx ends.
 func (w *worker) run(ctx context.Context, j job) outcome {
 	l := w.l
-	out := outcome{step: j.step}
+	out := outcome{step: j.step, tokens: j.tokens}
 	for {
 		if w.fetch != nil {
 			out.fetch, w.fetch = w.fetch, nil
@@ -163,7 +155,7 @@ func (w *worker) run(ctx context.Context, j job) outcome {
 			w.ring = nil
 			out.attempts++
 			b := collective.Buffers{Src: l.delta, Dst: l.avg, ResIn: l.res[0], ResOut: l.res[1]}
-			stats, err := l.reduce.attempt(ctx, r, b)
+			stats, err := l.reduce.Attempt(ctx, r, b)
 			if err == nil {
 				l.res[0], l.res[1] = l.res[1], l.res[0]
 				out.ring, out.stats, out.took = r, stats, time.Since(j.start)
@@ -173,7 +165,7 @@ func (w *worker) run(ctx context.Context, j job) outcome {
 				out.err = ctx.Err()
 				return out
 			}
-			l.port.Failed(j.step, l.reduce.failed(r, err))
+			l.port.Failed(r, l.reduce.Failed(r, err))
 			continue
 		}
 		select {
