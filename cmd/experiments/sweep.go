@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/train"
@@ -46,9 +45,19 @@ type sweepRun struct {
 	// Optimizer is the inner optimizer (of a single run: its only one),
 	// train.Options.Optimizer: "adamw" or "muon"; "": the preset's (AdamW).
 	Optimizer string `json:"inner_optimizer,omitempty"`
-	Codec     string `json:"codec"`            // DiLoCo: "fp32" (plain mean), "int8" or "int8-ef" (the nodes' ring all-reduce), "robust" (--averaging robust)
-	Attack    string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
-	F         int    `json:"f,omitempty"`
+	// Codec is how DiLoCo averages (codec.go): "fp32" (plain mean), "int8"
+	// or "int8-ef" (the ring all-reduce), "robust" (--averaging robust), or
+	// PATH-CODEC with PATH ring or robust and CODEC q4, q2 or topk.
+	Codec  string `json:"codec"`
+	Attack string `json:"attack,omitempty"` // DiLoCo: the last F workers attack (attack.go)
+	F      int    `json:"f,omitempty"`
+	// The compressed codecs' settings (0: the defaults of mesh/collective):
+	// top-k entries per block, bits per kept value, error-feedback decay β,
+	// the owners' result feedback (1 on, 2 off).
+	TopK     int     `json:"topk,omitempty"`
+	TopKBits int     `json:"topk_bits,omitempty"`
+	Beta     float32 `json:"beta,omitempty"`
+	RFB      int     `json:"rfb,omitempty"`
 }
 
 // sweepResult is one run of one seed.
@@ -71,6 +80,12 @@ type sweepResult struct {
 	// contribution with the others' median any owner saw.
 	Exclusions   []sweepExclusion `json:"exclusions,omitempty"`
 	MinHonestCos *float64         `json:"min_honest_cos,omitempty"`
+	// SentPerInner and RecvPerInner are the all-reduce bytes (chunk
+	// messages) a member sent and received per inner step, averaged over
+	// the run's members and steps; Params the model's parameters.
+	SentPerInner float64 `json:"sent_per_inner,omitempty"`
+	RecvPerInner float64 `json:"recv_per_inner,omitempty"`
+	Params       int64   `json:"params,omitempty"`
 }
 
 // sweepExclusion is the first exclusion of a worker by an in-memory owner.
@@ -210,26 +225,30 @@ func (res *sweepResult) diloco(ctx context.Context, opts train.Options, r sweepR
 	for i := range r.M {
 		cfg.Workers = append(cfg.Workers, workerOf(seed, i))
 	}
-	return diloco.RunLocal(ctx, cfg, src, func(rec diloco.Record) {
+	var sent, recv, memberSteps int64
+	params, err := diloco.RunLocal(ctx, cfg, src, func(rec diloco.Record) {
 		res.Tokens = append(res.Tokens, rec.Tokens)
 		res.Eval = append(res.Eval, rec.EvalLoss)
 		res.Hashes = append(res.Hashes, rec.Hash)
+		sent, recv, memberSteps = sent+rec.BytesSent, recv+rec.BytesRecv, memberSteps+int64(rec.Members*r.H)
 	})
+	res.Params = opts.Model.NumParams()
+	if memberSteps > 0 {
+		res.SentPerInner, res.RecvPerInner = float64(sent)/float64(memberSteps), float64(recv)/float64(memberSteps)
+	}
+	return params, err
 }
 
 // averaging is run r's averaging: codec fp32 is the plain float32 mean,
 // int8 and int8-ef the nodes' ring all-reduce, robust the direct scatter
 // with the nodes' exclusion rule; an attack alters what the last F send.
 func (res *sweepResult) averaging(r sweepRun, seed uint64) (diloco.Averaging, error) {
-	var a diloco.Averaging
-	switch r.Codec {
-	case "int8": // as a node does
-		a.Ring = &collective.AllReduceConfig{Shards: node.DefaultShards}
-	case "int8-ef":
-		a.Ring = &collective.AllReduceConfig{Shards: node.DefaultShards, ErrorFeedback: true}
-	case "robust":
-		sc := collective.ScatterConfig{Shards: node.DefaultShards, Robust: collective.RobustConfig{MaxWeight: float32(r.H)}}
-		a.Scatter, a.Judge = &sc, node.ScatterJudge(sc, res.watchOwners(r.M-r.F))
+	a, err := codecAveraging(r)
+	if err != nil {
+		return a, err
+	}
+	if a.Scatter != nil {
+		a.Judge = node.ScatterJudge(*a.Scatter, res.watchOwners(r.M-r.F))
 	}
 	if r.Attack != "" {
 		var err error
@@ -324,11 +343,9 @@ func parseRun(spec string, h int) (sweepRun, error) {
 func (r *sweepRun) set(k, v string) error {
 	switch k {
 	case "codec":
-		if v != "fp32" && v != "int8" && v != "int8-ef" && v != "robust" {
-			return fmt.Errorf("codec %q: want fp32, int8, int8-ef or robust", v)
-		}
 		r.Codec = v
-		return nil
+		_, err := codecAveraging(*r)
+		return err
 	case "opt":
 		if v != train.OptimizerAdamW && v != train.OptimizerMuon {
 			return fmt.Errorf("optimizer %q: want %s or %s", v, train.OptimizerAdamW, train.OptimizerMuon)
@@ -372,6 +389,8 @@ func (r *sweepRun) setNumber(k string, f float64) error {
 		r.Overlap = int(f)
 	case "f":
 		r.F = int(f)
+	case "tk", "tb", "beta", "rfb":
+		r.setCodecNumber(k, f)
 	default:
 		return fmt.Errorf("unknown key %q", k)
 	}

@@ -113,7 +113,7 @@ func (r memReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buf
 	case r.s.a.Ring != nil:
 		st, err = collective.AllReduceInto(ctx, r.s.ring(rg, *r.s.a.Ring)[rank], rank, w, b, *r.s.a.Ring)
 	case r.s.a.Scatter != nil:
-		return Stats{}, r.s.scatter(ctx, rg, members, rank, w, b)
+		st, err = r.s.scatter(ctx, rg, members, rank, w, b)
 	default:
 		err = r.s.mean(ctx, rg, rank, w, b)
 	}
@@ -152,7 +152,7 @@ func (s *memAverage) ring(rg *mesh.Ring, cfg collective.AllReduceConfig) []*coll
 
 // scatter runs rank's part of the direct scatter over rg, members convicted
 // before taking part with weight 0, and hands its result to the judge.
-func (s *memAverage) scatter(ctx context.Context, rg *mesh.Ring, members []int, rank int, w []float32, b collective.Buffers) error {
+func (s *memAverage) scatter(ctx context.Context, rg *mesh.Ring, members []int, rank int, w []float32, b collective.Buffers) (collective.Stats, error) {
 	s.mu.Lock()
 	w = slices.Clone(w)
 	for r, i := range members {
@@ -167,7 +167,7 @@ func (s *memAverage) scatter(ctx context.Context, rg *mesh.Ring, members []int, 
 	})
 	res, err := collective.ScatterAllReduce(ctx, mm[rank], rank, w, b, cfg)
 	s.judge(rg, members, rank, w, res, err)
-	return err
+	return res.Stats, err
 }
 
 // mean is the plain float32 mean: every member's vector is gathered, and

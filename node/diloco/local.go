@@ -44,6 +44,10 @@ type Record struct {
 	Tokens   int64   // training tokens folded into the global model so far
 	EvalLoss float64 // held-out loss of the global model (member 0's evaluation)
 	Hash     string  // train.Hash of the global model
+	// Members made the step; BytesSent and BytesRecv are their all-reduce
+	// bytes (chunk messages) summed over them, the successful attempt's.
+	Members              int
+	BytesSent, BytesRecv int64
 }
 
 // validate rejects a configuration no run can take.

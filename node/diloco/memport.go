@@ -36,9 +36,10 @@ type localGroup struct {
 
 // stepCommits gathers the commits of one step.
 type stepCommits struct {
-	members int
-	tokens  int64
-	eval    float64
+	members    int
+	tokens     int64
+	eval       float64
+	sent, recv int64
 }
 
 // errNoMembers fails a run whose every member of a step failed.
@@ -215,6 +216,8 @@ func (h localHooks) Committed(c Commit) {
 	}
 	sc.members++
 	sc.tokens += c.Tokens
+	sc.sent += c.Stats.BytesSent
+	sc.recv += c.Stats.BytesRecv
 	if h.i == 0 {
 		sc.eval = c.Eval
 	}
@@ -224,6 +227,7 @@ func (h localHooks) Committed(c Commit) {
 	delete(g.commits, c.Step)
 	g.tokens += sc.tokens
 	if g.each != nil {
-		g.each(Record{Step: int(c.Step), Tokens: g.tokens, EvalLoss: sc.eval, Hash: c.Hash})
+		g.each(Record{Step: int(c.Step), Tokens: g.tokens, EvalLoss: sc.eval, Hash: c.Hash,
+			Members: sc.members, BytesSent: sc.sent, BytesRecv: sc.recv})
 	}
 }
