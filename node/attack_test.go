@@ -118,7 +118,7 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 	const k, steps = 4, 5
 	ctx, nodes := attackNodes(t, k, steps, "audit-test")
 	bad := nodes[k-1]
-	sc := scatterConfig(bad.cfg)
+	sc := bad.cfg.scatterConfig()
 	if err := sc.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -100,10 +100,26 @@ type Config struct {
 	// all-reduce. Default DefaultShards; 1..collective.MaxShards. Every member of
 	// a run must use the same.
 	Shards int
-	// FP32 sends the all-reduce in float32 instead of int8 (for comparisons).
+	// Codec is how pseudo-gradients travel (codec.go): CodecInt8, CodecQ4,
+	// CodecQ2, CodecTopK or CodecFP32 (the plain ring mean, for
+	// comparisons). Default DefaultCodec. Every member of a run must use the
+	// same (the run manifest holds it).
+	Codec string
+	// FP32 is Codec CodecFP32 (the --fp32 flag).
 	FP32 bool
-	// ErrorFeedback carries each node's int8 quantization residual into its
-	// next pseudo-gradient.
+	// TopK and TopKBits are codec topk's entries per 4096-value block and
+	// bits per kept value (0: DefaultTopK, collective.DefaultTopKBits).
+	TopK, TopKBits int
+	// FeedbackDecay is β of the compressed codecs' error feedback: each
+	// member sends the compressed e = β·e + Δ and keeps what was not sent
+	// in e. (0, 1]; 0 takes DefaultFeedbackDecay.
+	FeedbackDecay float32
+	// ResultFeedback, with a compressed codec and robust averaging, has
+	// each segment owner add what encoding its result lost to its own
+	// error-feedback buffer (int8's owners always do, with ErrorFeedback).
+	ResultFeedback bool
+	// ErrorFeedback carries each node's quantization residual into its
+	// next pseudo-gradient; always on with the compressed codecs.
 	ErrorFeedback bool
 	// Averaging is how members average pseudo-gradients: AveragingRobust
 	// (direct scatter; each segment owner clips and combines every
@@ -212,9 +228,14 @@ const (
 	DefaultShards    = collective.DefaultShards
 	DefaultRingOrder = "latency"
 	// AveragingMean and AveragingRobust are the values of Config.Averaging.
-	AveragingMean           = "mean"
-	AveragingRobust         = "robust"
-	DefaultAveraging        = AveragingRobust
+	AveragingMean    = "mean"
+	AveragingRobust  = "robust"
+	DefaultAveraging = AveragingRobust
+	// DefaultCodec, DefaultTopK and DefaultFeedbackDecay: the codec's
+	// defaults (docs/convergence.md "Traffic").
+	DefaultCodec            = CodecInt8
+	DefaultTopK             = collective.DefaultTopK
+	DefaultFeedbackDecay    = 1
 	DefaultOptimizer        = train.OptimizerMuon
 	DefaultTick             = mesh.DefaultTickMillis * time.Millisecond
 	DefaultAllReduceTimeout = 60 * time.Second
@@ -281,10 +302,13 @@ func (c *Config) fillDefaults() error {
 	defString(&c.StatusAddr, DefaultStatusAddr)
 	defString(&c.RingOrder, DefaultRingOrder)
 	defString(&c.Reachability, p2p.ReachAuto)
-	if c.FP32 {
-		defString(&c.Averaging, AveragingMean) // robust averaging sends int8
+	if c.FP32 || c.Codec == CodecFP32 {
+		defString(&c.Averaging, AveragingMean) // robust averaging does not send fp32
 	}
 	defString(&c.Averaging, DefaultAveraging)
+	if err := c.resolveCodec(); err != nil {
+		return err
+	}
 	defString(&c.Optimizer, DefaultOptimizer)
 	defString(&c.Tokenizer, DefaultTokenizer)
 	defString(&c.Admission, AdmissionOpen)
@@ -351,8 +375,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --ring-order %q: want latency or sorted", ErrBadConfig, c.RingOrder)
 	case c.Averaging != AveragingMean && c.Averaging != AveragingRobust:
 		return fmt.Errorf("%w: --averaging %q: want mean or robust", ErrBadConfig, c.Averaging)
-	case c.Averaging == AveragingRobust && c.FP32:
-		return fmt.Errorf("%w: --averaging robust sends int8: it does not take --fp32", ErrBadConfig)
+	case c.Averaging == AveragingRobust && c.Codec == CodecFP32:
+		return fmt.Errorf("%w: --averaging robust does not send fp32: it does not take --fp32", ErrBadConfig)
 	case c.Reachability != p2p.ReachAuto && c.Reachability != p2p.ReachPublic && c.Reachability != p2p.ReachPrivate:
 		return fmt.Errorf("%w: --reachability %q: want auto, public or private", ErrBadConfig, c.Reachability)
 	case c.MaxSendRate < 0:

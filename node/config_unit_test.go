@@ -64,7 +64,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
-		Reachability: "private", Averaging: "robust", Tokenizer: "bpe-x", Admission: AdmissionAllowlist, Optimizer: "muon"}
+		Reachability: "private", Averaging: "robust", Codec: "int8", Tokenizer: "bpe-x", Admission: AdmissionAllowlist, Optimizer: "muon"}
 	want := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestAllReduceConfigTable(t *testing.T) {
 		{Config{Shards: 2, FP32: true}, collective.AllReduceConfig{Shards: 2, Codec: collective.CodecFP32}},
 	}
 	for _, c := range cases {
-		if got := allReduceConfig(c.cfg); got != c.want {
+		if got := c.cfg.allReduceConfig(); got != c.want {
 			t.Errorf("allReduceConfig(%+v) = %+v, want %+v", c.cfg, got, c.want)
 		}
 	}

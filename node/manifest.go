@@ -62,9 +62,17 @@ type Manifest struct {
 
 // Compression is the all-reduce's encoding.
 type Compression struct {
-	Codec         string `json:"codec"` // "int8" or "fp32"
+	Codec         string `json:"codec"` // int8, q4, q2, topk or fp32 (codec.go)
 	ErrorFeedback bool   `json:"error_feedback"`
-	Shards        int    `json:"shards"` // parallel rings; part of the int8 arithmetic
+	Shards        int    `json:"shards"` // slices of the vector; part of the codecs' arithmetic
+	// The compressed codecs' settings, absent for int8 and fp32: the
+	// error-feedback decay β, the owners' result feedback, and codec topk's
+	// entries per block, block size and bits per kept value.
+	FeedbackDecay  float32 `json:"feedback_decay,omitempty"`
+	ResultFeedback bool    `json:"result_feedback,omitempty"`
+	TopK           int     `json:"topk,omitempty"`
+	TopKBlock      int     `json:"topk_block,omitempty"`
+	TopKBits       int     `json:"topk_bits,omitempty"`
 }
 
 // Admission is a run's admission policy (docs/manifest.md "Admission").
@@ -194,10 +202,8 @@ func (m *Manifest) Validate() error {
 		return bad("outer lr %v, momentum %v", m.OuterLR, m.OuterMomentum)
 	case m.Averaging != AveragingMean && m.Averaging != AveragingRobust:
 		return bad("averaging %q: want mean or robust", m.Averaging)
-	case m.Averaging == AveragingRobust && m.Compression.Codec != "int8":
-		return bad("robust averaging sends int8, not %s", m.Compression.Codec)
-	case m.Compression.Codec != "int8" && m.Compression.Codec != "fp32":
-		return bad("codec %q: want int8 or fp32", m.Compression.Codec)
+	case m.Compression.validate(m.Averaging) != nil:
+		return bad("%v", m.Compression.validate(m.Averaging))
 	case m.Compression.Shards < 1 || m.Compression.Shards > collective.MaxShards:
 		return bad("shards %d: want 1..%d", m.Compression.Shards, collective.MaxShards)
 	case m.Admission.validate() != nil:

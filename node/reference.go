@@ -36,10 +36,10 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (diloco.LocalConfig, error) 
 	d := diloco.LocalConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum}
 	if cfg.Averaging == AveragingRobust {
-		sc := scatterConfig(cfg)
+		sc := cfg.scatterConfig()
 		d.Averaging = diloco.Averaging{Scatter: &sc, Judge: ScatterJudge(sc, nil)}
 	} else {
-		ar := allReduceConfig(cfg)
+		ar := cfg.allReduceConfig()
 		d.Averaging = diloco.Averaging{Ring: &ar}
 	}
 	if cfg.Overlap {
@@ -121,15 +121,6 @@ func (j *memJudge) Judge(step uint64, members []int, w []float32, results []coll
 		}
 	}
 	return convicted
-}
-
-// allReduceConfig is the all-reduce configuration of a node running cfg.
-func allReduceConfig(cfg Config) collective.AllReduceConfig {
-	c := collective.AllReduceConfig{Shards: cfg.Shards, ErrorFeedback: cfg.ErrorFeedback}
-	if cfg.FP32 {
-		c.Codec = collective.CodecFP32
-	}
-	return c
 }
 
 // dataVocab fits the model's vocabulary to cfg.Data's, as a node does.

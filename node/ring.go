@@ -42,7 +42,7 @@ func (n *Node) allReduce(ctx context.Context, r *mesh.Ring, b collective.Buffers
 	n.log.Info("all-reduce start", "step", r.Step+1, "ring", r.ID, "members", len(r.Members), "rank", spec.Self)
 	actx, end := n.beginAttempt(ctx, r)
 	defer end()
-	_, stats, err := ring.AllReduce(actx, n.ar, spec, r.Weights, b, allReduceConfig(n.cfg))
+	_, stats, err := ring.AllReduce(actx, n.ar, spec, r.Weights, b, n.cfg.allReduceConfig())
 	return stats, attemptErr(actx, err)
 }
 

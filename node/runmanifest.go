@@ -57,7 +57,7 @@ func (n *Node) initManifest(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("run manifest "+how, "run", rm.m.Run, "manifest", rm.id, "preset", rm.m.Preset,
-		"inner_steps", rm.m.InnerSteps, "optimizer", cmp.Or(rm.m.Train.Optimizer, train.OptimizerAdamW), "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
+		"inner_steps", rm.m.InnerSteps, "codec", rm.m.Compression.Codec, "optimizer", cmp.Or(rm.m.Train.Optimizer, train.OptimizerAdamW), "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
 	return nil
 }
 
@@ -76,14 +76,11 @@ func manifestFromConfig(cfg Config, data train.Source) (*Manifest, error) {
 		Version: ManifestVersion, Run: cfg.Run, Preset: cfg.Preset, Tokenizer: cfg.Tokenizer,
 		Data: dataMixture(data), InnerSteps: cfg.InnerSteps, Train: opts,
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum,
-		Compression: Compression{Codec: "int8", ErrorFeedback: cfg.ErrorFeedback, Shards: cfg.Shards},
+		Compression: cfg.compression(),
 		Averaging:   cfg.Averaging, Admission: Admission{Policy: cfg.Admission}, MaxWeight: cfg.InnerSteps,
 	}
 	if cfg.ConfigFile != "" {
 		m.Preset = ""
-	}
-	if cfg.FP32 {
-		m.Compression.Codec = "fp32"
 	}
 	return m, nil
 }
@@ -240,7 +237,7 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	c := &n.cfg
 	c.Run, c.Preset, c.Tokenizer, c.InnerSteps = m.Run, m.Preset, m.Tokenizer, m.InnerSteps
 	c.OuterLR, c.OuterMomentum = m.OuterLR, new(m.OuterMomentum)
-	c.Shards, c.FP32, c.ErrorFeedback = m.Compression.Shards, m.Compression.Codec == "fp32", m.Compression.ErrorFeedback
+	c.applyCompression(m.Compression)
 	c.Averaging = m.Averaging
 	c.Optimizer = m.Train.Optimizer
 	c.Seed = m.Train.Seed

@@ -32,7 +32,7 @@ func (r scatterReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective
 		"rank", spec.Self, "averaging", "robust")
 	actx, end := n.beginAttempt(ctx, rg)
 	defer end()
-	cfg := scatterConfig(n.cfg)
+	cfg := n.cfg.scatterConfig()
 	cfg.Owners = rg.Owners
 	if err := cfg.Validate(); err != nil { // defaults filled in, for spotCheck
 		return diloco.Stats{}, err
@@ -65,13 +65,6 @@ func segmentOwners(rg *mesh.Ring) []int {
 		owners[i] = i
 	}
 	return owners
-}
-
-// scatterConfig is the direct scatter's configuration of a node running
-// cfg: weights (inner steps claimed) capped at the run's H.
-func scatterConfig(cfg Config) collective.ScatterConfig {
-	return collective.ScatterConfig{Shards: cfg.Shards, ErrorFeedback: cfg.ErrorFeedback, Audit: true,
-		Robust: collective.RobustConfig{MaxWeight: float32(cfg.InnerSteps)}}
 }
 
 // noteVerdicts counts, in the metrics, the contributions this node's

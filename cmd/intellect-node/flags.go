@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -140,4 +141,24 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 	})
 	return pos, err
+}
+
+// float32Flag is a float32 flag; it prints nothing while zero (the node's
+// default applies).
+type float32Flag struct{ p *float32 }
+
+func (o float32Flag) String() string {
+	if o.p == nil || *o.p == 0 {
+		return ""
+	}
+	return fmt.Sprint(*o.p)
+}
+
+func (o float32Flag) Set(v string) error {
+	f, err := strconv.ParseFloat(v, 32)
+	if err != nil {
+		return fmt.Errorf("not a number: %q", v)
+	}
+	*o.p = float32(f)
+	return nil
 }

@@ -19,7 +19,7 @@ import (
 // in-process (diloco.RunLocal with the in-memory ring of the same order and
 // codec): every outer step's global model must have the same hash. This pins
 // down the whole path — data streams by peer id, the schedule, pseudo-
-// gradient weights, the int8 all-reduce, the outer step — against plain
+// gradient weights, the all-reduce and its codecs, the outer step — against plain
 // in-process code.
 func TestNetworkMatchesReference(t *testing.T) {
 	if testing.Short() {
@@ -34,6 +34,10 @@ func TestNetworkMatchesReference(t *testing.T) {
 		{"overlap", []string{"--overlap", "--overlap-steps", "2"}, func(c *node.Config) { c.Overlap, c.OverlapSteps = true, 2 }},
 		{"fp32-plain", []string{"--fp32", "--outer-lr", "1.3", "--outer-momentum", "0"},
 			func(c *node.Config) { c.FP32, c.OuterLR, c.OuterMomentum = true, 1.3, new(float32(0)) }},
+		{"topk-robust", []string{"--codec", "topk", "--feedback-decay", "0.9"},
+			func(c *node.Config) { c.Codec, c.FeedbackDecay = node.CodecTopK, 0.9 }},
+		{"q4-ring", []string{"--codec", "q4", "--averaging", "mean"},
+			func(c *node.Config) { c.Codec, c.Averaging = node.CodecQ4, node.AveragingMean }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReference(t, tc.flags, tc.cfg) })
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
@@ -60,8 +61,13 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.IntVar(&c.MinMembers, "min-members", node.DefaultMinMembers, "hold the first outer step until `N` members agree on a ring")
 	fs.Uint64Var(&c.MaxOuterSteps, "max-outer-steps", 0, "leave gracefully and exit after outer step `N` (0: run until stopped)")
 	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "`N` shards of the average: parallel rings (streams per neighbour) with --averaging mean, 2N streams per peer with robust; each shard quantizes its own blocks, so it changes the arithmetic; in the run manifest")
-	fs.BoolVar(&c.FP32, "fp32", false, "average in float32 instead of int8 (4× the traffic; for comparisons; implies --averaging mean); in the run manifest")
-	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "carry the int8 quantization error into the next pseudo-gradient; in the run manifest")
+	fs.StringVar(&c.Codec, "codec", "", "how pseudo-gradients travel (default "+node.DefaultCodec+"): int8; q4 or q2 (dense 4- or 2-bit, error feedback); topk (per 4096 values the --topk largest of the error-feedback buffer, --topk-bits each plus a 12-bit index); fp32 (for comparisons; implies --averaging mean); docs/allreduce.md; in the run manifest")
+	fs.IntVar(&c.TopK, "topk", 0, fmt.Sprintf("with --codec topk: entries kept per 4096-value block (default %d); in the run manifest", node.DefaultTopK))
+	fs.IntVar(&c.TopKBits, "topk-bits", 0, fmt.Sprintf("with --codec topk: bits per kept value, 2 or 4 (default %d); in the run manifest", collective.DefaultTopKBits))
+	fs.Var(float32Flag{&c.FeedbackDecay}, "feedback-decay", fmt.Sprintf("with --codec q4, q2 or topk: the error-feedback buffer's decay β in (0, 1]: e ← β·e + Δ, send the compressed e, keep what was not sent (default %v); in the run manifest", node.DefaultFeedbackDecay))
+	fs.BoolVar(&c.ResultFeedback, "result-feedback", false, "with --codec q4, q2 or topk and --averaging robust: segment owners add what encoding their result lost to their own error-feedback buffer; in the run manifest")
+	fs.BoolVar(&c.FP32, "fp32", false, "--codec fp32: average in float32 (for comparisons; implies --averaging mean); in the run manifest")
+	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "with --codec int8: carry the quantization error into the next pseudo-gradient (the compressed codecs always do); in the run manifest")
 	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md) or mean (the ring's weighted mean; the default with --fp32); recorded in the run manifest")
 	fs.StringVar(&c.Optimizer, "optimizer", node.DefaultOptimizer, "inner `optimizer`: adamw, or muon (Muon on the hidden matrices, AdamW on the rest; docs/convergence.md); recorded in the run manifest")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
@@ -80,7 +86,7 @@ func runStart(args []string) error {
 	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
 	c.OuterLR = float32(*f.outerLR)
 	c.Given = givenRunFlags(fs)
-	if _, ok := c.Given["averaging"]; c.FP32 && !ok {
+	if _, ok := c.Given["averaging"]; (c.FP32 || c.Codec == node.CodecFP32) && !ok {
 		c.Averaging = node.AveragingMean // --fp32 alone: the ring's mean (robust averaging sends int8)
 	}
 	if c.CheckpointEvery == 0 {
@@ -116,6 +122,8 @@ var runFlags = map[string]string{
 	"run": "run", "preset": "preset", "config": "train.model", "data": "data", "tokenizer": "tokenizer",
 	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum",
 	"shards": "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
+	"codec": "compression.codec", "topk": "compression.topk", "topk-bits": "compression.topk_bits",
+	"feedback-decay": "compression.feedback_decay", "result-feedback": "compression.result_feedback",
 	"averaging": "averaging", "admission": "admission.policy", "optimizer": "train.optimizer",
 }
 
