@@ -85,3 +85,54 @@ func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
 		}
 	}
 }
+
+// TestRestartWhileBootstrapDown: a member restarted with its home while
+// its only bootstrap peer is gone starts (resuming its checkpoint) instead
+// of failing, and stops cleanly.
+func TestRestartWhileBootstrapDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ca := twoNodeConfig(t, 1, false, nil)
+	a, err := New(ctx, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := twoNodeConfig(t, 1, false, a.host.Addrs())
+	b, err := New(ctx, cb)
+	if err != nil {
+		a.host.Close()
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, n := range []*Node{a, b} {
+		go func() { errs <- n.Run(ctx) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb.MaxOuterSteps = 0
+	again, err := New(ctx, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	go func() { errs <- again.Run(rctx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for again.board.snapshot().PeerID == "" {
+		select {
+		case err := <-errs:
+			t.Fatalf("the restarted member stopped before it started: %v", err)
+		case <-tick.C:
+		}
+	}
+	stop()
+	if err := <-errs; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if again.model.Step() != 1 {
+		t.Fatalf("restarted at outer step %d, want its checkpoint's 1", again.model.Step())
+	}
+}

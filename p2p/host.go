@@ -87,6 +87,11 @@ type Config struct {
 	// Bootstrap lists full multiaddrs, with /p2p/<id>, of nodes of the run.
 	// Empty starts a new network. Any node of the run can serve as bootstrap.
 	Bootstrap []string
+	// Rejoin marks a node that already belongs to the run (restarted with
+	// its home): Start does not fail when no bootstrap peer answers, it logs
+	// a warning and the discovery loop keeps redialing them, so that a
+	// member restarted while its network is cut comes back when it heals.
+	Rejoin bool
 	// Run names the training run; it selects the gossip topic and the DHT
 	// rendezvous key. Letters, digits, '.', '_', '-'; at most 64 bytes.
 	// Default DefaultRun.
@@ -495,7 +500,7 @@ const (
 // run's peers, pinging them, delivering gossip). ctx bounds that background
 // work: pass a context that lives as long as the node, or call Close.
 // With bootstrap peers configured, Start fails with ErrBootstrapFailed when
-// none can be reached.
+// none can be reached, unless Config.Rejoin is set.
 func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -577,7 +582,12 @@ func (h *Host) connectBootstrap(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %w", ErrBootstrapFailed, errors.Join(errs...))
+	err := fmt.Errorf("%w: %w", ErrBootstrapFailed, errors.Join(errs...))
+	if h.cfg.Rejoin {
+		h.log.Warn("no bootstrap peer reachable: starting alone, redialing them until one answers", "err", err)
+		return nil
+	}
+	return err
 }
 
 // connect dials one peer with the configured timeout and tags it as a peer

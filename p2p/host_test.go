@@ -293,6 +293,31 @@ func TestStartFailsWhenNoBootstrapReachable(t *testing.T) {
 	}
 }
 
+// TestRejoinStartsAloneAndRedials: a member restarted with its home while
+// no bootstrap peer answers (its network cut) starts anyway, and connects
+// once the bootstrap peer is back on its address.
+func TestRejoinStartsAloneAndRedials(t *testing.T) {
+	bootCfg := testConfig(t, "rejoin")
+	bootCfg.Home = t.TempDir()
+	boot, err := New(context.Background(), bootCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := boot.Addrs()
+	boot.Close()
+	cfg := testConfig(t, "rejoin")
+	cfg.Bootstrap, cfg.Rejoin, cfg.DialTimeout = addrs, true, time.Second
+	h := startHost(t, cfg) // fails the test if Start fails
+	bootCfg.Listen = []string{strings.Split(addrs[0], "/p2p/")[0]}
+	back := startHost(t, bootCfg)
+	if back.ID() != boot.ID() {
+		t.Fatalf("the bootstrap peer came back as %s, want %s", back.ID(), boot.ID())
+	}
+	eventually(t, meshTimeout, "the rejoined member connected to its bootstrap peer", func() bool {
+		return fullMesh([]*Host{h, back})
+	})
+}
+
 func TestConfigValidate(t *testing.T) {
 	id := "12D3KooWGzBdq1n3vAYU8XBfJpXqyMhqkDuYBFdBTmVZmAEFu2eZ"
 	cases := []struct {
