@@ -548,6 +548,7 @@ func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
 	if err := h.joinTopic(ctx); err != nil {
 		return nil, err
 	}
+	h.renewConns()
 	if err := h.connectBootstrap(ctx); err != nil {
 		return nil, err
 	}
@@ -563,6 +564,20 @@ func (h *Host) goLoop(ctx context.Context, loop func(context.Context)) {
 		defer h.wg.Done()
 		loop(ctx)
 	}()
+}
+
+// renewConns closes the connections made before the gossip protocols were
+// registered (a joiner's fetch of the run manifest, the DHT's first dials).
+// A peer that identified this host on one of them learns that it speaks
+// gossipsub only from an identify push, which is not retried when it is
+// lost (a busy peer, a timeout), and pubsub opens its stream to a peer only
+// on identification: such a peer would never send this host gossip while
+// the connection lasts. Start redials the bootstrap peers right after, and
+// a new connection is identified afresh.
+func (h *Host) renewConns() {
+	for _, p := range h.h.Network().Peers() {
+		h.h.Network().ClosePeer(p)
+	}
 }
 
 // connectBootstrap dials every bootstrap peer in parallel.

@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 )
@@ -316,6 +317,40 @@ func TestRejoinStartsAloneAndRedials(t *testing.T) {
 	eventually(t, meshTimeout, "the rejoined member connected to its bootstrap peer", func() bool {
 		return fullMesh([]*Host{h, back})
 	})
+}
+
+// TestGossipBothWaysAfterEarlyConnection: a joiner connects to its
+// bootstrap peer before it starts (to fetch the run manifest) and the
+// bootstrap peer misses the identify push that tells it the joiner now
+// speaks gossipsub (here it refuses pushes): gossip must still flow both
+// ways once the joiner has started.
+func TestGossipBothWaysAfterEarlyConnection(t *testing.T) {
+	a := startHost(t, testConfig(t, "early"))
+	a.Libp2p().RemoveStreamHandler(identify.IDPush)
+	cfg := testConfig(t, "early")
+	cfg.Bootstrap = a.Addrs()
+	b, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ai, err := peer.AddrInfoFromString(a.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Dial(context.Background(), *ai); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, meshTimeout, "a identified b", func() bool {
+		protos, err := a.Libp2p().Peerstore().GetProtocols(b.ID())
+		return err == nil && len(protos) > 0
+	})
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, meshTimeout, "both on the topic", func() bool { return fullMesh([]*Host{a, b}) })
+	publishAndReceive(t, a, []*Host{b}, "a to b")
+	publishAndReceive(t, b, []*Host{a}, "b to a")
 }
 
 func TestConfigValidate(t *testing.T) {
