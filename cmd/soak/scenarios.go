@@ -26,20 +26,24 @@ const (
 	diskCheckpointEvery = 2
 )
 
-// freeSlot returns a free slot for a scenario's joiner, making a churnable
-// member leave when every slot is taken. Lock held (released while a
-// member leaves).
-func (r *runner) freeSlot(ev soak.Event) (int, bool) {
-	if i, ok := ev.Target(r.emptySlots()); ok {
-		return i, true
-	}
-	i, ok := ev.Target(r.churnable())
+// claimSlot takes a free slot for a scenario's joiner and marks it busy,
+// making a churnable member leave when every slot is taken; with none to
+// be had the event is counted as skipped. It locks; the lock is released
+// when it returns.
+func (r *runner) claimSlot(ev soak.Event) (*slot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, ok := ev.Target(r.emptySlots())
 	if !ok {
-		return 0, false
+		if i, ok = ev.Target(r.churnable()); !ok {
+			r.rep.Skipped[ev.Kind]++
+			return nil, false
+		}
+		r.note("%s leaves to make room for the %s joiner", r.slots[i].member(), ev.Kind)
+		r.leave(r.slots[i])
 	}
-	r.note("%s leaves to make room for the %s joiner", r.slots[i].member(), ev.Kind)
-	r.leave(r.slots[i])
-	return i, true
+	r.slots[i].busy = true
+	return r.slots[i], true
 }
 
 // until polls cond (lock held while it runs) every 200 ms until it holds,
@@ -61,17 +65,13 @@ func trained(s *slot) bool {
 // doSkew starts a member whose wall clock is ev.Skew off and checks that it
 // trains in the network's rings.
 func (r *runner) doSkew(ctx context.Context, ev soak.Event) {
-	r.mu.Lock()
-	i, ok := r.freeSlot(ev)
+	s, ok := r.claimSlot(ev)
 	if !ok {
-		r.rep.Skipped[ev.Kind]++
-		r.mu.Unlock()
 		return
 	}
+	r.mu.Lock()
 	r.rep.Injected[ev.Kind]++
-	s := r.slots[i]
-	s.busy = true
-	err := r.startFresh(i, ev.Skew, false)
+	err := r.startFresh(s.i, ev.Skew, false)
 	r.note("clock skew: %s starts with its clock %v off", s.member(), ev.Skew)
 	r.mu.Unlock()
 	if err != nil {
@@ -164,17 +164,12 @@ func (r *runner) stopMany(slots []int) {
 // runs, kills one of the members serving it, and checks that the joiner
 // still gets the model and trains.
 func (r *runner) doDonorKill(ctx context.Context, ev soak.Event) {
-	r.mu.Lock()
-	i, ok := r.freeSlot(ev)
+	j, ok := r.claimSlot(ev)
 	if !ok {
-		r.rep.Skipped[ev.Kind]++
-		r.mu.Unlock()
 		return
 	}
-	j := r.slots[i]
-	j.busy = true
-	r.setRate(i, donorRate)
-	r.mu.Unlock()
+	i := j.i
+	r.locked(func() { r.setRate(i, donorRate) })
 	before := r.ckptSent(ctx)
 	r.locked(func() {
 		if err := r.startFresh(i, 0, false); err != nil {
