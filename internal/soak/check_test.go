@@ -125,7 +125,7 @@ func TestSlope(t *testing.T) {
 func TestScanLog(t *testing.T) {
 	log := strings.Join([]string{
 		`time=1 level=INFO msg="model synced"`,
-		`time=2 level=ERROR msg=checkpoint system=node err="write x: no space left on device"`,
+		`time=2 level=ERROR msg=checkpoint system=node err="write ` + strings.Repeat("/a-long-path", 40) + `: no space left on device"`,
 		`time=3 level=ERROR msg="status API" err=boom`,
 		`time=4 level=WARN msg="level=ERROR in a value does not count"`,
 		`WARNING: DATA RACE`,

@@ -11,7 +11,7 @@ import (
 type Finding struct {
 	// What: "panic", "race", "fatal" or "error" (a level=ERROR line).
 	What string
-	// Line is the line (cut at 300 bytes); Number counts from 1.
+	// Line is the whole line; Number counts from 1.
 	Line   string
 	Number int
 }
@@ -49,12 +49,17 @@ func ScanLog(r io.Reader) ([]Finding, error) {
 		default:
 			continue
 		}
-		if len(line) > 300 {
-			line = line[:300] + "…"
-		}
 		out = append(out, Finding{What: what, Line: line, Number: n})
 	}
 	return out, sc.Err()
+}
+
+// Short is the line cut at 300 bytes, for reports.
+func (f Finding) Short() string {
+	if len(f.Line) > 300 {
+		return f.Line[:300] + "…"
+	}
+	return f.Line
 }
 
 // Explained returns the expectation that explains an error finding of

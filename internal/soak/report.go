@@ -117,7 +117,7 @@ func (r *Report) Verdict() []string {
 	out = append(out, r.slopeFailures()...)
 	for _, m := range slices.Sorted(mapKeys(r.Findings)) {
 		for _, f := range r.Findings[m] {
-			out = append(out, fmt.Sprintf("%s log line %d (%s): %s", m, f.Number, f.What, f.Line))
+			out = append(out, fmt.Sprintf("%s log line %d (%s): %s", m, f.Number, f.What, f.Short()))
 		}
 	}
 	return append(out, r.Failures...)
