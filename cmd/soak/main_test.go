@@ -39,11 +39,11 @@ func TestParseRunPhases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Seed != 42 || c.baseline != 45*time.Second || c.quiet != time.Minute || c.faults != 75*time.Second {
+	if c.Seed != 42 || c.baseline != 45*time.Second || c.quiet != 90*time.Second || c.faults != 45*time.Second {
 		t.Fatalf("seed %d, phases %v / %v / %v", c.Seed, c.baseline, c.faults, c.quiet)
 	}
 	t.Setenv("SOAK_MINUTES", "60")
-	if c, err = parseRun([]string{"-dir", t.TempDir()}); err != nil || c.baseline != 5*time.Minute || c.faults != 54*time.Minute {
+	if c, err = parseRun([]string{"-dir", t.TempDir()}); err != nil || c.baseline != 5*time.Minute || c.faults != 53*time.Minute+30*time.Second {
 		t.Fatalf("60 min: %v / %v, %v", c.baseline, c.faults, err)
 	}
 	for _, args := range [][]string{{"-minutes", "1"}, {"-max-members", "20"}, {"-members", "13"}} {

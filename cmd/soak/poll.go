@@ -109,7 +109,9 @@ func (r *runner) record(rs []reading) {
 		if rd.peers != nil {
 			s.peers = rd.peers
 		}
-		r.rep.Samples = append(r.rep.Samples, soak.Sample{T: now, Member: s.member(), Step: rd.status.OuterStep, Hash: rd.status.ModelHash})
+		d := rd.status.Download
+		r.rep.Samples = append(r.rep.Samples, soak.Sample{T: now, Member: s.member(), Step: rd.status.OuterStep, Hash: rd.status.ModelHash,
+			Syncing: rd.status.State == "syncing" || d != nil && d.BytesDone < d.BytesTotal})
 		if r.linked(s) {
 			tick.Linked++
 		}

@@ -32,10 +32,12 @@ type config struct {
 }
 
 // Phases: the fault-free phase is a tenth of the run, within these bounds;
-// the quiet phase at the end is the heal window.
+// the quiet phase at the end is the heal window and a final stretch in
+// which every member must hold one model.
 const (
-	minBaseline = 45 * time.Second
-	maxBaseline = 5 * time.Minute
+	minBaseline  = 45 * time.Second
+	maxBaseline  = 5 * time.Minute
+	finalStretch = 30 * time.Second
 	// setupTimeout bounds the start of the initial members.
 	setupTimeout = 5 * time.Minute
 )
@@ -58,7 +60,7 @@ func (c *config) fill() error {
 	c.rateScale = wan.RateScale(float64(m.NumParams()), 5*c.SimStep)
 	total := time.Duration(c.Minutes * float64(time.Minute))
 	c.baseline = min(max(total/10, minBaseline), maxBaseline)
-	c.quiet = c.HealWindow
+	c.quiet = c.HealWindow + finalStretch
 	c.faults = total - c.baseline - c.quiet
 	if c.Max > c.Slots {
 		return fmt.Errorf("soak: -max-members %d over -slots %d", c.Max, c.Slots)

@@ -17,6 +17,10 @@ type Sample struct {
 	Member string
 	Step   uint64
 	Hash   string
+	// Syncing: the member is replacing its model by a fetch (its state is
+	// syncing, or a download runs), so the model it reports is on its way
+	// out; split checks pass it over.
+	Syncing bool
 }
 
 // Tick is one round of readings of every running member.
@@ -64,7 +68,7 @@ func firstSeens(samples []Sample) []firstSeen {
 	seen := map[key]time.Duration{}
 	var out []firstSeen
 	for _, s := range samples {
-		if s.Hash == "" {
+		if s.Hash == "" || s.Syncing {
 			continue
 		}
 		k := key{s.Member, s.Step, s.Hash}

@@ -54,6 +54,11 @@ func TestSplits(t *testing.T) {
 	if Splits(samples("1 a 1 x", "2 a 1 y"), nil, 0) != nil {
 		t.Error("one member's own two models counted as a split")
 	}
+	syncing := samples("1 a 1 x", "2 b 1 y")
+	syncing[1].Syncing = true
+	if Splits(syncing, nil, 0) != nil {
+		t.Error("the old model of a member replacing it counted as a split")
+	}
 }
 
 func TestGapsAndStall(t *testing.T) {

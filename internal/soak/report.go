@@ -123,10 +123,15 @@ func (r *Report) Verdict() []string {
 	return append(out, r.Failures...)
 }
 
-// finalStretch is the end of the quiet phase, well over a heal window
-// after the last fault started, in which every member must hold one model.
+// finalStretch is the end of the quiet phase from a heal window after the
+// last disturbance or restart ended: every member must hold one model
+// then, with no excuse. Empty when the quiet phase is too short for it.
 func (r *Report) finalStretch() Interval {
-	return Interval{r.Quiet.To - (r.Quiet.To-r.Quiet.From)/3, r.Quiet.To}
+	from := r.Quiet.From + r.HealWindow
+	for _, w := range r.Windows {
+		from = max(from, w.To+r.HealWindow)
+	}
+	return Interval{min(from, r.Quiet.To), r.Quiet.To}
 }
 
 // finalFailures: at the end every pair of members at one step holds one
@@ -137,7 +142,7 @@ func (r *Report) finalFailures() []string {
 	fin := r.finalStretch()
 	var last []Sample
 	for _, s := range r.Samples {
-		if fin.Contains(s.T) || s.T == fin.To {
+		if fin.From < fin.To && (fin.Contains(s.T) || s.T == fin.To) {
 			last = append(last, s)
 		}
 	}
