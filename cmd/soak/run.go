@@ -225,7 +225,8 @@ func (r *runner) waitFor(ctx context.Context, cond func() bool) error {
 func finish(c config, rep *soak.Report, args []string) {
 	rep.Write(os.Stdout)
 	rows := rep.Rows()
-	results.Stamp(rows, append([]string{"soak", "run"}, args...), c.Bin, time.Now())
+	cmd := []string{fmt.Sprintf("SOAK_MINUTES=%g SOAK_SEED=%d soak run", c.Minutes, c.Seed)}
+	results.Stamp(rows, append(cmd, args...), c.Bin, time.Now())
 	results.Write(os.Stdout, rows)
 	if c.Out == "" {
 		return
