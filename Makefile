@@ -7,7 +7,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short ui-deps tok-deps hf-deps test-hf test-ui demo demo-text demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan test-nat wan-cleanup bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
+	fuzz bench-wan test-nat wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -191,6 +191,33 @@ test-nat: build
 	$(GO) test -count=1 ./internal/nat ./cmd/natlab || exit 1; \
 	timeout -s INT -k 30 $(NATLAB_TIMEOUT) $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
 	$(BIN)/wanbench cleanup; exit $$status
+
+# Root: the soak (docs/soak.md): 8–12 real members, race-built, with the sim
+# device, in network namespaces joined by the link emulator, under a fault
+# schedule drawn from SOAK_SEED (printed; default random) for SOAK_MINUTES
+# (default 60) after their start: kill -9 and restart, joins, leaves,
+# partitions, link flaps and rate drops, a full disk, a skewed clock, a donor
+# killed mid-transfer, a storm of joiners. It fails on a split model after the
+# heal window, a stall over 60 s, a pace under ½ of the fault-free one, a failed
+# resume, growing resources, or a panic, race or unhandled error in a log.
+# Namespaces, processes and tmpfs mounts are removed however it ends.
+# SOAK_FLAGS adds flags (bin/soak run -h).
+SOAK_MINUTES ?= 60
+SOAK_SEED ?=
+soak:
+	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: soak needs root (network namespaces, TUN devices, tmpfs mounts)"; exit 0; fi; \
+	$(GO) build -o $(BIN)/soak ./cmd/soak || exit 1; \
+	overlay=$$($(BIN)/soak overlay -dir $(CURDIR)/$(BIN)/.soak-overlay) || exit 1; \
+	$(GO) build -race -overlay $$overlay -o $(BIN)/intellect-node-soak ./cmd/intellect-node || exit 1; \
+	$(BIN)/soak cleanup; \
+	limit=$$(awk 'BEGIN { print int($(SOAK_MINUTES) * 60 + 900) }'); \
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) timeout -s INT -k 60 $$limit \
+		$(BIN)/soak run -bin $(BIN)/intellect-node-soak $(SOAK_FLAGS); status=$$?; \
+	$(BIN)/soak cleanup; exit $$status
+
+# The soak's 3-minute slice, for CI (root; ≈ 5 min after the race build).
+test-soak-slice:
+	@$(MAKE) --no-print-directory soak SOAK_MINUTES=3
 
 # Removes network namespaces and processes left by an interrupted WAN run.
 wan-cleanup:

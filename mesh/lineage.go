@@ -135,7 +135,15 @@ func (m *Mesh) chooseFetch() {
 	l := m.lines()
 	var best meshKey
 	bestC := 0
-	for _, k := range meshSortedKeys(l.at) {
+	keys := meshSortedKeys(l.at)
+	if n := len(keys); n > 0 && keys[n-1].step > 0 {
+		// Peers at step 0 hold the run's initial model, where every line
+		// starts: they made no step and are no side to follow while anybody
+		// holds a later model. Counted by heads, a storm of new nodes made a
+		// member whose fetch had failed fetch the initial model back.
+		keys = slices.DeleteFunc(keys, func(k meshKey) bool { return k.step == 0 })
+	}
+	for _, k := range keys {
 		if c := len(l.side(k)); bestC == 0 || meshBetter(c, k, bestC, best) {
 			best, bestC = k, c
 		}

@@ -271,6 +271,47 @@ func TestSyncFailedChoosesAgain(t *testing.T) {
 	}
 }
 
+// TestFailedFetchIgnoresInitialModelHolders: a member whose fetch of its
+// line's next step failed chooses again like a joiner, by heads; a storm of
+// new nodes holding the run's initial model (step 0) outnumbers the line's
+// holders, but the initial model is every line's start, not a side: the
+// member must fetch the line's step again, not step 0 (the soak saw a
+// member drop its step-3 model for the initial one).
+func TestFailedFetchIgnoresInitialModelHolders(t *testing.T) {
+	m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 5, SyncTimeoutTicks: 1000}, 3, "x3")
+	hb := func(from PeerID, step uint64, hash, prev string) {
+		if err := m.Step(Message{Type: MsgHeartbeat, From: from, State: StateTraining, Step: step, Hash: hash, PrevHash: prev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetches := func() (out []*Fetch) {
+		for _, rd := range drain(m) {
+			if rd.Fetch != nil {
+				out = append(out, rd.Fetch)
+			}
+			if rd.Adopt != nil {
+				out = append(out, rd.Adopt)
+			}
+		}
+		return out
+	}
+	drain(m)
+	hb("a", 4, "x4", "x3") // the line moved on without this member
+	m.Tick()
+	m.Tick()
+	if f := fetches(); len(f) != 1 || f[0].Step != 4 {
+		t.Fatalf("first fetch %+v, want step 4", f)
+	}
+	for _, j := range []PeerID{"j1", "j2", "j3", "j4", "j5"} {
+		hb(j, 0, "genesis", "")
+	}
+	m.SyncFailed()
+	m.Tick()
+	if f := fetches(); len(f) != 1 || f[0].Step != 4 || f[0].Hash != "x4" {
+		t.Fatalf("fetch after SyncFailed %+v, want step 4 again", f)
+	}
+}
+
 func TestSetStragglerTicks(t *testing.T) {
 	m, err := New(Config{ID: "a"}, 0, "h")
 	if err != nil {

@@ -127,6 +127,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		NATPortMap:   cfg.NATPortMap,
 		Reachability: cfg.Reachability,
 		Bootstrap:    cfg.Bootstrap,
+		Rejoin:       holdsRun(cfg.Home),
 		Run:          cfg.Run,
 		Logger:       cfg.Logger,
 		Metrics:      reg,
@@ -151,6 +152,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// holdsRun reports whether home holds a run manifest: the node is a member
+// restarting, which starts even when no bootstrap peer answers (its network
+// may be cut for a while) and redials them (p2p.Config.Rejoin).
+func holdsRun(home string) bool {
+	_, err := os.Stat(filepath.Join(home, ManifestFile))
+	return err == nil
 }
 
 // newEngine builds a fresh engine for the configured device.

@@ -43,19 +43,17 @@ func TestTwoNodesRunAndStop(t *testing.T) {
 	t.Run("robust", func(t *testing.T) { twoNodesRunAndStop(t, false, AveragingRobust) })
 }
 
-func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const steps = 2
-	ca := twoNodeConfig(t, steps, overlap, nil)
-	ca.Averaging = averaging
+// runPair starts a creator with ca and a joiner with cb (bootstrapping from
+// it), runs both until they stop by themselves, and returns them and the
+// joiner's config.
+func runPair(ctx context.Context, t *testing.T, ca, cb Config) (a, b *Node, cbOut Config) {
+	t.Helper()
 	a, err := New(ctx, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := twoNodeConfig(t, steps, overlap, a.host.Addrs())
-	cb.Averaging = averaging
-	b, err := New(ctx, cb)
+	cb.Bootstrap = a.host.Addrs()
+	b, err = New(ctx, cb)
 	if err != nil {
 		a.host.Close()
 		t.Fatal(err)
@@ -69,6 +67,18 @@ func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
 			t.Fatal(err)
 		}
 	}
+	return a, b, cb
+}
+
+func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const steps = 2
+	ca := twoNodeConfig(t, steps, overlap, nil)
+	ca.Averaging = averaging
+	cb := twoNodeConfig(t, steps, overlap, nil)
+	cb.Averaging = averaging
+	a, b, _ := runPair(ctx, t, ca, cb)
 	if a.model.Step() != steps || b.model.Step() != steps || a.model.Hash() != b.model.Hash() {
 		t.Fatalf("a at step %d (%s), b at step %d (%s): want step %d, same hash", a.model.Step(), a.model.Hash(), b.model.Step(), b.model.Hash(), steps)
 	}
@@ -83,5 +93,38 @@ func twoNodesRunAndStop(t *testing.T, overlap bool, averaging string) {
 					r.Step, r.Members, r.BytesSent, r.BytesReceived)
 			}
 		}
+	}
+}
+
+// TestRestartWhileBootstrapDown: a member restarted with its home while
+// its only bootstrap peer is gone starts (resuming its checkpoint) instead
+// of failing, and stops cleanly.
+func TestRestartWhileBootstrapDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, _, cb := runPair(ctx, t, twoNodeConfig(t, 1, false, nil), twoNodeConfig(t, 1, false, nil))
+	cb.MaxOuterSteps = 0
+	again, err := New(ctx, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { errs <- again.Run(rctx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for again.board.snapshot().PeerID == "" {
+		select {
+		case err := <-errs:
+			t.Fatalf("the restarted member stopped before it started: %v", err)
+		case <-tick.C:
+		}
+	}
+	stop()
+	if err := <-errs; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if again.model.Step() != 1 {
+		t.Fatalf("restarted at outer step %d, want its checkpoint's 1", again.model.Step())
 	}
 }

@@ -87,6 +87,11 @@ type Config struct {
 	// Bootstrap lists full multiaddrs, with /p2p/<id>, of nodes of the run.
 	// Empty starts a new network. Any node of the run can serve as bootstrap.
 	Bootstrap []string
+	// Rejoin marks a node that already belongs to the run (restarted with
+	// its home): Start does not fail when no bootstrap peer answers, it logs
+	// a warning and the discovery loop keeps redialing them, so that a
+	// member restarted while its network is cut comes back when it heals.
+	Rejoin bool
 	// Run names the training run; it selects the gossip topic and the DHT
 	// rendezvous key. Letters, digits, '.', '_', '-'; at most 64 bytes.
 	// Default DefaultRun.
@@ -495,7 +500,7 @@ const (
 // run's peers, pinging them, delivering gossip). ctx bounds that background
 // work: pass a context that lives as long as the node, or call Close.
 // With bootstrap peers configured, Start fails with ErrBootstrapFailed when
-// none can be reached.
+// none can be reached, unless Config.Rejoin is set.
 func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -543,6 +548,7 @@ func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
 	if err := h.joinTopic(ctx); err != nil {
 		return nil, err
 	}
+	h.renewConns()
 	if err := h.connectBootstrap(ctx); err != nil {
 		return nil, err
 	}
@@ -558,6 +564,20 @@ func (h *Host) goLoop(ctx context.Context, loop func(context.Context)) {
 		defer h.wg.Done()
 		loop(ctx)
 	}()
+}
+
+// renewConns closes the connections made before the gossip protocols were
+// registered (a joiner's fetch of the run manifest, the DHT's first dials).
+// A peer that identified this host on one of them learns that it speaks
+// gossipsub only from an identify push, which is not retried when it is
+// lost (a busy peer, a timeout), and pubsub opens its stream to a peer only
+// on identification: such a peer would never send this host gossip while
+// the connection lasts. Start redials the bootstrap peers right after, and
+// a new connection is identified afresh.
+func (h *Host) renewConns() {
+	for _, p := range h.h.Network().Peers() {
+		h.h.Network().ClosePeer(p)
+	}
 }
 
 // connectBootstrap dials every bootstrap peer in parallel.
@@ -577,7 +597,12 @@ func (h *Host) connectBootstrap(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %w", ErrBootstrapFailed, errors.Join(errs...))
+	err := fmt.Errorf("%w: %w", ErrBootstrapFailed, errors.Join(errs...))
+	if h.cfg.Rejoin {
+		h.log.Warn("no bootstrap peer reachable: starting alone, redialing them until one answers", "err", err)
+		return nil
+	}
+	return err
 }
 
 // connect dials one peer with the configured timeout and tags it as a peer

@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	yamux "github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	noise "github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 )
@@ -291,6 +292,65 @@ func TestStartFailsWhenNoBootstrapReachable(t *testing.T) {
 	if err := h.Start(context.Background()); !errors.Is(err, ErrBootstrapFailed) {
 		t.Fatalf("start with a dead bootstrap: %v, want ErrBootstrapFailed", err)
 	}
+}
+
+// TestRejoinStartsAloneAndRedials: a member restarted with its home while
+// no bootstrap peer answers (its network cut) starts anyway, and connects
+// once the bootstrap peer is back on its address.
+func TestRejoinStartsAloneAndRedials(t *testing.T) {
+	bootCfg := testConfig(t, "rejoin")
+	bootCfg.Home = t.TempDir()
+	boot, err := New(context.Background(), bootCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := boot.Addrs()
+	boot.Close()
+	cfg := testConfig(t, "rejoin")
+	cfg.Bootstrap, cfg.Rejoin, cfg.DialTimeout = addrs, true, time.Second
+	h := startHost(t, cfg) // fails the test if Start fails
+	bootCfg.Listen = []string{strings.Split(addrs[0], "/p2p/")[0]}
+	back := startHost(t, bootCfg)
+	if back.ID() != boot.ID() {
+		t.Fatalf("the bootstrap peer came back as %s, want %s", back.ID(), boot.ID())
+	}
+	eventually(t, meshTimeout, "the rejoined member connected to its bootstrap peer", func() bool {
+		return fullMesh([]*Host{h, back})
+	})
+}
+
+// TestGossipBothWaysAfterEarlyConnection: a joiner connects to its
+// bootstrap peer before it starts (to fetch the run manifest) and the
+// bootstrap peer misses the identify push that tells it the joiner now
+// speaks gossipsub (here it refuses pushes): gossip must still flow both
+// ways once the joiner has started.
+func TestGossipBothWaysAfterEarlyConnection(t *testing.T) {
+	a := startHost(t, testConfig(t, "early"))
+	a.Libp2p().RemoveStreamHandler(identify.IDPush)
+	cfg := testConfig(t, "early")
+	cfg.Bootstrap = a.Addrs()
+	b, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ai, err := peer.AddrInfoFromString(a.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Dial(context.Background(), *ai); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, meshTimeout, "a identified b", func() bool {
+		protos, err := a.Libp2p().Peerstore().GetProtocols(b.ID())
+		return err == nil && len(protos) > 0
+	})
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, meshTimeout, "both on the topic", func() bool { return fullMesh([]*Host{a, b}) })
+	publishAndReceive(t, a, []*Host{b}, "a to b")
+	publishAndReceive(t, b, []*Host{a}, "b to a")
 }
 
 func TestConfigValidate(t *testing.T) {

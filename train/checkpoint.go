@@ -2,6 +2,7 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -224,7 +225,9 @@ func stepDirs(root, prefix string) ([]string, error) {
 // write fills a fresh temporary directory under root, whose files are then
 // fsynced; it is renamed to name (replacing an older one) and root is synced.
 // When keep > 0, only the newest keep directories sharing name's prefix (name
-// without its trailing digits, e.g. "step-") are kept; names must sort by age.
+// without its trailing digits, e.g. "step-") are kept, names sorting by age,
+// and temporary directories that writes of that prefix left when their
+// process died are removed.
 func WriteDirAtomic(root, name string, write func(tmpDir string) error, keep int) error {
 	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
 		return fmt.Errorf("train: WriteDirAtomic: bad name %q", name)
@@ -263,7 +266,8 @@ func WriteDirAtomic(root, name string, write func(tmpDir string) error, keep int
 		os.RemoveAll(old)
 	}
 	if keep > 0 {
-		return prune(root, strings.TrimRight(name, "0123456789"), keep)
+		prefix := strings.TrimRight(name, "0123456789")
+		return errors.Join(prune(root, prefix, keep), removeInterrupted(root, prefix))
 	}
 	return nil
 }
@@ -279,6 +283,21 @@ func prune(root, prefix string, keep int) error {
 		}
 	}
 	return nil
+}
+
+// removeInterrupted removes the temporary directories of writes of names
+// with prefix that never finished (the process died mid-write): only one
+// write runs at a time under a root, and this one has renamed its own.
+func removeInterrupted(root, prefix string) error {
+	dirs, err := stepDirs(root, ".tmp-"+prefix)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, os.RemoveAll(filepath.Join(root, d)))
+	}
+	return errors.Join(errs...)
 }
 
 // syncTree fsyncs every regular file under dir, then the directories.

@@ -226,6 +226,35 @@ func TestWriteDirAtomicKeepsLast(t *testing.T) {
 	}
 }
 
+// TestWriteDirAtomicRemovesInterruptedWrites: a process killed while it
+// wrote a checkpoint leaves its temporary directory (and, killed between
+// the two renames, the replaced one); the next successful write removes
+// them, so that kill -9 after kill -9 does not fill the disk.
+func TestWriteDirAtomicRemovesInterruptedWrites(t *testing.T) {
+	root := t.TempDir()
+	stale := []string{".tmp-step-00000004-1234", ".tmp-step-00000006-99.old"}
+	for _, d := range stale {
+		if err := os.MkdirAll(filepath.Join(root, d, "engine"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(root, ".tmp-export-1") // another prefix's: not ours to remove
+	os.Mkdir(other, 0o755)
+	if err := WriteDirAtomic(root, "step-00000008", func(d string) error {
+		return os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644)
+	}, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range stale {
+		if _, err := os.Stat(filepath.Join(root, d)); !os.IsNotExist(err) {
+			t.Errorf("%s left after a successful write (%v)", d, err)
+		}
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another prefix's temporary directory removed: %v", err)
+	}
+}
+
 func TestLRSchedule(t *testing.T) {
 	o := Options{LR: 1, MinLR: 0.1, WarmupSteps: 4, TotalSteps: 20, DecayFrac: 0.5}
 	want := map[int]float64{0: 0.25, 3: 1, 4: 1, 9: 1, 10: 1 - 0.9/10, 19: 0.1, 25: 0.1}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -440,5 +441,43 @@ func checkResumed(t *testing.T, p *proc) {
 	fetched, err := p.metric("intellect_model_fetch_duration_seconds", nil)
 	if err != nil || st.OuterStep == 0 || fetched != 0 {
 		t.Fatalf("%s did not resume from its checkpoint: outer step %d, fetches %v (%v)", p.name, st.OuterStep, fetched, err)
+	}
+}
+
+// TestInterruptWhileJoiningExitsCleanly: SIGINT while a joiner still waits
+// for its bootstrap peer (here a TCP listener that accepts and never
+// speaks) ends the process with status 0, as SIGINT does later on.
+func TestInterruptWhileJoiningExitsCleanly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	boot := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/12D3KooWGzBdq1n3vAYU8XBfJpXqyMhqkDuYBFdBTmVZmAEFu2eZ", ln.Addr().(*net.TCPAddr).Port)
+	p := startNode(t, "joiner", "", "--device", "sim", "--sim-step", "1ms", "--bootstrap", boot)
+	select {
+	case c := <-accepted:
+		defer c.Close()
+	case <-p.done:
+		t.Fatalf("exited before dialing its bootstrap peer: %v", p.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("never dialed its bootstrap peer")
+	}
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("still running 30 s after SIGINT")
+	}
+	if p.err != nil {
+		t.Fatalf("exit after SIGINT while joining: %v, want status 0", p.err)
 	}
 }

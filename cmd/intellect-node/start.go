@@ -110,6 +110,12 @@ func runStart(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.New(ctx, c)
+	if err != nil && ctx.Err() != nil {
+		// SIGINT or SIGTERM before the node started (a joiner still waiting
+		// for its bootstrap peers): stopping is what was asked, not a failure.
+		log.Info("stopped before the node started", "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

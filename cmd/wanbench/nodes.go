@@ -55,7 +55,7 @@ type nodesConfig struct {
 	Outer    uint64        // outer steps per run
 	Warmup   uint64        // first outer steps not counted
 	Shards   int
-	Nodes    int    // 0: one per host of the profile; more: the profile is widened (see widenProfile)
+	Nodes    int    // 0: one per host of the profile; more: the profile is widened (see wan.Widen)
 	SVG      string // plot path; "" for none
 	// OrderProfiles get an extra run in mode overlapped+order when the
 	// binary has --ring-order; the other modes then pin --ring-order sorted.
@@ -214,7 +214,7 @@ func runNodes(ctx context.Context, c nodesConfig) ([]tableRow, error) {
 	for _, pn := range c.Profiles {
 		p, _ := wan.Lookup(pn)
 		if c.Nodes > len(p.Hosts) {
-			if p, err = widenProfile(p, c.Nodes); err != nil {
+			if p, err = wan.Widen(p, c.Nodes); err != nil {
 				return rows, err
 			}
 		}

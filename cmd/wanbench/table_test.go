@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/intellect-node/intellect-node/internal/wan"
 	"github.com/intellect-node/intellect-node/node"
 )
 
@@ -143,39 +142,6 @@ func TestUtilizationSVG(t *testing.T) {
 		if err != nil {
 			t.Fatalf("SVG is not well-formed XML: %v", err)
 		}
-	}
-}
-
-func TestWidenProfile(t *testing.T) {
-	g, err := wan.Lookup("global")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := widenProfile(g, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(w.Hosts) != 16 || w.Hosts[6].Name != g.Hosts[0].Name+"2" || w.Hosts[15].Name != g.Hosts[3].Name+"3" {
-		t.Fatalf("hosts %v", w.Hosts)
-	}
-	path := func(p wan.Profile, a, b string) wan.Path {
-		for _, pa := range p.Paths {
-			if pa.A == a && pa.B == b || pa.A == b && pa.B == a {
-				return pa
-			}
-		}
-		t.Fatalf("no path %s–%s", a, b)
-		return wan.Path{}
-	}
-	h := func(i int) string { return w.Hosts[i].Name }
-	if got, want := path(w, h(6), h(1)), path(g, h(0), h(1)); got.RTTMS != want.RTTMS || got.RateMbit != want.RateMbit || got.Loss != want.Loss {
-		t.Errorf("widened path %+v, want the sites' %+v", got, want)
-	}
-	if got := path(w, h(0), h(6)); got.RTTMS != sameSite.RTTMS {
-		t.Errorf("same-site path %+v", got)
-	}
-	if _, err := widenProfile(g, 3); err == nil {
-		t.Error("narrowing accepted")
 	}
 }
 

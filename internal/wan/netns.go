@@ -114,16 +114,16 @@ func Leftovers(prefix string, all bool) ([]string, error) {
 		}
 		pidField, _, _ := strings.Cut(rest, ".")
 		pid, err := strconv.Atoi(pidField)
-		if all || err != nil || !alive(pid) {
+		if all || err != nil || !Alive(pid) {
 			names = append(names, e.Name())
 		}
 	}
 	return names, nil
 }
 
-// alive reports whether process pid exists and is not a zombie (a killed
+// Alive reports whether process pid exists and is not a zombie (a killed
 // run whose parent has not reaped it yet is dead for our purposes).
-func alive(pid int) bool {
+func Alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}

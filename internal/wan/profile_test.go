@@ -203,3 +203,36 @@ func TestProfileConfigSubnet(t *testing.T) {
 		}
 	}
 }
+
+func TestWidenProfile(t *testing.T) {
+	g, err := Lookup("global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Widen(g, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Hosts) != 16 || w.Hosts[6].Name != g.Hosts[0].Name+"2" || w.Hosts[15].Name != g.Hosts[3].Name+"3" {
+		t.Fatalf("hosts %v", w.Hosts)
+	}
+	path := func(p Profile, a, b string) Path {
+		for _, pa := range p.Paths {
+			if pa.A == a && pa.B == b || pa.A == b && pa.B == a {
+				return pa
+			}
+		}
+		t.Fatalf("no path %s–%s", a, b)
+		return Path{}
+	}
+	h := func(i int) string { return w.Hosts[i].Name }
+	if got, want := path(w, h(6), h(1)), path(g, h(0), h(1)); got.RTTMS != want.RTTMS || got.RateMbit != want.RateMbit || got.Loss != want.Loss {
+		t.Errorf("widened path %+v, want the sites' %+v", got, want)
+	}
+	if got := path(w, h(0), h(6)); got.RTTMS != SameSite.RTTMS {
+		t.Errorf("same-site path %+v", got)
+	}
+	if _, err := Widen(g, 3); err == nil {
+		t.Error("narrowing accepted")
+	}
+}
