@@ -7,7 +7,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short ui-deps tok-deps hf-deps test-hf test-ui demo demo-text demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan test-nat wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
+	fuzz bench-wan test-nat wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes bench-traffic build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -233,6 +233,17 @@ wan-cleanup:
 # docs/convergence.md.
 bench-convergence:
 	$(GO) run ./cmd/experiments bench -out docs/figures/convergence $(CONV_FLAGS)
+
+# Loss against traffic: DiLoCo ×4 over H × codec × outer optimizer on both
+# corpora, 2000 inner steps per member (H = 100 makes 20 outer steps),
+# against 1 node alone and 1 node with a 4× batch; bytes per member per inner
+# step and the reduction against fp32 data-parallel training; a table, the
+# frontier and a plot per corpus. Resumable (docs/figures/traffic/results.jsonl).
+# ≈ 10 min a run on 2 quiet cores; TRAFFIC_FLAGS narrows it (-h, -codecs,
+# -outer, -corpora) or adds a chosen point's seeds and Ms (-point, -point-h).
+# docs/convergence.md "Traffic".
+bench-traffic:
+	$(GO) run ./cmd/experiments traffic -out docs/figures/traffic $(TRAFFIC_FLAGS)
 
 # The same comparison as real node processes on 127.0.0.1 (4 nodes: blocking
 # and overlapped int8, fp32, error feedback; 1 node with a 4× batch).

@@ -21,6 +21,46 @@ type plot struct {
 	Lines                 []line
 	XMin                  float64 // left edge; NaN: from the data
 	YZero                 bool    // draw a horizontal rule at y = 0
+	LogX                  bool    // a logarithmic x axis (every X > 0)
+	logged                bool    // X holds log10 of the data (LogX, while drawing)
+}
+
+// logX returns p with every X replaced by its log10, for drawing.
+func (p plot) logX() plot {
+	q := p
+	q.LogX, q.logged, q.Lines = false, true, make([]line, len(p.Lines))
+	if !math.IsNaN(p.XMin) {
+		q.XMin = math.Log10(p.XMin)
+	}
+	for i, l := range p.Lines {
+		l.X = append([]float64(nil), l.X...)
+		for j := range l.X {
+			l.X[j] = math.Log10(l.X[j])
+		}
+		q.Lines[i] = l
+	}
+	return q
+}
+
+// xTicks returns the x axis' tick positions and labels: round values, or
+// 1, 2 and 5 times the powers of ten on a logarithmic axis.
+func (p plot) xTicks(x0, x1 float64) ([]float64, []string) {
+	var at []float64
+	var labels []string
+	if !p.logged {
+		for _, t := range ticks(x0, x1, 6) {
+			at, labels = append(at, t), append(labels, fmtTick(t))
+		}
+		return at, labels
+	}
+	for e := math.Floor(x0); e <= x1; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			if t := e + math.Log10(m); t >= x0 && t <= x1 {
+				at, labels = append(at, t), append(labels, fmtTick(math.Pow(10, t)))
+			}
+		}
+	}
+	return at, labels
 }
 
 // Plot geometry, in SVG user units.
@@ -97,6 +137,9 @@ func fmtTick(v float64) string {
 
 // writeSVG renders p.
 func (p plot) writeSVG(w io.Writer) error {
+	if p.LogX {
+		p = p.logX()
+	}
 	x0, x1, y0, y1 := p.bounds()
 	sx := func(x float64) float64 { return padL + (x-x0)/(x1-x0)*plotW }
 	sy := func(y float64) float64 { return padT + (1-(y-y0)/(y1-y0))*plotH }
@@ -105,9 +148,10 @@ func (p plot) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", svgW, svgH, svgW, svgH)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, svgH)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", padL, html.EscapeString(p.Title))
-	for _, t := range ticks(x0, x1, 6) {
+	xt, xl := p.xTicks(x0, x1)
+	for i, t := range xt {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#e5e5e5"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
-			sx(t), padT, sx(t), padT+plotH, sx(t), padT+plotH+16, fmtTick(t))
+			sx(t), padT, sx(t), padT+plotH, sx(t), padT+plotH+16, xl[i])
 	}
 	for _, t := range ticks(y0, y1, 6) {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",

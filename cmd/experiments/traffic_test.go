@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseTrafficName(t *testing.T) {
+	r, err := trafficRunOf(4, 10, "topk-ef1", "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, h, codec, outer, ok := parseTrafficName(r.Name)
+	if !ok || m != 4 || h != 10 || codec != "topk-ef1" || outer != "plain" {
+		t.Fatalf("%s → %d %d %q %q %v", r.Name, m, h, codec, outer, ok)
+	}
+	if r.Codec != "robust-topk" || r.Beta != 1 || r.LR != 1 || r.Mu != 0 {
+		t.Fatalf("run %+v", r)
+	}
+	for _, bad := range []string{"single-4x-muon", "traffic-m4", "traffic-mx-h10-q4-plain"} {
+		if _, _, _, _, ok := parseTrafficName(bad); ok {
+			t.Errorf("%q parses", bad)
+		}
+	}
+	if _, err := trafficRunOf(4, 10, "zip", "plain"); err == nil {
+		t.Error("unknown codec accepted")
+	}
+}
+
+// TestTrafficReport: the table pairs each run with its baselines, the
+// reduction is DP bytes over the larger direction, the frontier names the
+// cheapest point within budget on every corpus, and the plots are written.
+func TestTrafficReport(t *testing.T) {
+	o := trafficOptions{out: t.TempDir(), corpora: "a,b", m: "4", preset: "tiny", steps: 100, budget: 0.03, require: 400, stretch: 4400}
+	res := map[string]sweepResult{}
+	add := func(corpus string, run sweepRun, final, sent float64) {
+		r := sweepResult{Run: run, Seed: 1, Data: corpus, Final: final, Eval: []float64{final}, Tokens: []int64{1},
+			SentPerInner: sent, RecvPerInner: sent / 2, Params: 1000}
+		res[benchJob{corpus: corpus, seed: 1, run: run}.key()] = r
+	}
+	for _, c := range []string{"a", "b"} {
+		add(c, singleRun(1, 5, "muon"), 2.0, 0)
+		add(c, singleRun(4, 5, "muon"), 1.8, 0)
+		for _, p := range []struct {
+			h     int
+			codec string
+			loss  float64
+		}{{5, "int8", 1.82}, {10, "topk", 1.84}, {30, "topk", 1.9}} {
+			r, _ := trafficRunOf(4, p.h, p.codec, "plain")
+			add(c, r, p.loss, 6000/float64(p.h*p.h)) // DP: 6000 B per inner step
+		}
+	}
+	var out strings.Builder
+	if err := trafficReport(o, nil, res, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"| a | 4 | 1 | 10 | topk | plain | 1.8400 |", "Cheapest: H = 10, topk, plain at 100×", "required 400×: missed"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "H = 30, topk") {
+		t.Errorf("a point above the budget is on the frontier:\n%s", s)
+	}
+	for _, f := range []string{"summary.md", "traffic-a.svg", "traffic-b.svg"} {
+		if _, err := os.Stat(filepath.Join(o.out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
