@@ -71,3 +71,15 @@ func TestTrafficReport(t *testing.T) {
 		}
 	}
 }
+
+func TestParseBytesMetric(t *testing.T) {
+	text := `# HELP intellect_p2p_bytes_total x
+intellect_p2p_bytes_total{direction="sent",protocol="/meshsub/1.3.0"} 1.5e+06
+intellect_p2p_bytes_total{direction="received",protocol="/meshsub/1.3.0"} 42
+intellect_other 7
+`
+	got, err := parseBytesMetric(strings.NewReader(text))
+	if err != nil || got["/meshsub/1.3.0|sent"] != 1.5e6 || got["/meshsub/1.3.0|received"] != 42 || len(got) != 2 {
+		t.Fatalf("%v %v", got, err)
+	}
+}
