@@ -29,7 +29,7 @@ import (
 // Encode's output).
 const (
 	// Topic is the gossipsub topic of a run's mesh messages: fmt.Sprintf(Topic, run).
-	Topic = "/intellect/%s/mesh/1"
+	Topic = "/intellect/%s/mesh/2"
 	// WireVersion is the first byte of every encoded message.
 	WireVersion = 2
 	// MaxMessageSize bounds an encoded message; gossipsub's cap is 1 MiB.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,13 +30,57 @@ const gossipSubBuffer = 256
 // Config.GossipMaxSize; receivers drop such messages as invalid.
 var ErrMessageTooLarge = errors.New("p2p: gossip message too large")
 
-// TopicName returns the gossipsub topic of a run: /intellect/<run>/<id>/mesh/1
-// for the run manifest id, /intellect/<run>/mesh/1 when id is empty.
-func TopicName(run, id string) string { return "/intellect/" + runKey(run, id) + "/mesh/1" }
+// MeshTopic names, under the run's key, the gossip topic of the membership
+// protocol's messages (mesh.Encode); every host joins it. The version
+// changes when what the topic carries does: version 1 also carried the
+// verdict reports that now have a topic of their own.
+const MeshTopic = "mesh/2"
 
-// Message is one gossip message of the run's topic, delivered after
-// signature verification and the validator.
+// Limits of Config.Topics.
+const (
+	maxTopics    = 4
+	maxTopicName = 32
+)
+
+var topicNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9./-]*$`)
+
+// ErrUnknownTopic is returned by PublishTo and SetTopicValidator for a
+// topic the host was not configured with.
+var ErrUnknownTopic = errors.New("p2p: not one of the host's gossip topics")
+
+// TopicName returns the gossipsub topic of a run's membership protocol:
+// TopicOf(run, id, MeshTopic).
+func TopicName(run, id string) string { return TopicOf(run, id, MeshTopic) }
+
+// TopicOf returns the gossipsub topic name of one of a run's topics:
+// /intellect/<run>/<id>/<name> for the run manifest id, /intellect/<run>/<name>
+// when id is empty.
+func TopicOf(run, id, name string) string { return "/intellect/" + runKey(run, id) + "/" + name }
+
+// checkTopics checks Config.Topics.
+func checkTopics(names []string) error {
+	if len(names) > maxTopics {
+		return fmt.Errorf("%d gossip topics, at most %d", len(names), maxTopics)
+	}
+	seen := map[string]bool{MeshTopic: true}
+	for _, n := range names {
+		if len(n) > maxTopicName || !topicNamePattern.MatchString(n) {
+			return fmt.Errorf("gossip topic %q: want 1-%d of [a-z0-9./-]", n, maxTopicName)
+		}
+		if seen[n] {
+			return fmt.Errorf("gossip topic %q named twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// Message is one gossip message of one of the run's topics, delivered after
+// signature verification and the topic's validator.
 type Message struct {
+	// Topic is the topic's name under the run's key: MeshTopic or one of
+	// Config.Topics.
+	Topic string
 	// From is the author, authenticated by the message signature; not
 	// necessarily the peer that relayed it.
 	From peer.ID
@@ -111,14 +156,19 @@ func mustParseCIDRs(cidrs ...string) []*net.IPNet {
 	return out
 }
 
-func gossipScoreParams(topic string) *pubsub.PeerScoreParams {
-	return &pubsub.PeerScoreParams{
-		Topics: map[string]*pubsub.TopicScoreParams{topic: {
+// gossipScoreParams scores invalid messages alike on every topic.
+func gossipScoreParams(topics []string) *pubsub.PeerScoreParams {
+	params := make(map[string]*pubsub.TopicScoreParams, len(topics))
+	for _, t := range topics {
+		params[t] = &pubsub.TopicScoreParams{
 			TopicWeight:                    1,
 			TimeInMeshQuantum:              time.Second, // P1-P3b off: weights 0
 			InvalidMessageDeliveriesWeight: gossipInvalidWeight,
 			InvalidMessageDeliveriesDecay:  gossipInvalidDecay,
-		}},
+		}
+	}
+	return &pubsub.PeerScoreParams{
+		Topics:                      params,
 		AppSpecificScore:            func(peer.ID) float64 { return 0 },
 		IPColocationFactorWeight:    gossipColocationWeight,
 		IPColocationFactorThreshold: gossipColocationThreshold,
@@ -158,9 +208,7 @@ func (h *Host) gossipScore(id peer.ID) float64 {
 type gossipState struct {
 	scores    atomic.Pointer[map[peer.ID]float64]
 	ps        *pubsub.PubSub
-	topic     *pubsub.Topic
-	sub       *pubsub.Subscription
-	validator atomic.Pointer[Validator]
+	topics    []*gossipTopic // [0]: MeshTopic; made by New, joined by Start
 	delivered atomic.Uint64
 	rejected  atomic.Uint64
 	dropped   atomic.Uint64
@@ -170,15 +218,48 @@ type gossipState struct {
 	closeMsgs sync.Once
 }
 
-// joinTopic starts gossipsub, registers the validator and subscribes to the
-// run's topic. Messages must be signed by their author and the signature is
-// checked (StrictSign). Flood publishing sends our own messages straight to
-// every subscribed peer, which in a run's small full mesh is the fastest path.
-func (h *Host) joinTopic(ctx context.Context) error {
+// gossipTopic is one of the run's topics.
+type gossipTopic struct {
+	name      string // under the run's key: MeshTopic or one of Config.Topics
+	validator atomic.Pointer[Validator]
+	// topic and sub are set by joinTopics and never written again once
+	// Start succeeded.
+	topic *pubsub.Topic
+	sub   *pubsub.Subscription
+}
+
+func newGossipTopics(names []string) []*gossipTopic {
+	ts := []*gossipTopic{{name: MeshTopic}}
+	for _, n := range names {
+		ts = append(ts, &gossipTopic{name: n})
+	}
+	return ts
+}
+
+// gossipTopic returns the topic of that name, or nil.
+func (h *Host) gossipTopic(name string) *gossipTopic {
+	for _, t := range h.gossip.topics {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// joinTopics starts gossipsub, registers the validators and subscribes to
+// the run's topics. Messages must be signed by their author and the
+// signature is checked (StrictSign). Flood publishing sends our own
+// messages straight to every subscribed peer, which in a run's small full
+// mesh is the fastest path.
+func (h *Host) joinTopics(ctx context.Context) error {
 	params := pubsub.DefaultGossipSubParams()
 	params.HeartbeatInterval = h.cfg.GossipHeartbeat
 	params.HeartbeatInitialDelay = min(params.HeartbeatInitialDelay, h.cfg.GossipHeartbeat)
 	params.SlowHeartbeatWarning = 0.5 // warn when a heartbeat takes half its interval
+	var names []string
+	for _, t := range h.gossip.topics {
+		names = append(names, TopicOf(h.cfg.Run, h.cfg.RunID, t.name))
+	}
 	ps, err := pubsub.NewGossipSub(ctx, h.h,
 		pubsub.WithGossipSubParams(params),
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
@@ -188,7 +269,7 @@ func (h *Host) joinTopic(ctx context.Context) error {
 		pubsub.WithPeerExchange(true),
 		pubsub.WithLogger(h.log.With("system", "gossip")),
 		pubsub.WithRawTracer(gossipTracer{h}),
-		pubsub.WithPeerScore(gossipScoreParams(TopicName(h.cfg.Run, h.cfg.RunID)), gossipScoreThresholds()),
+		pubsub.WithPeerScore(gossipScoreParams(names), gossipScoreThresholds()),
 		pubsub.WithPeerScoreInspect(pubsub.PeerScoreInspectFn(h.storeScores), gossipScoreInspect),
 		pubsub.WithPeerGater(gossipPeerGaterParams()),
 		// Peers not admitted (Host.SetAdmission) are kept out of the mesh
@@ -199,8 +280,23 @@ func (h *Host) joinTopic(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("p2p: start gossipsub: %w", err)
 	}
-	name := TopicName(h.cfg.Run, h.cfg.RunID)
-	if err := ps.RegisterTopicValidator(name, h.validate, pubsub.WithValidatorInline(true)); err != nil {
+	h.gossip.ps = ps
+	for i, t := range h.gossip.topics {
+		if err := h.joinTopic(t, names[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinTopic registers t's validator and subscribes to it under its full
+// name.
+func (h *Host) joinTopic(t *gossipTopic, name string) error {
+	ps := h.gossip.ps
+	validate := func(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		return h.validate(t, msg)
+	}
+	if err := ps.RegisterTopicValidator(name, validate, pubsub.WithValidatorInline(true)); err != nil {
 		return fmt.Errorf("p2p: register validator on %s: %w", name, err)
 	}
 	topic, err := ps.Join(name)
@@ -214,29 +310,30 @@ func (h *Host) joinTopic(ctx context.Context) error {
 		topic.Close()
 		return fmt.Errorf("p2p: subscribe %s: %w", name, err)
 	}
-	h.gossip.ps, h.gossip.topic, h.gossip.sub = ps, topic, sub
+	t.topic, t.sub = topic, sub
 	return nil
 }
 
-// leaveTopic cancels the subscription and closes the topic handle. The
+// leaveTopics cancels the subscriptions and closes the topic handles. The
 // fields stay set: once Start succeeded they are never written again, which
 // lets Publish read them without a lock after checking h.started.
-func (h *Host) leaveTopic() {
-	g := &h.gossip
-	if g.sub != nil {
-		g.sub.Cancel()
-	}
-	if g.topic != nil {
-		if err := g.topic.Close(); err != nil {
-			h.log.Debug("close topic", "err", err)
+func (h *Host) leaveTopics() {
+	for _, t := range h.gossip.topics {
+		if t.sub != nil {
+			t.sub.Cancel()
+		}
+		if t.topic != nil {
+			if err := t.topic.Close(); err != nil {
+				h.log.Debug("close topic", "topic", t.name, "err", err)
+			}
 		}
 	}
-
 }
 
-// validate is the pubsub topic validator: size limit, the author's
-// admission, the author's rate, then the node's hook.
-func (h *Host) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+// validate is the pubsub validator of topic t: size limit, the author's
+// admission, the author's rate (one budget over every topic), then the
+// node's hook for t.
+func (h *Host) validate(t *gossipTopic, msg *pubsub.Message) pubsub.ValidationResult {
 	from, data := msg.GetFrom(), msg.GetData()
 	if len(data) > h.cfg.GossipMaxSize {
 		return pubsub.ValidationReject
@@ -249,7 +346,7 @@ func (h *Host) validate(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsu
 			return res
 		}
 	}
-	if v := h.gossip.validator.Load(); v != nil && !(*v)(from, data) {
+	if v := t.validator.Load(); v != nil && !(*v)(from, data) {
 		return pubsub.ValidationReject
 	}
 	return pubsub.ValidationAccept
@@ -275,22 +372,41 @@ func (h *Host) rateLimit(msg *pubsub.Message) pubsub.ValidationResult {
 	return pubsub.ValidationIgnore
 }
 
-// SetValidator installs the hook that vets every gossip message before it is
-// delivered or relayed; nil accepts every message within the size limit. It
-// may be called at any time, before or after Start.
-func (h *Host) SetValidator(v Validator) {
-	if v == nil {
-		h.gossip.validator.Store(nil)
-		return
+// SetValidator installs the hook that vets every message of MeshTopic
+// (SetTopicValidator).
+func (h *Host) SetValidator(v Validator) { _ = h.SetTopicValidator(MeshTopic, v) }
+
+// SetTopicValidator installs the hook that vets every message of one of the
+// run's topics before it is delivered or relayed; nil accepts every message
+// within the size limit. It may be called at any time, before or after
+// Start.
+func (h *Host) SetTopicValidator(topic string, v Validator) error {
+	t := h.gossipTopic(topic)
+	switch {
+	case t == nil:
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+	case v == nil:
+		t.validator.Store(nil)
+	default:
+		t.validator.Store(&v)
 	}
-	h.gossip.validator.Store(&v)
+	return nil
 }
 
-// Publish signs data and sends it to the run's topic. It fails with
-// ErrMessageTooLarge above Config.GossipMaxSize, with ErrNotStarted before
-// Start, and with a pubsub validation error if this host's own validator
-// rejects data.
+// Publish signs data and sends it to MeshTopic (PublishTo).
 func (h *Host) Publish(ctx context.Context, data []byte) error {
+	return h.PublishTo(ctx, MeshTopic, data)
+}
+
+// PublishTo signs data and sends it to one of the run's topics. It fails
+// with ErrUnknownTopic for another topic, ErrMessageTooLarge above
+// Config.GossipMaxSize, with ErrNotStarted before Start, and with a pubsub
+// validation error if this host's own validator rejects data.
+func (h *Host) PublishTo(ctx context.Context, topic string, data []byte) error {
+	t := h.gossipTopic(topic)
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+	}
 	if len(data) > h.cfg.GossipMaxSize {
 		return fmt.Errorf("%w: %d > %d bytes", ErrMessageTooLarge, len(data), h.cfg.GossipMaxSize)
 	}
@@ -303,7 +419,7 @@ func (h *Host) Publish(ctx context.Context, data []byte) error {
 	case !started:
 		return ErrNotStarted
 	}
-	if err := h.gossip.topic.Publish(ctx, data); err != nil {
+	if err := t.topic.Publish(ctx, data); err != nil {
 		return fmt.Errorf("p2p: publish: %w", err)
 	}
 	return nil
@@ -317,7 +433,7 @@ func (h *Host) Publish(ctx context.Context, data []byte) error {
 // are dropped and counted in GossipStats.Dropped.
 func (h *Host) Messages() <-chan Message { return h.msgs }
 
-// TopicPeers returns the peers known to be subscribed to the run's topic; nil
+// TopicPeers returns the peers known to be subscribed to MeshTopic; nil
 // before Start.
 func (h *Host) TopicPeers() []peer.ID {
 	h.mu.Lock()
@@ -326,7 +442,7 @@ func (h *Host) TopicPeers() []peer.ID {
 	if !started {
 		return nil
 	}
-	return h.gossip.topic.ListPeers()
+	return h.gossip.topics[0].topic.ListPeers()
 }
 
 // GossipStats returns the host's gossip counters.
@@ -336,12 +452,12 @@ func (h *Host) GossipStats() GossipStats {
 		Throttled: g.throttled.Load()}
 }
 
-// deliverLoop moves validated messages from the subscription to the
+// deliverLoop moves validated messages from t's subscription to the
 // Messages channel without ever blocking on a slow reader.
-func (h *Host) deliverLoop(ctx context.Context) {
+func (h *Host) deliverLoop(ctx context.Context, t *gossipTopic) {
 	self := h.h.ID()
 	for {
-		msg, err := h.gossip.sub.Next(ctx)
+		msg, err := t.sub.Next(ctx)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, pubsub.ErrSubscriptionCancelled) {
 				h.log.Warn("gossip subscription ended", "err", err)
@@ -354,7 +470,7 @@ func (h *Host) deliverLoop(ctx context.Context) {
 		h.meetAuthor(msg.GetFrom())
 		select {
 		// Copy: pubsub keeps the message in its relay cache.
-		case h.msgs <- Message{From: msg.GetFrom(), Data: bytes.Clone(msg.GetData())}:
+		case h.msgs <- Message{Topic: t.name, From: msg.GetFrom(), Data: bytes.Clone(msg.GetData())}:
 			h.gossip.delivered.Add(1)
 		default:
 			if n := h.gossip.dropped.Add(1); n&(n-1) == 0 { // log at powers of two
@@ -385,8 +501,8 @@ func (h *Host) meetAuthor(from peer.ID) {
 	kick(h.kickDiscover)
 }
 
-// closeMessages closes the Messages channel once; only after deliverLoop has
-// returned (Close waits for it).
+// closeMessages closes the Messages channel once; only after every
+// deliverLoop has returned (Close waits for it).
 func (h *Host) closeMessages() { h.gossip.closeMsgs.Do(func() { close(h.msgs) }) }
 
 // gossipTracer counts the messages pubsub rejects as invalid: unsigned,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,18 +26,62 @@ import (
 )
 
 func TestTopicAndRendezvousNames(t *testing.T) {
-	if got := TopicName("llama-1b", ""); got != "/intellect/llama-1b/mesh/1" {
+	if got := TopicName("llama-1b", ""); got != "/intellect/llama-1b/mesh/2" {
 		t.Fatalf("TopicName = %q", got)
 	}
 	if got := Rendezvous("llama-1b", ""); got != "intellect/llama-1b" {
 		t.Fatalf("Rendezvous = %q", got)
 	}
 	id := strings.Repeat("ab", 32)
-	if got := TopicName("llama-1b", id); got != "/intellect/llama-1b/"+id+"/mesh/1" {
+	if got := TopicName("llama-1b", id); got != "/intellect/llama-1b/"+id+"/mesh/2" {
 		t.Fatalf("TopicName with id = %q", got)
 	}
 	if got := Rendezvous("llama-1b", id); got != "intellect/llama-1b/"+id {
 		t.Fatalf("Rendezvous with id = %q", got)
+	}
+	if got := TopicOf("llama-1b", id, "account/1"); got != "/intellect/llama-1b/"+id+"/account/1" {
+		t.Fatalf("TopicOf = %q", got)
+	}
+}
+
+// TestTopicsApart: hosts of a run with a second topic receive each
+// topic's messages marked with it; each topic has its own validator; a
+// topic the host was not given is refused.
+func TestTopicsApart(t *testing.T) {
+	const other = "account/1"
+	var hosts []*Host
+	for i := range 2 {
+		cfg := testConfig(t, "topics")
+		cfg.Topics = []string{other}
+		if i > 0 {
+			cfg.Bootstrap = hosts[0].Addrs()
+		}
+		hosts = append(hosts, startHost(t, cfg))
+	}
+	a, b := hosts[0], hosts[1]
+	eventually(t, meshTimeout, "both topics meshed", func() bool {
+		return fullMesh(hosts) && slices.Contains(a.gossipTopic(other).topic.ListPeers(), b.ID())
+	})
+	if err := b.SetTopicValidator(other, func(_ peer.ID, data []byte) bool { return string(data) != "mesh only" }); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, m := range []struct{ topic, data string }{{other, "mesh only"}, {MeshTopic, "mesh only"}, {other, "reports"}} {
+		if err := a.PublishTo(ctx, m.topic, []byte(m.data)); err != nil {
+			t.Fatal(err)
+		}
+		if m.topic == other && m.data == "mesh only" {
+			continue // rejected by b's validator of that topic
+		}
+		if got := receive(t, b, m.data, 10*time.Second); got.Topic != m.topic {
+			t.Fatalf("%q arrived on %q, sent on %q", m.data, got.Topic, m.topic)
+		}
+	}
+	if err := a.PublishTo(ctx, "other/9", []byte("x")); !errors.Is(err, ErrUnknownTopic) {
+		t.Fatalf("publish to an unknown topic: %v", err)
+	}
+	if err := a.SetTopicValidator("other/9", nil); !errors.Is(err, ErrUnknownTopic) {
+		t.Fatalf("validator of an unknown topic: %v", err)
 	}
 }
 

@@ -92,7 +92,7 @@ type Config struct {
 	// a warning and the discovery loop keeps redialing them, so that a
 	// member restarted while its network is cut comes back when it heals.
 	Rejoin bool
-	// Run names the training run; it selects the gossip topic and the DHT
+	// Run names the training run; it selects the gossip topics and the DHT
 	// rendezvous key. Letters, digits, '.', '_', '-'; at most 64 bytes.
 	// Default DefaultRun.
 	Run string
@@ -104,6 +104,12 @@ type Config struct {
 	// PSK, if non-nil, is a 32-byte pre-shared key: the host then only talks
 	// to hosts with the same key (libp2p private network).
 	PSK []byte
+	// Topics names the run's gossip topics besides MeshTopic, each under
+	// the run's key (TopicOf): a name and a version such as "account/1",
+	// of [a-z0-9./-], at most maxTopicName bytes, at most maxTopics of
+	// them. Start joins them all; messages on them arrive on Messages
+	// with their Topic, PublishTo sends and SetTopicValidator vets them.
+	Topics []string
 	// Logger receives the host's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics, if set, receives libp2p's own Prometheus metrics (swarm,
@@ -225,6 +231,9 @@ func (c *Config) check() error {
 	if _, err := parseBootstrap(c.Bootstrap); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := checkTopics(c.Topics); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	return nil
 }
 
@@ -248,7 +257,7 @@ func parseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
 
 // Host is one node's libp2p endpoint: identity, TCP+TLS/Noise+yamux and
 // QUIC v1 transports, resource and connection managers, the Kademlia DHT
-// used for discovery, and the run's gossipsub topic. Its methods are safe
+// used for discovery, and the run's gossipsub topics. Its methods are safe
 // for concurrent use.
 type Host struct {
 	cfg       Config
@@ -320,6 +329,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		msgs:          make(chan Message, cfg.MessageBuffer),
 	}
 	h.gossip.rate = newAuthorRate(cfg.GossipRate, cfg.GossipBurst, time.Now)
+	h.gossip.topics = newGossipTopics(cfg.Topics)
 	h.life, h.stopLife = context.WithCancel(context.Background())
 	if err := h.buildLibp2p(key); err != nil {
 		h.stopLife()
@@ -494,7 +504,7 @@ const (
 	runPeerValue   = 100
 )
 
-// Start joins the run: it subscribes to the gossip topic, connects to the
+// Start joins the run: it subscribes to the gossip topics, connects to the
 // bootstrap peers, bootstraps the DHT, and starts the background work
 // (advertising under the rendezvous key, discovering and connecting to the
 // run's peers, pinging them, delivering gossip). ctx bounds that background
@@ -524,7 +534,9 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	h.started, h.cancel = true, cancel
 	h.goLoop(runCtx, func(ctx context.Context) { h.watchPeers(ctx, peers) })
-	h.goLoop(runCtx, h.deliverLoop)
+	for _, t := range h.gossip.topics {
+		h.goLoop(runCtx, func(ctx context.Context) { h.deliverLoop(ctx, t) })
+	}
 	h.goLoop(runCtx, h.advertiseLoop)
 	h.goLoop(runCtx, h.discoverLoop)
 	h.goLoop(runCtx, h.pingLoop)
@@ -542,10 +554,10 @@ func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
 	defer func() {
 		if err != nil {
 			peers.Close()
-			h.leaveTopic()
+			h.leaveTopics()
 		}
 	}()
-	if err := h.joinTopic(ctx); err != nil {
+	if err := h.joinTopics(ctx); err != nil {
 		return nil, err
 	}
 	h.renewConns()
@@ -632,7 +644,7 @@ func (h *Host) Dial(ctx context.Context, ai peer.AddrInfo) error {
 	return h.h.Connect(ctx, ai)
 }
 
-// Close stops the background work, leaves the topic, and closes the DHT and
+// Close stops the background work, leaves the topics, and closes the DHT and
 // the libp2p host. The Messages channel is closed once nothing more can be
 // delivered. Close is idempotent.
 func (h *Host) Close() error {
@@ -646,7 +658,7 @@ func (h *Host) Close() error {
 		}
 		h.stopLife()
 		h.wg.Wait()
-		h.leaveTopic()
+		h.leaveTopics()
 		h.closeMessages()
 		h.closeErr = errors.Join(h.dht.Close(), h.h.Close())
 		if h.closeErr != nil {

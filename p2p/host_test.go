@@ -373,6 +373,13 @@ func TestConfigValidate(t *testing.T) {
 		{"water marks inverted", func(c *Config) { c.ConnsLow, c.ConnsHigh = 10, 5 }, false},
 		{"gossip size too big", func(c *Config) { c.GossipMaxSize = 2 << 20 }, false},
 		{"negative interval", func(c *Config) { c.PingInterval = -time.Second }, false},
+		{"a further topic", func(c *Config) { c.Topics = []string{"account/1"} }, true},
+		{"topic named twice", func(c *Config) { c.Topics = []string{"a/1", "a/1"} }, false},
+		{"topic is the mesh's", func(c *Config) { c.Topics = []string{MeshTopic} }, false},
+		{"topic upper case", func(c *Config) { c.Topics = []string{"Account/1"} }, false},
+		{"topic empty", func(c *Config) { c.Topics = []string{""} }, false},
+		{"topic too long", func(c *Config) { c.Topics = []string{strings.Repeat("t", 33)} }, false},
+		{"too many topics", func(c *Config) { c.Topics = []string{"a", "b", "c", "d", "e"} }, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
