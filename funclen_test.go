@@ -20,7 +20,6 @@ const maxFuncLines = 60
 // "file:Type.method"). Generated files (a "Code generated ... DO NOT EDIT."
 // line) and _test.go files are never checked.
 var funcLenExempt = map[string]string{
-	"node/":                                "being split into the DiLoCo loop and accountability packages",
 	"cmd/experiments/bench.go:benchReport": "cmd/experiments is being rewritten onto the DiLoCo loop package",
 }
 

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,32 +15,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
-
-// runNodes runs nodes until ctx ends or they stop, and fails the test on
-// an error.
-func runNodes(t *testing.T, ctx context.Context, nodes ...*Node) *sync.WaitGroup {
-	t.Helper()
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Go(func() {
-			if err := n.Run(ctx); err != nil {
-				t.Errorf("%s: %v", n.self, err)
-			}
-		})
-	}
-	return &wg
-}
-
-// newNode creates a node, closing its host with the test if it never runs.
-func newNode(t *testing.T, ctx context.Context, c Config) *Node {
-	t.Helper()
-	n, err := New(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.host.Close() })
-	return n
-}
 
 // checkTwoMembers fails unless a and b both reached step steps with the
 // same model at every step they both recorded, each reduced over both of
@@ -84,14 +57,11 @@ func checkTwoMembers(t *testing.T, a, b *Node, steps uint64) {
 // manifest commits to another key, or that holds a key for an open run,
 // refuses to start.
 func TestPSKRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	const steps = 2
-	var alog syncBuffer
-	ca := twoNodeConfig(t, steps, false, nil)
-	ca.Run, ca.Admission = "psk-test", AdmissionPSK
-	ca.Logger = slog.New(slog.NewTextHandler(&alog, nil))
-	a := newNode(t, ctx, ca)
+	c := newCluster(t, "psk-test")
+	ca := c.config(steps)
+	ca.Admission = AdmissionPSK
+	a := c.add(ca)
 	keyFile := filepath.Join(ca.Home, PSKFile)
 	key, err := readPSKFile(keyFile)
 	if err != nil {
@@ -100,9 +70,6 @@ func TestPSKRun(t *testing.T) {
 	if adm := a.run.m.Admission; adm.Policy != AdmissionPSK || adm.PSKCommitment != PSKCommitment(key) ||
 		strings.Contains(string(a.run.raw), string(EncodePSK(key)[len("/key/swarm/psk/1.0.0/\n/base16/\n"):][:64])) {
 		t.Fatalf("manifest admission %+v: want psk and the key's commitment, not the key", adm)
-	}
-	if !strings.Contains(alog.String(), "created the private run's key") {
-		t.Fatalf("the creator did not say where the key is:\n%s", alog.String())
 	}
 
 	otherKey := filepath.Join(t.TempDir(), "other.key")
@@ -117,135 +84,103 @@ func TestPSKRun(t *testing.T) {
 		"other key": {otherKey, "private network key"},
 		"no key":    {"", "if the run is private"},
 	} {
-		c := twoNodeConfig(t, steps, false, a.host.Addrs())
-		c.PSKFile = tc.keyFile
-		if _, err := New(ctx, c); err == nil || !strings.Contains(err.Error(), tc.want) {
+		cfg := c.config(steps)
+		cfg.PSKFile = tc.keyFile
+		if _, err := c.try(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: joined a private run or said nothing useful: %v (want %q)", name, err, tc.want)
 		}
 	}
 
 	// A restart whose stored manifest commits to another key.
-	home := t.TempDir()
-	if err := writeManifestFile(home, a.run.raw); err != nil {
+	cfg := c.config(steps)
+	cfg.Bootstrap, cfg.PSKFile = nil, otherKey
+	if err := writeManifestFile(cfg.Home, a.run.raw); err != nil {
 		t.Fatal(err)
 	}
-	c := twoNodeConfig(t, steps, false, nil)
-	c.Home, c.PSKFile = home, otherKey
-	if _, err := New(ctx, c); !errors.Is(err, ErrAdmission) || !strings.Contains(err.Error(), "is not the run's") {
+	if _, err := c.try(cfg); !errors.Is(err, ErrAdmission) || !strings.Contains(err.Error(), "is not the run's") {
 		t.Errorf("stored psk manifest, other key: %v", err)
 	}
 	// A key given for an open run.
-	open := newNode(t, ctx, twoNodeConfig(t, steps, false, nil))
-	c = twoNodeConfig(t, steps, false, nil)
-	c.Home, c.PSKFile = t.TempDir(), otherKey
-	if err := writeManifestFile(c.Home, open.run.raw); err != nil {
+	openCfg := c.config(steps)
+	openCfg.Run, openCfg.Bootstrap = "open-test", nil
+	open := c.add(openCfg)
+	cfg = c.config(steps)
+	cfg.Bootstrap, cfg.PSKFile = nil, otherKey
+	if err := writeManifestFile(cfg.Home, open.run.raw); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(ctx, c); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "is for psk runs") {
+	if _, err := c.try(cfg); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "is for psk runs") {
 		t.Errorf("key for an open run: %v", err)
 	}
 
-	cb := twoNodeConfig(t, steps, false, a.host.Addrs())
+	cb := c.config(steps)
 	cb.PSKFile = keyFile
-	b := newNode(t, ctx, cb)
+	b := c.add(cb)
 	if b.run.id != a.run.id {
 		t.Fatalf("joiner runs manifest %s, creator %s", b.run.id, a.run.id)
 	}
-	runNodes(t, ctx, a, b).Wait()
+	c.runAll(a, b)
 	checkTwoMembers(t, a, b, steps)
 }
 
-// allowRig is an allowlist run's creator and the means to make members.
+// allowRig is an allowlist run's cluster, its creator and the means to
+// make members.
 type allowRig struct {
-	t     *testing.T
+	c     *cluster
 	a     *Node
-	alog  *syncBuffer
 	forge crypto.PrivKey
 	// atHome puts members' tickets at <home>/admission.ticket, the
 	// default, instead of giving TicketFile.
 	atHome bool
 }
 
-// member makes a node bootstrapped from the creator whose ticket is what
-// ticket writes for its peer id (nothing: no ticket file); skip lets it
-// join with a ticket that fails its own check (an intruder).
-func (r *allowRig) member(ctx context.Context, boot []string, skip bool, logs *syncBuffer, ticket func(id peer.ID) string) (*Node, error) {
-	c := twoNodeConfig(r.t, 0, false, boot)
-	c.MinMembers, c.skipTicketCheck = 2, skip
-	c.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	key, _, err := p2p.LoadOrCreateIdentity(c.Home)
+// member makes a node bootstrapped from boot whose ticket is what ticket
+// writes for its peer id (nothing: no ticket file); skip lets it join with
+// a ticket that fails its own check (an intruder).
+func (r *allowRig) member(boot []string, skip bool, ticket func(id peer.ID) string) (*Node, error) {
+	t := r.c.t
+	cfg := r.c.config(0)
+	cfg.Bootstrap, cfg.skipTicketCheck = boot, skip
+	key, _, err := p2p.LoadOrCreateIdentity(cfg.Home)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	id, _ := peer.IDFromPrivateKey(key)
 	if text := ticket(id); text != "" {
-		path := filepath.Join(c.Home, TicketFile)
+		path := filepath.Join(cfg.Home, TicketFile)
 		if !r.atHome {
-			path = filepath.Join(c.Home, "ticket.txt")
-			c.TicketFile = path
+			path = filepath.Join(cfg.Home, "ticket.txt")
+			cfg.TicketFile = path
 		}
 		if err := os.WriteFile(path, []byte(text+"\n"), 0o600); err != nil {
-			r.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
-	n, err := New(ctx, c)
-	if err == nil {
-		r.t.Cleanup(func() { n.host.Close() })
-	}
-	return n, err
+	return r.c.try(cfg)
 }
 
 // issue is `intellect-node admit` on the creator's home.
 func (r *allowRig) issue(id peer.ID, ttl time.Duration) string {
 	tk, _, err := IssueTicket(r.a.cfg.Home, id, ttl)
 	if err != nil {
-		r.t.Fatal(err)
+		r.c.t.Fatal(err)
 	}
 	return tk.String()
 }
 
-// TestAllowlistRun: the creator of an allowlist run names its key in the
-// manifest; a member with its ticket trains with it; a node without a
-// ticket, or with an expired one, refuses to start and says how to get
-// one; intruders that join anyway with no ticket, a forged, an expired or
-// another peer's ticket are refused by both members while they train, say
-// so, and never appear in a member's status, peers or rings.
-func TestAllowlistRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	r := &allowRig{t: t, alog: &syncBuffer{}}
-	r.forge, _, _ = crypto.GenerateEd25519Key(nil)
-	ca := twoNodeConfig(t, 0, false, nil)
-	ca.Run, ca.Admission = "allow-test", AdmissionAllowlist
-	ca.Logger = slog.New(slog.NewTextHandler(r.alog, nil))
-	r.a = newNode(t, ctx, ca)
-	if got := r.a.run.m.Admission; got.Policy != AdmissionAllowlist || got.Creator != r.a.host.ID().String() {
-		t.Fatalf("manifest admission %+v: want allowlist by %s", got, r.a.host.ID())
-	}
-	boot := r.a.host.Addrs()
-	for name, tc := range map[string]struct {
-		ticket func(peer.ID) string
-		want   string
-	}{
-		"no ticket": {func(peer.ID) string { return "" }, "intellect-node admit --peer"},
-		"expired":   {func(id peer.ID) string { return r.issue(id, time.Nanosecond) }, "ticket expired"},
-	} {
-		if _, err := r.member(ctx, boot, false, &syncBuffer{}, tc.ticket); !errors.Is(err, ErrAdmission) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want ErrAdmission naming %q", name, err, tc.want)
-		}
-	}
-	var blog syncBuffer
-	b, err := r.member(ctx, boot, false, &blog, func(id peer.ID) string { return r.issue(id, time.Hour) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := []*Node{r.a, b}
-	runCtx, stop := context.WithCancel(ctx)
-	wg := runNodes(t, runCtx, members...)
-	defer func() { stop(); wg.Wait() }()
-	waitStep(t, members, 1)
+// newAllowRig starts an allowlist run's rig: its creator, not running.
+func newAllowRig(t *testing.T, run string, minMembers int) *allowRig {
+	r := &allowRig{c: newCluster(t, run)}
+	cfg := r.c.config(0)
+	cfg.Admission, cfg.MinMembers = AdmissionAllowlist, minMembers
+	r.a = r.c.add(cfg)
+	return r
+}
 
-	intruders := map[string]func(peer.ID) string{
+// intruders are the tickets of nodes that join an allowlist run without
+// being admitted: none, forged, expired, another peer's (b's).
+func (r *allowRig) intruders(b *Node) map[string]func(peer.ID) string {
+	return map[string]func(peer.ID) string{
 		"no ticket": func(peer.ID) string { return "" },
 		"forged": func(id peer.ID) string {
 			tk, _ := p2p.IssueTicket(r.forge, r.a.run.key, id, time.Time{})
@@ -257,85 +192,102 @@ func TestAllowlistRun(t *testing.T) {
 		},
 		"another peer's": func(peer.ID) string { return r.issue(b.host.ID(), 0) },
 	}
+}
+
+// TestAllowlistRun: the creator of an allowlist run names its key in the
+// manifest; a member with its ticket trains with it; a node without a
+// ticket, or with an expired one, refuses to start and says how to get
+// one; intruders that join anyway with no ticket, a forged, an expired or
+// another peer's ticket are refused by both members while they train, are
+// told so, and never appear in a member's status, peers or rings.
+func TestAllowlistRun(t *testing.T) {
+	r := newAllowRig(t, "allow-test", 2)
+	r.forge, _, _ = crypto.GenerateEd25519Key(nil)
+	if got := r.a.run.m.Admission; got.Policy != AdmissionAllowlist || got.Creator != r.a.host.ID().String() {
+		t.Fatalf("manifest admission %+v: want allowlist by %s", got, r.a.host.ID())
+	}
+	boot := r.a.host.Addrs()
+	for name, tc := range map[string]struct {
+		ticket func(peer.ID) string
+		want   string
+	}{
+		"no ticket": {func(peer.ID) string { return "" }, "intellect-node admit --peer"},
+		"expired":   {func(id peer.ID) string { return r.issue(id, time.Nanosecond) }, "ticket expired"},
+	} {
+		if _, err := r.member(boot, false, tc.ticket); !errors.Is(err, ErrAdmission) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrAdmission naming %q", name, err, tc.want)
+		}
+	}
+	b, err := r.member(boot, false, func(id peer.ID) string { return r.issue(id, time.Hour) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []*Node{r.a, b}
+	runCtx, stop := context.WithCancel(r.c.ctx)
+	wait := r.c.start(runCtx, nil, members...)
+	defer func() { stop(); wait() }()
+	r.c.awaitStep(1, members...)
+	bad := r.runIntruders(b, members)
+	step := max(stepOf(r.a), stepOf(b))
+	r.c.awaitStep(step+2, members...)
+	if s := bad(); len(s) > 0 {
+		t.Fatalf("intruders seen in a member's status, peers or rings: %v", s)
+	}
+	stop()
+	wait()
+	checkTwoMembers(t, r.a, b, step+2)
+}
+
+// runIntruders runs the intruders of r.intruders against the members
+// until each is refused by both members and told so (by its refusal to
+// start, or by a peer's refusal while it trains alone), and leaves them
+// running; the returned func stops them and returns the intruders seen in
+// a member's status, peers or rings meanwhile.
+func (r *allowRig) runIntruders(b *Node, members []*Node) (stop func() []string) {
+	t := r.c.t
 	var bad []*Node
-	badLogs := map[*Node]*syncBuffer{}
-	for name, ticket := range intruders {
-		var logs syncBuffer
-		n, err := r.member(ctx, []string{b.host.Addrs()[0], boot[0]}, true, &logs, ticket)
+	for name, ticket := range r.intruders(b) {
+		n, err := r.member([]string{b.host.Addrs()[0], r.a.host.Addrs()[0]}, true, ticket)
 		if err != nil {
 			t.Fatalf("intruder %s: %v", name, err)
 		}
-		bad, badLogs[n] = append(bad, n), &logs
+		bad = append(bad, n)
 	}
-	// An intruder refused before its host starts fails to reach its
-	// bootstrap peer, saying why; one refused later trains alone.
-	intruderCtx, stopIntruders := context.WithCancel(ctx)
-	var iwg sync.WaitGroup
-	for _, n := range bad {
-		iwg.Go(func() {
-			if err := n.Run(intruderCtx); err != nil && !strings.Contains(err.Error(), "it refused this node") {
-				t.Errorf("intruder %s: %v", n.self, err)
-			}
-		})
-	}
+	var mu sync.Mutex
+	told := map[*Node]bool{} // refused before it could start: its Run said so
+	ctx, cancel := context.WithCancel(r.c.ctx)
+	wait := r.c.start(ctx, func(n *Node, err error) {
+		switch {
+		case errors.Is(err, p2p.ErrNotAdmitted):
+			mu.Lock()
+			told[n] = true
+			mu.Unlock()
+		case err != nil:
+			t.Errorf("intruder %s: %v", n.self, err)
+		}
+	}, bad...)
 	seen := watchMembers(members, bad)
 	for _, n := range bad {
-		eventuallyNode(t, "intruder "+string(n.self)+" refused by both members", func() bool {
-			return refusals(r.alog, n) > 0 && refusals(&blog, n) > 0 &&
-				strings.Contains(badLogs[n].String(), "refused admission by a peer")
+		r.c.await("intruder "+string(n.self)+" refused by both members", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return refused(r.a, n) && refused(b, n) && (told[n] || refusedBy(n, members))
 		})
 	}
-	step := max(stepOf(r.a), stepOf(b))
-	waitStep(t, members, step+2)
-	stopIntruders()
-	iwg.Wait()
-	stop()
-	wg.Wait()
-	if s := seen(); len(s) > 0 {
-		t.Fatalf("intruders seen in a member's status, peers or rings: %v", s)
-	}
-	checkTwoMembers(t, r.a, b, step+2)
-	for _, n := range bad {
-		if ca, cb := refusals(r.alog, n), refusals(&blog, n); ca != 1 || cb != 1 {
-			t.Errorf("%s refused at warn %d times by the creator and %d by the member, want once each", n.self, ca, cb)
-		}
-	}
+	return func() []string { cancel(); wait(); return seen() }
 }
 
-// refusals counts the warn lines of log that refuse n.
-func refusals(log *syncBuffer, n *Node) int {
-	c := 0
-	for _, l := range strings.Split(log.String(), "\n") {
-		if strings.Contains(l, "level=WARN") && strings.Contains(l, "peer refused") && strings.Contains(l, "peer="+string(n.self)) {
-			c++
-		}
-	}
-	return c
-}
+// refused reports whether member refused n admission to the run.
+func refused(member, n *Node) bool { return member.host.PeerInfo(n.host.ID()).Refused != "" }
 
-// waitStep waits until every node finished outer step s.
-func waitStep(t *testing.T, nodes []*Node, s uint64) {
-	t.Helper()
-	eventuallyNode(t, "outer step", func() bool {
-		return !slices.ContainsFunc(nodes, func(n *Node) bool { return stepOf(n) < s })
-	})
-}
-
-// eventuallyNode polls cond for up to a minute.
-func eventuallyNode(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// refusedBy reports whether one of members refused n, as n knows.
+func refusedBy(n *Node, members []*Node) bool {
+	return slices.ContainsFunc(members, func(m *Node) bool { return n.host.PeerInfo(m.host.ID()).RefusedBy != "" })
 }
 
 // watchMembers samples the members' status (members), peer table and ring
-// history every 10 ms until the returned function is called, which
-// returns the intruders seen in any of them.
+// history at every change of their boards until the returned function is
+// called, which returns the intruders seen in any of them.
 func watchMembers(members, intruders []*Node) func() []string {
 	done := make(chan struct{})
 	var seen []string
@@ -344,30 +296,13 @@ func watchMembers(members, intruders []*Node) func() []string {
 		return slices.ContainsFunc(intruders, func(n *Node) bool { return string(n.self) == id })
 	}
 	wg.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
 		for {
+			changed := boardChanges(members)
 			for _, m := range members {
-				for _, id := range m.board.snapshot().Members {
-					if is(id) {
-						seen = append(seen, "status members: "+id)
-					}
-				}
-				for _, p := range m.board.peerList() {
-					if is(p.ID) {
-						seen = append(seen, "peers: "+p.ID)
-					}
-				}
-				for _, h := range m.board.historyList() {
-					if h.Members > 2 {
-						seen = append(seen, "a ring of more than the 2 members")
-					}
-				}
+				seen = append(seen, intrudersSeen(m, is)...)
 			}
-			select {
-			case <-done:
+			if !changed(done) {
 				return
-			case <-tick.C:
 			}
 		}
 	})
@@ -378,8 +313,27 @@ func watchMembers(members, intruders []*Node) func() []string {
 	}
 }
 
-// stepOf is the outer step n's status shows (safe while n runs).
-func stepOf(n *Node) uint64 { return n.board.snapshot().OuterStep }
+// intrudersSeen lists what of member's status, peers and rings names an
+// intruder (is).
+func intrudersSeen(m *Node, is func(string) bool) []string {
+	var seen []string
+	for _, id := range m.board.snapshot().Members {
+		if is(id) {
+			seen = append(seen, "status members: "+id)
+		}
+	}
+	for _, p := range m.board.peerList() {
+		if is(p.ID) {
+			seen = append(seen, "peers: "+p.ID)
+		}
+	}
+	for _, h := range m.board.historyList() {
+		if h.Members > 2 {
+			seen = append(seen, "a ring of more than the 2 members")
+		}
+	}
+	return seen
+}
 
 // TestIssueTicketRefuses: tickets come only from the home of an allowlist
 // run's creator.
@@ -426,30 +380,26 @@ func TestIssueTicketRefuses(t *testing.T) {
 // live model from an admitted donor (the checkpoint protocol is open to it
 // once it is admitted) and then trains in its rings.
 func TestAllowlistLateJoiner(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ca := twoNodeConfig(t, 0, false, nil)
-	ca.Run, ca.Admission, ca.MinMembers = "allow-late", AdmissionAllowlist, 1
-	r := &allowRig{t: t, a: newNode(t, ctx, ca), atHome: true}
-	runCtx, stop := context.WithCancel(ctx)
-	wg := runNodes(t, runCtx, r.a)
-	defer func() { stop(); wg.Wait() }()
-	waitStep(t, []*Node{r.a}, 3)
-	var blog syncBuffer
-	b, err := r.member(ctx, r.a.host.Addrs(), false, &blog, func(id peer.ID) string { return r.issue(id, 0) })
+	r := newAllowRig(t, "allow-late", 1)
+	r.atHome = true
+	runCtx, stop := context.WithCancel(r.c.ctx)
+	wait := r.c.start(runCtx, nil, r.a)
+	defer func() { stop(); wait() }()
+	r.c.awaitStep(3, r.a)
+	b, err := r.member(r.a.host.Addrs(), false, func(id peer.ID) string { return r.issue(id, 0) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	bwg := runNodes(t, runCtx, b)
-	eventuallyNode(t, "rings of both", func() bool {
+	waitB := r.c.start(runCtx, nil, b)
+	r.c.await("rings of both", func() bool {
 		h := b.board.historyList()
 		return len(h) >= 3 && h[len(h)-1].Members == 2 && h[len(h)-2].Members == 2
 	})
 	stop()
-	bwg.Wait()
-	wg.Wait()
-	if !strings.Contains(blog.String(), "model synced") {
-		t.Fatalf("the late joiner did not fetch the model:\n%s", blog.String())
+	waitB()
+	wait()
+	if fetches(t, b) == 0 {
+		t.Fatal("the late joiner did not fetch the model")
 	}
 	ha := map[uint64]string{}
 	for _, rec := range r.a.board.historyList() {

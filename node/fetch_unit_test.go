@@ -32,7 +32,7 @@ func newFetchRig(t *testing.T) *fetchRig {
 	}
 	t.Cleanup(func() { srv.Close() })
 	r.donor = mesh.PeerID(dh.ID().String())
-	n, _ := unitMeshNode(unitHost(t))
+	n := unitMeshNode(unitHost(t))
 	n.cfg.Logger, n.met = unitLog, unitMetrics()
 	if n.engine, err = newSimEngine(simOptions(21, 1), time.Nanosecond); err != nil {
 		t.Fatal(err)
@@ -192,7 +192,7 @@ func TestFetchBackoff(t *testing.T) {
 // first and alone; without any, all are tried.
 func TestReachableDonors(t *testing.T) {
 	h, other := unitHost(t), unitHost(t)
-	n, _ := unitMeshNode(h)
+	n := unitMeshNode(h)
 	if err := h.Libp2p().Connect(context.Background(), peer.AddrInfo{ID: other.ID(), Addrs: other.Libp2p().Addrs()}); err != nil {
 		t.Fatal(err)
 	}

@@ -37,9 +37,15 @@ var ErrBadHistory = errors.New("node: bad history")
 // appendHistory appends rec to <home>/HistoryFile. A record a crash cut
 // short (the file does not end in a newline) is dropped first, so the file
 // stays one whole record per line.
-func (n *Node) appendHistory(rec OuterRecord) {
+func (n *Node) appendHistory(rec OuterRecord) error {
 	b, _ := json.Marshal(rec)
-	if err := appendRecordLine(filepath.Join(n.cfg.Home, HistoryFile), append(b, '\n')); err != nil {
+	return appendRecordLine(filepath.Join(n.cfg.Home, HistoryFile), append(b, '\n'))
+}
+
+// keepHistory appends rec to the history file, logging a failure: the
+// history is the operator's record, never a reason to stop training.
+func (n *Node) keepHistory(rec OuterRecord) {
+	if err := n.appendHistory(rec); err != nil {
 		n.log.Warn("history", "err", err)
 	}
 }

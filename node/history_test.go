@@ -83,8 +83,11 @@ func TestReadHistory(t *testing.T) {
 		t.Fatalf("missing file: err %v, want fs.ErrNotExist", err)
 	}
 	n := &Node{cfg: Config{Home: home}, log: slog.New(slog.DiscardHandler)}
-	n.appendHistory(OuterRecord{Step: 0, EvalLoss: 5.5, ModelHash: "a"})
-	n.appendHistory(OuterRecord{Step: 1, Members: 3, EvalLoss: 2.5, BytesSent: 42, ModelHash: "b"})
+	for _, r := range []OuterRecord{{Step: 0, EvalLoss: 5.5, ModelHash: "a"}, {Step: 1, Members: 3, EvalLoss: 2.5, BytesSent: 42, ModelHash: "b"}} {
+		if err := n.appendHistory(r); err != nil {
+			t.Fatal(err)
+		}
+	}
 	recs, err := ReadHistory(home)
 	if err != nil || len(recs) != 2 || recs[1].Members != 3 || recs[1].BytesSent != 42 || recs[0].EvalLoss != 5.5 {
 		t.Fatalf("got %+v, %v", recs, err)

@@ -22,14 +22,7 @@ func (n *Node) trainLoop(ctx context.Context) error {
 			cfg.Lag = -1 // the first inner step at which the average is in
 		}
 	}
-	var red diloco.Reducer = ringReducer{n}
-	if n.cfg.Averaging == AveragingRobust {
-		red = scatterReducer{n}
-	}
-	if n.tamper != nil {
-		red = n.tamper(red)
-	}
-	l, err := diloco.New(cfg, n.engine, n.model, red, nodePort{n}, nodeHooks{n})
+	l, err := diloco.New(cfg, n.engine, n.model, n.reducer, nodePort{n}, nodeHooks{n})
 	if err != nil {
 		return err
 	}
@@ -91,7 +84,7 @@ func (n *Node) finishOuter(c diloco.Commit) {
 		s.OuterStep, s.InnerStep, s.Members, s.EvalLoss, s.ModelHash = c.Step, 0, members, c.Eval, c.Hash
 		s.ComputeUtilization, s.LastAllReduceSec = rec.Utilization, rec.AllReduceSec
 	})
-	n.appendHistory(rec)
+	n.keepHistory(rec)
 	n.log.Info("outer step", "step", c.Step, "members", rec.Members, "loss", fmt.Sprintf("%.4f", rec.Loss),
 		"eval_loss", fmt.Sprintf("%.4f", c.Eval), "allreduce", fmtDur(c.Took), "sent", rec.BytesSent,
 		"received", rec.BytesReceived, "utilization", fmt.Sprintf("%.3f", rec.Utilization),

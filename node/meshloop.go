@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
+	"github.com/intellect-node/intellect-node/mesh/account"
 	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
 )
@@ -36,7 +37,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 			if !ok {
 				return
 			}
-			if isReport(msg.Data) {
+			if msg.Topic == account.Topic {
 				n.onReport(mesh.PeerID(msg.From.String()), msg.Data)
 				break
 			}
@@ -79,22 +80,19 @@ var errSpoofed = errors.New("node: mesh message From is not its signer")
 // carryOut does what one Ready asks, then advances the state machine.
 func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *slog.Logger) {
 	for _, msg := range rd.Messages {
-		if n.meshTamper != nil {
-			n.meshTamper(&msg)
-		}
 		b, err := mesh.Encode(msg)
 		if err != nil {
 			log.Warn("encode mesh message", "type", msg.Type, "err", err)
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := n.host.Publish(pctx, b); err != nil && ctx.Err() == nil {
+		if err := n.pub.PublishTo(pctx, p2p.MeshTopic, b); err != nil && ctx.Err() == nil {
 			log.Warn("publish", "type", msg.Type, "err", err)
 		}
 		cancel()
 	}
 	for _, e := range rd.Equivocations {
-		n.exclude(e.Peer, fmt.Sprintf("proposed two different rings for step %d round %d (signed mesh messages): %s and %s",
+		n.exclude(e.Peer, "equivocation", fmt.Sprintf("proposed two different rings for step %d round %d (signed mesh messages): %s and %s",
 			e.Step+1, e.Round, memberIDs(e.First), memberIDs(e.Second)))
 	}
 	if len(rd.LeftOut) > 0 {

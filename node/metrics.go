@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/intellect-node/intellect-node/mesh/account"
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ring"
@@ -33,7 +34,7 @@ type metrics struct {
 	ckptSeconds   prometheus.Histogram
 	ckptFailures  prometheus.Counter
 	robustFlags   *prometheus.CounterVec
-	exclusions    prometheus.Counter
+	exclusions    *prometheus.CounterVec
 	audits        *prometheus.CounterVec
 	reports       *prometheus.CounterVec
 }
@@ -57,7 +58,7 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 		fetchFailures: f.counterVec("intellect_model_fetch_failures_total", "Failed model fetches by cause.", "cause"),
 		ckptSeconds:   f.histogram("intellect_checkpoint_duration_seconds", "Wall time of writing a checkpoint to disk."),
 		ckptFailures:  f.counter("intellect_checkpoint_failures_total", "Checkpoint writes that failed."),
-		exclusions:    f.counter("intellect_peer_exclusions_total", "Peers this node excluded from the run on evidence of misbehaviour (robust averaging)."),
+		exclusions:    f.counterVec("intellect_peer_exclusions_total", "Peers this node excluded from the run on evidence of misbehaviour, by reason: weight, flagged, opposed, false_report, audit (robust averaging), equivocation (mesh votes).", "reason"),
 		reports:       f.counterVec("intellect_verdict_reports_total", "Segment owners' verdict reports of this node's contributions (robust averaging), by result: consistent, false (the owner is excluded).", "result"),
 		audits:        f.counterVec("intellect_audits_total", "Spot checks of other members' segments by this node (robust averaging), by result: passed, failed (the owner is excluded), unanswered.", "result"),
 		robustFlags:   f.counterVec("intellect_robust_flags_total", "Other members' contributions this node's segments flagged (robust averaging): chunks clipped hard or rejected, and steps in which a member's contribution pointed against the others' median (opposed).", "verdict"),
@@ -65,6 +66,10 @@ func newMetrics(reg *prometheus.Registry, b *board, bw func() map[protocol.ID]p2
 	for _, v := range []string{"clipped", "rejected", "opposed"} {
 		m.robustFlags.WithLabelValues(v)
 	}
+	for _, r := range []account.Reason{account.ReasonWeight, account.ReasonFlagged, account.ReasonOpposed, account.ReasonFalseReport, account.ReasonAudit} {
+		m.exclusions.WithLabelValues(r.String())
+	}
+	m.exclusions.WithLabelValues("equivocation")
 	for _, v := range []string{"passed", "failed", "unanswered"} {
 		m.audits.WithLabelValues(v)
 	}

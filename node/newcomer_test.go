@@ -2,10 +2,7 @@ package node
 
 import (
 	"context"
-	"log/slog"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
 )
@@ -17,56 +14,31 @@ import (
 // line's history with the model, its donor's snapshot, so all agree who is
 // a newcomer).
 func TestNewcomersAdmittedFewPerStep(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ca := twoNodeConfig(t, 0, false, nil)
-	ca.Run = "admit-test"
-	alog := &syncBuffer{}
-	ca.Logger = slog.New(slog.NewTextHandler(alog, nil))
-	a := newNode(t, ctx, ca)
-	cb := twoNodeConfig(t, 0, false, a.host.Addrs())
-	cb.Run = "admit-test"
-	b := newNode(t, ctx, cb)
+	c := newCluster(t, "admit-test")
+	a := c.add(c.config(0))
+	b := c.add(c.config(0))
 	if a.run.admitRate() != openAdmitRate {
 		t.Fatalf("open run admits at rate %g", a.run.admitRate())
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	wg := runNodes(t, runCtx, a, b)
-	defer func() { stop(); wg.Wait() }()
-	waitStep(t, []*Node{a, b}, mesh.MadeWindow+1)
+	runCtx, stop := context.WithCancel(c.ctx)
+	wait := c.start(runCtx, nil, a, b)
+	defer func() { stop(); wait() }()
+	c.awaitStep(mesh.MadeWindow+1, a, b)
 	joinedAt := len(a.board.historyList())
-	logs := make([]*syncBuffer, 3)
 	var joiners []*Node
-	for i := range logs {
-		logs[i] = &syncBuffer{}
-		c := twoNodeConfig(t, 0, false, a.host.Addrs())
-		c.Run, c.Logger = "admit-test", slog.New(slog.NewTextHandler(logs[i], nil))
+	for range 3 {
+		cfg := c.config(0)
 		// Not a ring of joiners at step 0 before they hear of the pair
 		// (their steps take a millisecond here).
-		c.MinMembers = 6
-		joiners = append(joiners, newNode(t, ctx, c))
+		cfg.MinMembers = 6
+		joiners = append(joiners, c.add(cfg))
 	}
-	jwg := runNodes(t, runCtx, joiners...)
-	defer jwg.Wait()
-	deadline := time.Now().Add(time.Minute)
-	for h := a.board.historyList(); h[len(h)-1].Members != 5; h = a.board.historyList() {
-		if time.Now().After(deadline) {
-			var sizes []int
-			for _, r := range h[joinedAt-1:] {
-				sizes = append(sizes, r.Members)
-			}
-			for i, l := range logs {
-				t.Logf("joiner %d:\n%s", i, l.String())
-			}
-			t.Logf("founder a:\n%s", alog.String())
-			for _, n := range append([]*Node{a, b}, joiners...) {
-				st := n.board.snapshot()
-				t.Logf("%s: state %s step %d members %d newcomer %v", n.self, st.State, st.OuterStep, len(st.Members), st.Newcomer)
-			}
-			t.Fatalf("no ring of all five in a minute; ring sizes since the joiners started %v", sizes)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitJoiners := c.start(runCtx, nil, joiners...)
+	defer waitJoiners()
+	c.await("a ring of all five", func() bool {
+		h := a.board.historyList()
+		return h[len(h)-1].Members == 5
+	})
 	stop()
 	h := a.board.historyList()
 	var sizes []int
@@ -77,9 +49,9 @@ func TestNewcomersAdmittedFewPerStep(t *testing.T) {
 		}
 	}
 	t.Logf("ring sizes since the joiners started: %v", sizes)
-	for _, l := range logs {
-		if !strings.Contains(l.String(), "model synced") {
-			t.Fatalf("a joiner never fetched the model:\n%s", l.String())
+	for _, j := range joiners {
+		if fetches(t, j) == 0 {
+			t.Fatalf("joiner %s never fetched the model", j.self)
 		}
 	}
 	if st := a.board.snapshot(); st.Newcomer {

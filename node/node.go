@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
-	"github.com/intellect-node/intellect-node/mesh/collective"
+	"github.com/intellect-node/intellect-node/mesh/account"
 	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ckpt"
@@ -38,36 +38,24 @@ type Node struct {
 	host *p2p.Host
 	ar   *ring.Service
 	sc   *scatter.Service
-	// offences: members whose contributions this node's segments flagged.
-	offences offenceBook
-	// reports: what this node sent in its last attempts, to check the
-	// owners' verdict reports (report.go).
-	reports reportBook
-	// tamper, set by tests only, wraps the reducer: an attacking member.
-	tamper func(diloco.Reducer) diloco.Reducer
-	// auditAlways, set by tests only: audit every owner after every step.
-	auditAlways bool
-	// probation: when each owner first shared a ring with this node.
-	probation probationLog
-	// scatterWrap, set by tests only, wraps the direct scatter's
-	// transport: an attacking segment owner.
-	scatterWrap func(collective.MeshTransport) collective.MeshTransport
-	// reportTamper, set by tests only, changes this node's verdict reports
-	// before they are published (a lying owner).
-	reportTamper func(*ownerReport)
-	// meshTamper, set by tests only, changes this node's mesh messages
-	// before they are published (a member lying in its votes).
-	meshTamper func(*mesh.Message)
-	ckpt       *ckpt.Server
-	engine     train.Engine
-	data       train.Source
-	run        *runManifest  // the run manifest, fixed by New
-	opts       train.Options // the manifest's training options (Worker: 0)
-	mserv      *p2p.ManifestServer
-	board      board
-	api        *api
-	met        *metrics
-	self       mesh.PeerID
+	// acct: robust averaging's accountability of this node (account.go).
+	acct accountant
+	// reducer averages the pseudo-gradients of a decided ring: ringReducer,
+	// or scatterReducer with --averaging robust.
+	reducer diloco.Reducer
+	// pub publishes on the run's gossip topics: the host.
+	pub publisher
+
+	ckpt   *ckpt.Server
+	engine train.Engine
+	data   train.Source
+	run    *runManifest  // the run manifest, fixed by New
+	opts   train.Options // the manifest's training options (Worker: 0)
+	mserv  *p2p.ManifestServer
+	board  board
+	api    *api
+	met    *metrics
+	self   mesh.PeerID
 
 	cred credentials // the key or ticket this node joins its run with (admission.go)
 
@@ -98,7 +86,20 @@ type Node struct {
 // New prepares a node: it validates cfg, starts the libp2p host, and builds
 // the model, resuming from the newest checkpoint under cfg.Home if there is
 // one. It starts no goroutine of its own; Run does.
-func New(ctx context.Context, cfg Config) (*Node, error) {
+func New(ctx context.Context, cfg Config) (*Node, error) { return newNode(ctx, cfg) }
+
+// publisher publishes on the run's gossip topics (p2p.Host.PublishTo).
+type publisher interface {
+	PublishTo(ctx context.Context, topic string, data []byte) error
+}
+
+// option changes a node newNode built, before it runs: the node tests'
+// attackers bring a reducer or a publisher of their own, their auditors
+// audit every owner every step.
+type option func(*Node)
+
+// newNode is New with options.
+func newNode(ctx context.Context, cfg Config, opts ...option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -118,6 +119,27 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.loadPSK(); err != nil {
 		return nil, err
 	}
+	if err := n.newHost(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.initRun(ctx); err != nil {
+		n.host.Close()
+		return nil, err
+	}
+	n.acct.m = account.New(account.Config{Self: n.self})
+	n.reducer, n.pub = ringReducer{n}, n.host
+	if cfg.Averaging == AveragingRobust {
+		n.reducer = scatterReducer{n}
+	}
+	for _, o := range opts {
+		o(n)
+	}
+	return n, nil
+}
+
+// newHost starts the node's libp2p host (not its gossip: Run does).
+func (n *Node) newHost(ctx context.Context) error {
+	cfg := n.cfg
 	reg := prometheus.NewRegistry()
 	h, err := p2p.New(ctx, p2p.Config{
 		PSK:          n.cred.psk,
@@ -129,29 +151,31 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		Bootstrap:    cfg.Bootstrap,
 		Rejoin:       holdsRun(cfg.Home),
 		Run:          cfg.Run,
+		Topics:       []string{account.Topic},
 		Logger:       cfg.Logger,
 		Metrics:      reg,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.host = h
 	n.self = mesh.PeerID(h.ID().String())
 	n.met = newMetrics(reg, &n.board, h.Bandwidth)
+	return nil
+}
+
+// initRun settles the run manifest, serves it to joiners and builds the
+// model.
+func (n *Node) initRun(ctx context.Context) error {
 	if err := n.initManifest(ctx); err != nil {
-		h.Close()
-		return nil, err
+		return err
 	}
 	// Joiners may ask for the manifest as soon as this node listens.
-	if n.mserv, err = p2p.ServeManifest(h.Libp2p(), n.run.raw, cfg.Logger); err != nil {
-		h.Close()
-		return nil, err
+	var err error
+	if n.mserv, err = p2p.ServeManifest(n.host.Libp2p(), n.run.raw, n.cfg.Logger); err != nil {
+		return err
 	}
-	if err := n.initModel(); err != nil {
-		h.Close()
-		return nil, err
-	}
-	return n, nil
+	return n.initModel()
 }
 
 // holdsRun reports whether home holds a run manifest: the node is a member
@@ -295,7 +319,7 @@ func (n *Node) evalInitial() error {
 	rec := OuterRecord{Step: 0, Time: time.Now(), EvalLoss: eval, ModelHash: n.model.Hash()}
 	n.board.record(rec)
 	n.board.update(func(s *Status) { s.EvalLoss = eval })
-	n.appendHistory(rec)
+	n.keepHistory(rec)
 	n.log.Info("initial model", "eval_loss", fmt.Sprintf("%.4f", eval), "hash", short(n.model.Hash()))
 	return nil
 }
@@ -304,27 +328,10 @@ func (n *Node) evalInitial() error {
 // gossip, and the mesh goroutine.
 func (n *Node) start(ctx context.Context) error {
 	n.life = ctx
-	var err error
-	if n.ar, err = ring.NewService(n.host.Libp2p(), ring.ServiceConfig{
-		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
+	if err := n.startServices(); err != nil {
 		return err
 	}
-	if n.sc, err = scatter.NewService(n.host.Libp2p(), scatter.Config{
-		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
-		return err
-	}
-	if n.ckpt, err = ckpt.Serve(n.host.Libp2p(), n.snapshot, ckpt.ServeConfig{
-		Rate: n.cfg.DonorRate, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
-		return err
-	}
-	n.host.SetValidator(func(from peer.ID, data []byte) bool {
-		if isReport(data) {
-			_, err := decodeReport(data)
-			return err == nil
-		}
-		m, err := mesh.Decode(data)
-		return err == nil && m.From == mesh.PeerID(from.String())
-	})
+	n.setValidators()
 	if err := n.host.Start(ctx); err != nil {
 		return err
 	}
@@ -346,29 +353,65 @@ func (n *Node) start(ctx context.Context) error {
 		s.Preset, s.Params, s.InnerSteps, s.OuterStep = n.cfg.Preset, n.params, n.cfg.InnerSteps, n.model.Step()
 		s.ModelHash, s.StartedAt, s.State = n.model.Hash(), time.Now(), "starting"
 	})
-	if n.cfg.StatusAddr != "off" {
-		if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.log); err != nil {
-			return err
-		}
-		addrFile := filepath.Join(n.cfg.Home, "api.addr")
-		if err := os.WriteFile(addrFile, []byte(n.api.Addr()+"\n"), 0o600); err != nil {
-			return fmt.Errorf("node: %w", err)
-		}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := n.api.serve(); err != nil {
-				n.log.Error("status API", "err", err)
-			}
-		}()
-		n.log.Info("status API", "url", "http://"+n.api.Addr()+"/")
+	if err := n.startAPI(); err != nil {
+		return err
 	}
 	n.log.Info("node started", "peer", n.self, "addrs", n.host.Addrs(), "run", n.cfg.Run, "manifest", short(n.run.id))
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		n.meshLoop(ctx, m)
-	}()
+	n.wg.Go(func() { n.meshLoop(ctx, m) })
+	return nil
+}
+
+// startServices registers the all-reduce, scatter and checkpoint stream
+// protocols.
+func (n *Node) startServices() error {
+	var err error
+	if n.ar, err = ring.NewService(n.host.Libp2p(), ring.ServiceConfig{
+		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
+		return err
+	}
+	if n.sc, err = scatter.NewService(n.host.Libp2p(), scatter.Config{
+		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
+		return err
+	}
+	n.ckpt, err = ckpt.Serve(n.host.Libp2p(), n.snapshot, ckpt.ServeConfig{
+		Rate: n.cfg.DonorRate, Run: n.run.key, Logger: n.cfg.Logger})
+	return err
+}
+
+// setValidators vets the gossip topics' messages: mesh messages signed by
+// their From, verdict reports that decode.
+func (n *Node) setValidators() {
+	n.host.SetValidator(func(from peer.ID, data []byte) bool {
+		m, err := mesh.Decode(data)
+		return err == nil && m.From == mesh.PeerID(from.String())
+	})
+	// The host was made with account.Topic: no error.
+	_ = n.host.SetTopicValidator(account.Topic, func(_ peer.ID, data []byte) bool {
+		_, err := account.Decode(data)
+		return err == nil
+	})
+}
+
+// startAPI serves the REST API, unless it is off, and writes its address
+// to <home>/api.addr.
+func (n *Node) startAPI() error {
+	if n.cfg.StatusAddr == "off" {
+		return nil
+	}
+	var err error
+	if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.log); err != nil {
+		return err
+	}
+	addrFile := filepath.Join(n.cfg.Home, "api.addr")
+	if err := os.WriteFile(addrFile, []byte(n.api.Addr()+"\n"), 0o600); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.wg.Go(func() {
+		if err := n.api.serve(); err != nil {
+			n.log.Error("status API", "err", err)
+		}
+	})
+	n.log.Info("status API", "url", "http://"+n.api.Addr()+"/")
 	return nil
 }
 

@@ -104,11 +104,32 @@ type board struct {
 	status  Status
 	peers   []PeerStatus
 	history []OuterRecord
+	changed chan struct{} // closed at the next change (changes); nil until asked for
+}
+
+// changes returns a channel that is closed at the board's next change: a
+// watcher waits on it instead of polling.
+func (b *board) changes() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	return b.changed
+}
+
+// notify wakes the watchers of changes; b.mu is held.
+func (b *board) notify() {
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 }
 
 func (b *board) update(f func(s *Status)) {
 	b.mu.Lock()
 	f(&b.status)
+	b.notify()
 	b.mu.Unlock()
 }
 
@@ -131,6 +152,7 @@ func (b *board) snapshot() Status {
 func (b *board) setPeers(p []PeerStatus) {
 	b.mu.Lock()
 	b.peers = p
+	b.notify()
 	b.mu.Unlock()
 }
 
@@ -148,6 +170,7 @@ func (b *board) record(r OuterRecord) {
 	if len(b.history) > maxHistory {
 		b.history = append(b.history[:0:0], b.history[len(b.history)-maxHistory:]...)
 	}
+	b.notify()
 	b.mu.Unlock()
 }
 

@@ -5,8 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/intellect-node/intellect-node/mesh/account"
 	"github.com/intellect-node/intellect-node/mesh/collective"
-	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/node/diloco"
 )
 
@@ -47,13 +47,17 @@ func TestAttackedMeanAndRobust(t *testing.T) {
 		return d
 	}
 	sc := collective.ScatterConfig{Shards: 1, Robust: collective.RobustConfig{MaxWeight: 20}}
+	judge, err := account.NewJudge(sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		avg  diloco.Averaging
 		bad  bool
 	}{
 		{"mean", diloco.Averaging{}, true},
-		{"robust", diloco.Averaging{Scatter: &sc, Judge: node.ScatterJudge(sc, nil)}, false},
+		{"robust", diloco.Averaging{Scatter: &sc, Judge: judge}, false},
 	} {
 		var err error
 		if c.avg.Alter, err = attacked("signflip1000", 4, 1, 1); err != nil {

@@ -27,7 +27,7 @@ import (
 // tokens) — on the embedded corpus and on real text, over several seeds.
 // Everything runs in this process through diloco.RunLocal with the nodes'
 // default averaging — robust, the direct scatter with robust segment owners
-// and their exclusion rule (node.ScatterJudge) — or, for the fp32
+// and their exclusion rule (account.Judge) — or, for the fp32
 // comparison, the plain float32 mean; the in-memory reducers compute the
 // bits of the network's (TestNetworkMatchesReference). Results are appended
 // to a JSON-lines file as each run ends, so an interrupted benchmark

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/intellect-node/intellect-node/mesh/account"
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/train"
@@ -75,7 +76,7 @@ type sweepResult struct {
 	// batches (8× the curve's): the figure runs are compared by.
 	Final float64 `json:"final"`
 	Secs  float64 `json:"secs"`
-	// With codec=robust: the owners' exclusions (node's rule; attackers
+	// With codec=robust: the owners' exclusions (account.Judge, the nodes' rule; attackers
 	// are the last f workers), and the least cosine of an honest worker's
 	// contribution with the others' median any owner saw.
 	Exclusions   []sweepExclusion `json:"exclusions,omitempty"`
@@ -248,7 +249,9 @@ func (res *sweepResult) averaging(r sweepRun, seed uint64) (diloco.Averaging, er
 		return a, err
 	}
 	if a.Scatter != nil {
-		a.Judge = node.ScatterJudge(*a.Scatter, res.watchOwners(r.M-r.F))
+		if a.Judge, err = account.NewJudge(*a.Scatter, res.watchOwners(r.M-r.F)); err != nil {
+			return a, err
+		}
 	}
 	if r.Attack != "" {
 		var err error
@@ -399,9 +402,9 @@ func (r *sweepRun) setNumber(k string, f float64) error {
 
 // watchOwners records, from the in-memory owners' views, the first
 // exclusion of each worker and the least cosine of the first honest ones.
-func (res *sweepResult) watchOwners(honest int) func(node.OwnerView) {
+func (res *sweepResult) watchOwners(honest int) func(account.OwnerView) {
 	seen := map[int]bool{}
-	return func(v node.OwnerView) {
+	return func(v account.OwnerView) {
 		for _, w := range slices.Sorted(maps.Keys(v.Excluded)) {
 			if ev := v.Excluded[w]; !seen[w] {
 				seen[w] = true
