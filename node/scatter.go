@@ -10,9 +10,9 @@ import (
 )
 
 // scatterReducer is the reducer of a node with --averaging robust (the
-// default): one
-// attempt of the direct scatter (p2p/scatter), each segment owner clipping
-// and combining every member's whole contribution (docs/robust.md).
+// default): one attempt of the direct scatter (p2p/scatter), each segment
+// owner clipping and combining every member's whole contribution
+// (docs/robust.md).
 type scatterReducer struct{ n *Node }
 
 // Attempt runs one attempt of the direct scatter over rg and carries out
