@@ -13,6 +13,7 @@ type meshAgreement struct {
 	step       uint64
 	hash       string
 	readyAt    uint64
+	startedAt  uint64                    // tick this agreement began (resetAgreement)
 	known      map[PeerID]uint32         // Ready peers of this step and hash → inner steps
 	local      map[PeerID]bool           // seen by this node: dead, failed, left, restarted, timed out, left out, equivocated
 	accused    map[meshAccusation]uint32 // accusations heard → lowest round of the accuser's votes naming the accused
@@ -35,7 +36,7 @@ type meshAgreement struct {
 // live peers already said about it.
 func (m *Mesh) resetAgreement() {
 	m.ag = meshAgreement{
-		step: m.step, hash: m.hash,
+		step: m.step, hash: m.hash, startedAt: m.tick,
 		known: make(map[PeerID]uint32), local: make(map[PeerID]bool),
 		accused: make(map[meshAccusation]uint32), excluded: make(map[PeerID]bool),
 		disputants: make(map[PeerID]bool), inflated: make(map[PeerID]bool),
@@ -307,6 +308,9 @@ func (m *Mesh) progress() {
 	if m.state != StateReady && m.state != StateAgreeing {
 		return
 	}
+	if m.stuckBelowMinimum() {
+		m.restartStep()
+	}
 	if m.ag.excluded[m.cfg.ID] {
 		if !m.ag.local[m.cfg.ID] {
 			// Excluded by accusations: contest them, and give the votes
@@ -333,7 +337,8 @@ func (m *Mesh) progress() {
 		}
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
-		if m.decidable() {
+		// (a contest's vote may be below the minimum: never decided)
+		if m.decidable() && !m.belowMinimum(len(m.ag.vote)) {
 			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks(), m.cfg.AllDirect); ok {
 				if m.waitForLinks() {
 					return
@@ -354,15 +359,16 @@ func (m *Mesh) progress() {
 	}
 }
 
-// canVote: a Ready node votes once someone else voted in this step, or once
-// every live peer of this step and hash is Ready, or after StragglerTicks;
-// before its first ring it also waits for MinMembers Ready members.
+// canVote: a Ready node held to the minimum (heldToMinimum) waits for
+// MinMembers Ready members, whatever its peers do; then it votes once
+// someone else voted in this step, or once every live peer of this step
+// and hash is Ready, or after StragglerTicks.
 func (m *Mesh) canVote() bool {
+	if m.belowMinimum(len(m.viewMembers())) {
+		return false
+	}
 	if m.ag.anyVote {
 		return true
-	}
-	if !m.established && len(m.viewMembers()) < m.cfg.MinMembers {
-		return false
 	}
 	if m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
 		return true
@@ -435,6 +441,9 @@ func (m *Mesh) vote(round uint32) {
 	if _, in := slices.BinarySearchFunc(members, m.cfg.ID, meshCmpMember); !in {
 		m.setState(StateExcluded) // excluded by a peer, or truncated away
 		return
+	}
+	if m.belowMinimum(len(members)) {
+		return // a ring below the minimum: wait (restartBelowMinimum)
 	}
 	m.cast(round, members)
 	for id := range m.ag.local {
@@ -618,8 +627,18 @@ func (m *Mesh) roundTimeout() {
 // maybeRejoinStep: an Excluded node whose step has no other live holder
 // left, and no live peer ahead of it (every peer that excluded it is
 // gone), starts the step's agreement afresh rather than wait for a next
-// step that nobody will produce.
+// step that nobody will produce; so does one held to the minimum whose
+// peers cannot make the first ring without it (stuckBelowMinimum).
 func (m *Mesh) maybeRejoinStep() {
+	if m.stepLivesOn() && !m.stuckBelowMinimum() {
+		return
+	}
+	m.restartStep()
+}
+
+// stepLivesOn reports whether a live peer holds this node's step or is
+// ahead of it.
+func (m *Mesh) stepLivesOn() bool {
 	for _, p := range m.peers {
 		if p.dead || !p.state.hasModel() {
 			continue
@@ -630,9 +649,15 @@ func (m *Mesh) maybeRejoinStep() {
 			// cannot be told to be on this line (one PrevHash), and
 			// treating it as gone made a newcomer left out of a fast step
 			// train the step alone: a fork of one.
-			return
+			return true
 		}
 	}
+	return false
+}
+
+// restartStep starts the agreement of this node's step afresh, in a round
+// above every round seen, with no accusation of the earlier rounds.
+func (m *Mesh) restartStep() {
 	round := m.ag.maxRound + 1
 	m.resetAgreement()
 	m.ag.maxRound = max(m.ag.maxRound, round)

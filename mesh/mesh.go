@@ -444,7 +444,9 @@ func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	same, voted, round := step == m.step && hash == m.hash, m.ag.voted, m.ag.round
 	m.step, m.hash, m.prevHash = step, hash, prevHash
 	m.inner = 0
-	m.established = true
+	// Back at its own model is not synced from peers: a node held to the
+	// minimum whose fetch failed stays held.
+	m.established = m.established || !same
 	m.ring, m.fetch, m.syncFailed = nil, nil, false
 	m.resetAgreement()
 	if same && voted {

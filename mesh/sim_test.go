@@ -59,6 +59,7 @@ type simDone struct {
 	syncs   map[PeerID]int // each member's sync count when it completed
 	agree   uint64         // ticks from the last member's Ready to the last decision
 	amnesia int            // simNet.amnesia when it completed
+	at      uint64         // tick it completed
 }
 
 type simNet struct {
@@ -461,7 +462,7 @@ func (s *simNet) complete(r Ring) {
 		n.rings++
 		s.flush(n)
 	}
-	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash, syncs: syncs,
+	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash, syncs: syncs, at: s.now,
 		agree: lastDecide - min(lastDecide, lastReady), amnesia: s.amnesia})
 	s.logf("ring %s completes step %d", r.ID[:8], r.Step)
 }

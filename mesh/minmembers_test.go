@@ -1,0 +1,227 @@
+package mesh
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+)
+
+// simNodeConfig gives a simulated node the timeouts node/ runs with
+// (Config's defaults at 100 ms ticks) instead of the suite's short ones.
+func simNodeConfig(min int) func(*Config) {
+	return func(c *Config) {
+		c.HeartbeatTicks, c.DeadTicks = DefaultHeartbeatTicks, DefaultDeadTicks
+		c.StragglerTicks, c.ProposeTimeoutTicks = DefaultStragglerTicks, DefaultProposeTimeoutTicks
+		c.SyncTimeoutTicks = DefaultSyncTimeoutTicks
+		c.MinMembers = min
+	}
+}
+
+// checkFirstRings fails if a ring of the run's first step (the initial
+// model) completed with fewer than min members, or if two did.
+func (s *simNet) checkFirstRings(min int) {
+	s.t.Helper()
+	first := 0
+	for _, d := range s.done {
+		if d.hash != simGenesis {
+			continue
+		}
+		first++
+		if len(d.ring.Members) < min {
+			s.t.Fatalf("a ring of %d members completed the first step (minimum %d): %v", len(d.ring.Members), min, d.ring.Members)
+		}
+	}
+	if first > 1 {
+		s.t.Fatalf("%d rings completed the first step", first)
+	}
+}
+
+// checkOneHashPerStep fails if two rings of one step made different models.
+func (s *simNet) checkOneHashPerStep() {
+	s.t.Helper()
+	made := map[uint64]string{}
+	for _, d := range s.done {
+		if h, ok := made[d.step]; ok && h != d.newHash {
+			s.t.Fatalf("step %d made two models", d.step)
+		}
+		made[d.step] = d.newHash
+	}
+}
+
+// simOverloadRun starts n fresh members with MinMembers n one to three
+// ticks apart on a network like an overloaded machine's (node's timeouts,
+// drop of gossip, delays up to 1.5 s: heartbeats late, live peers declared
+// dead, votes lost), members slowed at random, and runs it for ticks.
+func simOverloadRun(t *testing.T, seed uint64, n, ticks int, drop float64, maxDelay int) *simNet {
+	s := newSimNet(t, 9000+seed)
+	if os.Getenv("SIMTRACE") != "" {
+		s.trace = func(l string) { t.Log(l) }
+	}
+	rng := rand.New(rand.NewPCG(seed, 28))
+	s.drop, s.dup, s.minDelay, s.maxDelay = drop, 0.05, 1, maxDelay
+	for i := range n {
+		nd := s.add(simID(i), 0, simGenesis, simNodeConfig(n))
+		nd.trainSlow = rng.IntN(20)
+		s.run(1 + rng.IntN(3))
+	}
+	s.run(ticks)
+	return s
+}
+
+// TestSimFirstRingNotBelowMinimum: 32 and 64 fresh members holding the
+// first step to all of them, on a network as lossy and late as an
+// overloaded machine's. No ring below the minimum completes the first
+// step, whatever the failure detector and lost votes make of it; every
+// step has one model; and the run starts: a ring of all of them. Before,
+// a peer's vote released a node from the minimum and re-votes after
+// refutations shrank: four members each completed step 1 alone.
+func TestSimFirstRingNotBelowMinimum(t *testing.T) {
+	for _, tc := range []struct {
+		n        int
+		drop     float64
+		maxDelay int
+	}{
+		{32, 0.2, 15},
+		{64, 0.3, 15},
+	} {
+		t.Run(fmt.Sprintf("n=%d", tc.n), func(t *testing.T) {
+			if tc.n > 32 && os.Getenv("MESH_SIM_LARGE") == "" {
+				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim)")
+			}
+			s := simOverloadRun(t, uint64(tc.n), tc.n, 1500, tc.drop, tc.maxDelay)
+			s.checkFirstRings(tc.n)
+			s.checkOneHashPerStep()
+			if len(s.done) == 0 {
+				t.Fatalf("no ring in %d ticks\n%s", s.now, s.dump())
+			}
+			t.Logf("%d steps in %d ticks, %d false deaths", len(s.done), s.now, s.falseDead)
+		})
+	}
+}
+
+// minTestMesh is node "a" at the initial model h0, held to min members.
+func minTestMesh(t *testing.T, min int) (*Mesh, func(Message)) {
+	t.Helper()
+	m, err := New(Config{ID: "a", MinMembers: min, HeartbeatTicks: 2, DeadTicks: 20, StragglerTicks: 3, ProposeTimeoutTicks: 6}, 0, "h0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, func(msg Message) {
+		t.Helper()
+		if err := m.Step(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// proposals returns the votes a's Ready output carries, and the rings it
+// decided.
+func proposals(m *Mesh) (votes []Message, rings []*Ring) {
+	for _, rd := range drain(m) {
+		for _, msg := range rd.Messages {
+			if msg.Type == MsgPropose {
+				votes = append(votes, msg)
+			}
+		}
+		if rd.Ring != nil {
+			rings = append(rings, rd.Ring)
+		}
+	}
+	return votes, rings
+}
+
+// TestMinMembersPeerVoteDoesNotRelease: the README's three nodes by hand
+// with the third late. A peer that votes at once (a joiner without the
+// minimum, before it was the run's) used to release a node held to 3
+// members: it followed the vote and the first ring had 2.
+func TestMinMembersPeerVoteDoesNotRelease(t *testing.T) {
+	m, step := minTestMesh(t, 3)
+	m.SetReady(0, 5)
+	step(Message{Type: MsgReady, From: "b", Step: 0, Hash: "h0", InnerSteps: 5})
+	step(Message{Type: MsgPropose, From: "b", State: StateAgreeing, Step: 0, Hash: "h0", Members: []Member{{"a", 5}, {"b", 5}}})
+	for range 20 {
+		m.Tick()
+	}
+	if votes, rings := proposals(m); len(votes) != 0 || len(rings) != 0 {
+		t.Fatalf("held to 3, it voted %v and decided %v with 2 Ready", votes, rings)
+	}
+	if w := m.Status().Waiting; w == nil || *w != (Waiting{Need: 3, Have: 2}) {
+		t.Fatalf("Waiting %+v, want need 3 have 2", w)
+	}
+	step(Message{Type: MsgReady, From: "c", Step: 0, Hash: "h0", InnerSteps: 5})
+	votes, _ := proposals(m)
+	if len(votes) == 0 || len(votes[0].Members) != 3 {
+		t.Fatalf("with 3 Ready: votes %v", votes)
+	}
+	if w := m.Status().Waiting; w != nil {
+		t.Fatalf("still waiting: %+v", w)
+	}
+}
+
+// TestMinMembersNoReVoteBelow: a node that voted a ring of 3 and then sees
+// a member die (or leave, or be excluded) does not vote or decide a ring
+// of 2; when the member is back and Ready it restarts the step's agreement
+// (its old accusation void) and votes the 3 again, in a round above all.
+func TestMinMembersNoReVoteBelow(t *testing.T) {
+	m, step := minTestMesh(t, 3)
+	m.SetReady(0, 5)
+	for _, id := range []PeerID{"b", "c"} {
+		step(Message{Type: MsgReady, From: id, Step: 0, Hash: "h0", InnerSteps: 5})
+	}
+	first, _ := proposals(m)
+	if len(first) == 0 {
+		t.Fatal("no vote with 3 Ready")
+	}
+	three := first[0].Members
+	for range 25 { // c falls silent: dead, excluded
+		m.Tick()
+		step(Message{Type: MsgPropose, From: "b", State: StateAgreeing, Step: 0, Hash: "h0", Round: 0, Members: three})
+	}
+	votes, rings := proposals(m)
+	for _, v := range votes {
+		if len(v.Members) < 3 {
+			t.Fatalf("voted %v below the minimum", v.Members)
+		}
+	}
+	if len(rings) != 0 {
+		t.Fatalf("decided %v", rings[0].Members)
+	}
+	// c is back, Ready: a fresh agreement of the step, above every round.
+	step(Message{Type: MsgHeartbeat, From: "c", State: StateReady, Step: 0, Hash: "h0", InnerSteps: 5})
+	for range 3 {
+		m.Tick()
+	}
+	votes, _ = proposals(m)
+	if len(votes) == 0 || !slices.Equal(votes[len(votes)-1].Members, three) || votes[len(votes)-1].Round == 0 {
+		t.Fatalf("after c came back: votes %v", votes)
+	}
+	if x := votes[len(votes)-1].Excluded; len(x) != 0 {
+		t.Fatalf("the restarted agreement still excludes %v", x)
+	}
+}
+
+// TestMinMembersHoldsSyncedGenesis: a joiner that fetched the run's
+// initial model from peers waiting for the minimum is held to it too
+// (the first ring is the run's, whoever holds it); one back at its own
+// model after a failed fetch is not established by it.
+func TestMinMembersHoldsSyncedGenesis(t *testing.T) {
+	j, err := New(Config{ID: "j", MinMembers: 3, StragglerTicks: 2}, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Synced(0, "h0", nil)
+	if !j.heldToMinimum() {
+		t.Fatal("a joiner synced at the initial model is not held to the minimum")
+	}
+	r, _ := New(Config{ID: "r", MinMembers: 3}, 5, "h5") // restarted from a checkpoint
+	r.Synced(5, "h5", nil)
+	if !r.heldToMinimum() {
+		t.Fatal("back at its own model, it counts as synced from peers")
+	}
+	r.Synced(6, "h6", nil)
+	if r.heldToMinimum() {
+		t.Fatal("synced a later model and still held")
+	}
+}
