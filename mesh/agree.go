@@ -56,6 +56,14 @@ func (m *Mesh) resetAgreement() {
 			m.mergeVote(id, v)
 		}
 	}
+	// Back at a model it voted on before (a fetch or adoption that
+	// failed, or a fetch of the model it had left): peers still hold its
+	// vote, so it votes again only above that round. A second, different
+	// vote in the same round is an equivocation, and peers excluded this
+	// honest node from every later step.
+	if r, ok := m.voted[meshKey{m.step, m.hash}]; ok {
+		m.ag.maxRound = max(m.ag.maxRound, r+1)
+	}
 }
 
 // noteReady records that id is Ready in step with model hash.
@@ -459,6 +467,19 @@ func (m *Mesh) cast(round uint32, members []Member) {
 	m.ag.maxRound = max(m.ag.maxRound, round)
 	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
+	if m.voted == nil {
+		m.voted = make(map[meshKey]uint32, meshKeepVotes+1)
+	}
+	m.voted[meshKey{m.ag.step, m.ag.hash}] = round
+	if len(m.voted) > meshKeepVotes {
+		oldest := meshKey{step: ^uint64(0)}
+		for k := range m.voted {
+			if k.step < oldest.step || k.step == oldest.step && k.hash < oldest.hash {
+				oldest = k
+			}
+		}
+		delete(m.voted, oldest)
+	}
 }
 
 // contest: a peer's vote names this node in its X, and this node has not

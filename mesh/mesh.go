@@ -136,7 +136,8 @@ type Mesh struct {
 	fetchAt    uint64
 	syncFailed bool
 
-	linkCost map[PeerID]uint32 // measured link costs to peers (SetLinkCosts)
+	linkCost map[PeerID]uint32  // measured link costs to peers (SetLinkCosts)
+	voted    map[meshKey]uint32 // the last round this node voted in, for its last few models (cast)
 
 	out       Ready
 	prevState State
@@ -436,12 +437,7 @@ func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	if step >= meshLineDepth {
 		delete(m.line, step-meshLineDepth)
 	}
-	// Back at the model it already held (a fetch or adoption that failed,
-	// and the lineage check found nothing better): peers still hold this
-	// node's vote of that step, so it votes again only above its round.
-	// A second, different vote in the same round is an equivocation, and
-	// peers excluded this honest node from every later step.
-	same, voted, round := step == m.step && hash == m.hash, m.ag.voted, m.ag.round
+	same := step == m.step && hash == m.hash
 	m.step, m.hash, m.prevHash = step, hash, prevHash
 	m.inner = 0
 	// Back at its own model is not synced from peers: a node held to the
@@ -449,9 +445,6 @@ func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	m.established = m.established || !same
 	m.ring, m.fetch, m.syncFailed = nil, nil, false
 	m.resetAgreement()
-	if same && voted {
-		m.ag.maxRound = max(m.ag.maxRound, round+1)
-	}
 	m.setState(StateTraining)
 	m.heartbeat()
 }

@@ -41,6 +41,11 @@ func TestSimRandomFaults(t *testing.T) {
 // checkpoints' histories named (known peers) rather than the pair ahead,
 // and outweighed it: a rollback of 14 steps. Not-established nodes weigh
 // sides by heads (checkMember).
+// 9144 and 9704: a member voted in a round of a step, moved on (adopted
+// another line, or its ring completed) and later fetched that same model
+// again; it voted again in the same round, differently, and its peers
+// took it for an equivocator and excluded it from every later step (9144:
+// in 26 rings of 167). A node keeps its last round per model (Mesh.voted).
 // 5091 (9-16 members): a member that crashed Ready was in some nodes' M
 // and not in others'; their newcomer quotas (counted from M) differed, so
 // did the newcomers they admitted, and they refuted each other's votes a
@@ -51,6 +56,7 @@ func TestSimRandomFaultsFound(t *testing.T) {
 		lo, hi int // members at the start
 	}{
 		{5109, 3, 10}, {5257, 3, 10}, {6131, 3, 10}, {7065, 3, 10}, {7148, 3, 10}, {7469, 3, 10}, {9977, 3, 10},
+		{9144, 3, 10}, {9704, 3, 10},
 		{5091, 9, 16},
 	} {
 		t.Run(fmt.Sprintf("seed=%d/members=%d-%d", tc.seed, tc.lo, tc.hi), func(t *testing.T) {
