@@ -266,16 +266,25 @@ func (m *Mesh) exclusions() {
 // its voter from the step (onPropose).
 const meshRoundSlack = 16
 
-// roundFloor is the highest round that more than f = ⌊(n−1)/2⌋ voters of
-// this step reached (the (f+1)-th highest latest round): a round some
-// honest voter reached. A vote far above it is a member taking everyone to
-// MaxRound, where nobody can vote again in the step (onPropose).
+// roundFloor is the highest round that more than f = ⌊(n−1)/2⌋ of the n
+// voters still in this step reached (the (f+1)-th highest latest round): a
+// round some honest voter reached. A vote far above it is a member taking
+// everyone to MaxRound, where nobody can vote again in the step
+// (onPropose). Voters dead or excluded do not count: their last votes
+// stay at the rounds where they left, and counted they held the floor
+// down while the others, re-voting at each exclusion after a failed
+// all-reduce, moved 30 rounds on; the fastest were taken for inflaters,
+// excluded, sat out, and the cascade left rings of one in a connected
+// network (32 members, 30 % loss: 59 extra rings in 4 runs).
 func (m *Mesh) roundFloor() uint32 {
 	var rounds []uint32
 	if m.ag.voted {
 		rounds = append(rounds, m.ag.round)
 	}
-	for id := range m.peers {
+	for id, p := range m.peers {
+		if p.dead || m.ag.excluded[id] {
+			continue // its last vote says nothing of the rounds now
+		}
 		if v := m.latestVote(id); v != nil && !m.isEquivocator(id) && !m.newcomer(id) {
 			rounds = append(rounds, v.round)
 		}
@@ -285,7 +294,7 @@ func (m *Mesh) roundFloor() uint32 {
 	}
 	slices.Sort(rounds)
 	slices.Reverse(rounds)
-	return rounds[min(m.faultBound(), len(rounds)-1)]
+	return rounds[(len(rounds)-1)/2]
 }
 
 // faultBound is f = ⌊(n−1)/2⌋ for the n peers known in this step (this
@@ -358,6 +367,11 @@ func (m *Mesh) progress() {
 			return
 		}
 		if !m.refuted() {
+			return
+		}
+		if m.ag.roundAt == m.tick {
+			// One new round a tick: a burst of exclusions heard in one
+			// tick is one round, not one each (the next Tick votes).
 			return
 		}
 		m.vote(max(m.ag.round+1, m.ag.maxRound))

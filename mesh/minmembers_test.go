@@ -72,25 +72,28 @@ func simOverloadRun(t *testing.T, seed uint64, n, ticks int, drop float64, maxDe
 
 // TestSimFirstRingNotBelowMinimum: 32 and 64 fresh members holding the
 // first step to all of them, on a network as lossy and late as an
-// overloaded machine's. No ring below the minimum completes the first
-// step, whatever the failure detector and lost votes make of it; every
-// step has one model; and the run starts: a ring of all of them. Before,
-// a peer's vote released a node from the minimum and re-votes after
-// refutations shrank: four members each completed step 1 alone.
+// overloaded machine's (30 % loss, up to 1.5 s late). No ring below the
+// minimum completes the first step, whatever the failure detector and
+// lost votes make of it; every step has one model; and the run starts: a
+// ring of all of them. Before, a peer's vote released a node from the
+// minimum and re-votes after refutations shrank: four members each
+// completed step 1 alone (64 members: a ring of 1; 32 at 20 % loss: of
+// 30). Later steps forked the same way after a failed all-reduce, until
+// the round floor counted only the voters still in the step (32: rings
+// of one at step 3).
 func TestSimFirstRingNotBelowMinimum(t *testing.T) {
 	for _, tc := range []struct {
-		n        int
-		drop     float64
-		maxDelay int
+		n    int
+		seed uint64
 	}{
-		{32, 0.2, 15},
-		{64, 0.3, 15},
+		{32, 0},
+		{64, 64},
 	} {
 		t.Run(fmt.Sprintf("n=%d", tc.n), func(t *testing.T) {
 			if tc.n > 32 && os.Getenv("MESH_SIM_LARGE") == "" {
 				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim)")
 			}
-			s := simOverloadRun(t, uint64(tc.n), tc.n, 1500, tc.drop, tc.maxDelay)
+			s := simOverloadRun(t, tc.seed, tc.n, 1500, 0.3, 15)
 			s.checkFirstRings(tc.n)
 			s.checkOneHashPerStep()
 			if len(s.done) == 0 {
