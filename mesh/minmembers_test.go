@@ -228,3 +228,44 @@ func TestMinMembersHoldsSyncedGenesis(t *testing.T) {
 		t.Fatal("synced a later model and still held")
 	}
 }
+
+// TestSimPartitionHealAtSize: a run of n members (the minimum all of them,
+// node's timeouts, 10 % loss, up to 5 ticks late) splits in two, 5/8 and
+// 3/8 of it, for 8 steps; each half goes on (it is established). At the
+// heal the smaller half adopts the larger's line and the larger never
+// adopts: every member ends on the larger half's model, in rings of all
+// n again.
+func TestSimPartitionHealAtSize(t *testing.T) {
+	for _, n := range []int{32, 64} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			if n > 32 && os.Getenv("MESH_SIM_LARGE") == "" {
+				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim)")
+			}
+			s := newSimNet(t, uint64(100+n))
+			s.drop, s.dup, s.maxDelay = 0.1, 0.05, 5
+			s.addN(n, simNodeConfig(n))
+			s.runUntil(3000, "step 2", func() bool { return s.minStep() >= 2 })
+			big, small := slices.Clone(s.ids[:n*5/8]), slices.Clone(s.ids[n*5/8:])
+			s.partition(big, small)
+			at := s.minStep()
+			s.runUntil(6000, "both halves 8 steps on", func() bool { return s.minStepOf(big) >= at+8 && s.minStepOf(small) >= at+8 })
+			s.heal()
+			s.runUntil(6000, "converged", s.converged)
+			for _, id := range big {
+				if a := s.nodes[id].m.Status().Adoptions; a != 0 {
+					t.Fatalf("%s of the larger half adopted %d times", id, a)
+				}
+			}
+			bigStep, bigHash := s.nodes[big[0]].m.Model()
+			s.runUntil(3000, "a ring of all again", func() bool {
+				return len(s.done[len(s.done)-1].ring.Members) == n
+			})
+			for _, id := range small {
+				if s.nodes[id].m.Status().Adoptions == 0 {
+					t.Fatalf("%s of the smaller half never adopted", id)
+				}
+			}
+			t.Logf("healed at step %d (%.8s); a ring of all %d at step %d, t=%d", bigStep, bigHash, n, s.done[len(s.done)-1].step, s.now)
+		})
+	}
+}
