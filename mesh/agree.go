@@ -24,17 +24,22 @@ type meshAgreement struct {
 	anyVote    bool                      // some peer voted in this step
 	maxRound   uint32                    // highest round seen in this step
 	floor      uint32                    // accusations of votes below this round are void (maybeRejoinStep)
+	counts     meshCounts                // stepCounts
 
-	voted   bool
-	round   uint32
-	vote    []Member
-	links   []uint32 // this node's link costs to the members of vote
-	roundAt uint64
+	voted     bool
+	round     uint32
+	vote      []Member
+	voteSum   uint64      // meshMembersSum(vote)
+	votePeers []*meshPeer // the peer entries of vote's members (votePeers)
+	peersGen  uint64      // Mesh.peersGen when votePeers was made
+	links     []uint32    // this node's link costs to the members of vote
+	roundAt   uint64
 }
 
 // resetAgreement starts the agreement of (m.step, m.hash), seeded with what
 // live peers already said about it.
 func (m *Mesh) resetAgreement() {
+	m.casts++ // no vote heard matches the agreement's vote (sameAsMine)
 	m.ag = meshAgreement{
 		step: m.step, hash: m.hash, startedAt: m.tick,
 		known: make(map[PeerID]uint32), local: make(map[PeerID]bool),
@@ -52,7 +57,7 @@ func (m *Mesh) resetAgreement() {
 		if p.state == StateReady || p.state == StateAgreeing || p.state == StateReducing {
 			m.noteReady(id, p.step, p.hash, p.inner)
 		}
-		if v := p.votes[m.step]; v != nil {
+		if v := p.votes.get(m.step); v != nil {
 			m.mergeVote(id, v)
 		}
 	}
@@ -71,17 +76,28 @@ func (m *Mesh) noteReady(id PeerID, step uint64, hash string, inner uint32) {
 	if step != m.ag.step || hash != m.ag.hash || hash == "" {
 		return
 	}
+	_, had := m.ag.known[id]
 	m.ag.known[id] = inner
+	if !had {
+		m.exclusions() // n, and with it the fault bound, grew
+	}
 }
 
-func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
-	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round,
-		members: slices.Clone(msg.Members), excluded: slices.Clone(msg.Excluded), links: slices.Clone(msg.Links)}
-	if old := p.votes[v.step]; old != nil && old.hash == v.hash {
+func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg *Message) {
+	sum := meshMembersSum(msg.Members)
+	old := p.votes.get(msg.Step)
+	if old != nil && old.repeats(msg, sum) && !p.equivocated {
+		// A re-broadcast (or a duplicate): nothing the agreement holds
+		// changes but what the peer is doing.
+		p.noteVoting(msg)
+		return
+	}
+	v := newMeshVote(msg, sum)
+	if old != nil && old.hash == v.hash {
 		if old.round > v.round {
 			return // a late copy of an older vote
 		}
-		if old.round == v.round && !slices.Equal(old.members, v.members) {
+		if old.round == v.round && (old.sum != v.sum || !slices.Equal(old.members, v.members)) {
 			m.equivocated(id, p, old, v)
 			return
 		}
@@ -89,7 +105,7 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	if p.equivocated {
 		return // its votes count for nothing; it is out of every step
 	}
-	if v.step == m.ag.step && v.hash == m.ag.hash && m.hash != "" && v.round > m.roundFloor()+meshRoundSlack {
+	if v.step == m.ag.step && v.hash == m.ag.hash && m.hash != "" && v.round > meshRoundSlack && v.round > m.roundFloor()+meshRoundSlack {
 		// A member taking everyone to MaxRound, where nobody can vote
 		// again in the step: no honest node gets that far above the
 		// rounds of the others. Out of the step, its word void.
@@ -97,18 +113,25 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 		m.exclude(id)
 		return
 	}
-	if msg.Step >= p.step { // else a late copy: the peer moved on
-		p.moved(msg.Step, msg.Hash)
-		p.state = StateAgreeing
-		if msg.State == StateReducing {
-			p.state = StateReducing
-		}
-	}
-	meshKeepVote(p, v)
+	p.noteVoting(msg)
+	p.votes.put(v)
 	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok && msg.Step == p.step {
 		p.inner = msg.Members[i].InnerSteps
 	}
 	m.mergeVote(id, v)
+}
+
+// noteVoting records that the peer votes (or reduces) in msg's step,
+// unless msg is a late copy of a step it left.
+func (p *meshPeer) noteVoting(msg *Message) {
+	if msg.Step < p.step {
+		return
+	}
+	p.moved(msg.Step, msg.Hash)
+	p.state = StateAgreeing
+	if msg.State == StateReducing {
+		p.state = StateReducing
+	}
 }
 
 // equivocated handles id's second, different vote v in old's round: the
@@ -125,21 +148,6 @@ func (m *Mesh) equivocated(id PeerID, p *meshPeer, old, v *meshVote) {
 	p.equivocated = true
 	m.out.Equivocations = append(m.out.Equivocations, Equivocation{Peer: id, Step: v.step, Hash: v.hash, Round: v.round,
 		First: slices.Clone(old.members), Second: slices.Clone(v.members)})
-}
-
-// meshKeepVotes is how many steps of one peer's votes are kept: a peer that
-// adopted an older line votes for lower steps again, and a late copy of a
-// vote of the previous step must not hide the current one.
-const meshKeepVotes = 4
-
-func meshKeepVote(p *meshPeer, v *meshVote) {
-	if p.votes == nil {
-		p.votes = make(map[uint64]*meshVote, meshKeepVotes)
-	}
-	p.votes[v.step] = v
-	if len(p.votes) > meshKeepVotes {
-		delete(p.votes, slices.Min(slices.Collect(maps.Keys(p.votes))))
-	}
 }
 
 // mergeVote folds voter's vote of the current step into M and the
@@ -215,16 +223,22 @@ func (m *Mesh) exclude(id PeerID) {
 // appear (the refuted votes are replaced, as always).
 func (m *Mesh) exclusions() {
 	ag := &m.ag
-	f := m.faultBound()
+	counts := m.stepCounts()
+	f, admitted := counts.f, counts.admitted
 	accusers := make(map[PeerID]int)
-	admitted := m.admitted()
+	voids := make(map[PeerID]bool)
 	void := func(by PeerID) bool {
 		// proven to break the protocol, or gone (dead, left, restarted,
 		// sitting the step out, silent): a gone accuser no longer
 		// re-broadcasts its vote, so nodes that missed it would never
 		// converge with those that heard it
-		return by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by) ||
-			admitted != nil && m.newcomer(by) && !admitted[by]) // not in the step at all
+		v, ok := voids[by]
+		if !ok {
+			v = by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by) ||
+				admitted != nil && m.newcomer(by) && !admitted[by]) // not in the step at all
+			voids[by] = v
+		}
+		return v
 	}
 	for a := range ag.accused {
 		if a.by != a.of && !void(a.by) && !m.newcomer(a.by) {
@@ -295,6 +309,25 @@ func (m *Mesh) roundFloor() uint32 {
 	slices.Sort(rounds)
 	slices.Reverse(rounds)
 	return rounds[(len(rounds)-1)/2]
+}
+
+// meshCounts is what depends only on which peers are in M, which only
+// grows within a step: computed again when it grew (stepCounts).
+type meshCounts struct {
+	valid    bool
+	n        int             // len(known) when computed
+	f        int             // faultBound
+	admitted map[PeerID]bool // admitted
+}
+
+// stepCounts returns the fault bound and the admitted newcomers for the
+// current M.
+func (m *Mesh) stepCounts() *meshCounts {
+	c := &m.ag.counts
+	if !c.valid || c.n != len(m.ag.known) {
+		*c = meshCounts{valid: true, n: len(m.ag.known), f: m.faultBound(), admitted: m.admitted()}
+	}
+	return c
 }
 
 // faultBound is f = ⌊(n−1)/2⌋ for the n peers known in this step (this
@@ -386,7 +419,7 @@ func (m *Mesh) progress() {
 // someone else voted in this step, or once every live peer of this step
 // and hash is Ready, or after StragglerTicks.
 func (m *Mesh) canVote() bool {
-	if m.belowMinimum(len(m.viewMembers())) {
+	if m.heldToMinimum() && m.belowMinimum(len(m.viewMembers())) {
 		return false
 	}
 	if m.ag.anyVote {
@@ -436,7 +469,7 @@ func (m *Mesh) awaits(p *meshPeer) bool {
 // alike).
 func (m *Mesh) viewMembers() []Member {
 	var out []Member
-	admitted := m.admitted()
+	admitted := m.stepCounts().admitted
 	for id, inner := range m.ag.known {
 		if m.ag.excluded[id] || admitted != nil && m.newcomer(id) && !admitted[id] {
 			continue
@@ -471,6 +504,7 @@ func (m *Mesh) vote(round uint32) {
 	for id := range m.ag.local {
 		m.noteAccusation(m.cfg.ID, id, round)
 	}
+	m.exclusions() // this node's vote disputes accusations of it
 	m.setState(StateAgreeing)
 	m.send(m.proposeMsg())
 }
@@ -478,6 +512,8 @@ func (m *Mesh) vote(round uint32) {
 // cast makes members this node's vote of round (vote, contest).
 func (m *Mesh) cast(round uint32, members []Member) {
 	m.ag.voted, m.ag.round, m.ag.vote = true, round, members
+	m.ag.voteSum, m.ag.votePeers = meshMembersSum(members), nil
+	m.casts++
 	m.ag.maxRound = max(m.ag.maxRound, round)
 	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
@@ -536,26 +572,14 @@ func (m *Mesh) proposeMsg() Message {
 	}
 }
 
-// latestVote returns id's latest vote if it is about the current step.
-func (m *Mesh) latestVote(id PeerID) *meshVote {
-	p := m.peers[id]
-	if p == nil {
-		return nil
-	}
-	if v := p.votes[m.ag.step]; v != nil && v.hash == m.ag.hash {
-		return v
-	}
-	return nil
-}
-
 // decidable: every other member's latest vote is this node's vote, same round.
 func (m *Mesh) decidable() bool {
-	for _, mb := range m.ag.vote {
-		if mb.ID == m.cfg.ID {
+	for i, p := range m.votePeers() {
+		if m.ag.vote[i].ID == m.cfg.ID {
 			continue
 		}
-		v := m.latestVote(mb.ID)
-		if v == nil || v.round != m.ag.round || !slices.Equal(v.members, m.ag.vote) {
+		v := m.latestVoteOf(p)
+		if v == nil || v.round != m.ag.round || !m.sameAsMine(v) {
 			return false
 		}
 	}
@@ -565,18 +589,16 @@ func (m *Mesh) decidable() bool {
 // refuted: this node's vote can no longer be decided in its round, because
 // a member voted otherwise in it, moved to a later round, or is excluded.
 func (m *Mesh) refuted() bool {
-	for _, mb := range m.ag.vote {
-		if mb.ID == m.cfg.ID {
+	for i, p := range m.votePeers() {
+		id := m.ag.vote[i].ID
+		if id == m.cfg.ID {
 			continue
 		}
-		if m.ag.excluded[mb.ID] {
+		if m.ag.excluded[id] || p != nil && p.dead {
 			return true
 		}
-		if p := m.peers[mb.ID]; p != nil && p.dead {
-			return true
-		}
-		v := m.latestVote(mb.ID)
-		if v != nil && (v.round > m.ag.round || (v.round == m.ag.round && !slices.Equal(v.members, m.ag.vote))) {
+		v := m.latestVoteOf(p)
+		if v != nil && (v.round > m.ag.round || (v.round == m.ag.round && !m.sameAsMine(v))) {
 			return true
 		}
 	}
@@ -638,18 +660,19 @@ func (m *Mesh) roundTimeout() {
 		return
 	}
 	grew := false
-	for _, mb := range m.ag.vote {
-		if mb.ID == m.cfg.ID {
+	for i, p := range m.votePeers() {
+		id := m.ag.vote[i].ID
+		if id == m.cfg.ID {
 			continue
 		}
-		v := m.latestVote(mb.ID)
-		if v != nil && v.round == m.ag.round && slices.Equal(v.members, m.ag.vote) {
+		v := m.latestVoteOf(p)
+		if v != nil && v.round == m.ag.round && m.sameAsMine(v) {
 			continue
 		}
-		if p := m.peers[mb.ID]; p != nil && !p.dead && p.state == StateReducing && p.step == m.ag.step {
+		if p != nil && !p.dead && p.state == StateReducing && p.step == m.ag.step {
 			continue
 		}
-		m.exclude(mb.ID)
+		m.exclude(id)
 		grew = true
 	}
 	if !grew {

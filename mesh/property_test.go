@@ -105,7 +105,7 @@ func simRandomRunSized(t *testing.T, seed uint64, lo, hi int, trace func(string)
 	}
 	healed := s.now
 	s.runUntil(3000, "converged", s.converged)
-	t.Logf("converged %d ticks after the heal; %d nodes; total %d ticks, %d packets queued", s.now-healed, len(s.ids), s.now, len(s.queue))
+	t.Logf("converged %d ticks after the heal; %d nodes; total %d ticks, %d packets queued", s.now-healed, len(s.ids), s.now, s.queued)
 	rings := map[PeerID]int{}
 	for _, id := range s.ids {
 		rings[id] = s.nodes[id].rings
