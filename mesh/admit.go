@@ -122,6 +122,53 @@ func (m *Mesh) knows(id PeerID) bool {
 	return ok && k.last+KnownWindow > m.step
 }
 
+// vouch: voter's vote v, and the votes of v's other members, are signed
+// (every mesh message is its sender's; node checks it). When a peer this
+// node knows signed the same ring as peers it does not — same members,
+// round, step and model — it made a ring with them: they become known as
+// if they had made a model with this node now. So two groups that made no
+// model together come to know each other once one member of either makes
+// rings with the other, and sides are then weighed by what both see
+// (checkMember). Made-up identities become known the same way only: by
+// making rings with peers this node knows (admitted a few a step, or
+// followed by one that adopted their side).
+func (m *Mesh) vouch(voter PeerID, v *meshVote) {
+	anyKnown := m.knows(voter)
+	var strangers []PeerID
+	if !anyKnown {
+		strangers = append(strangers, voter)
+	}
+	for _, mb := range v.members {
+		if mb.ID == voter || mb.ID == m.cfg.ID {
+			continue
+		}
+		p := m.peers[mb.ID]
+		if p == nil {
+			continue
+		}
+		w := p.votes.get(v.step)
+		if w == nil || w.hash != v.hash || w.round != v.round || w.sum != v.sum || !slices.Equal(w.members, v.members) {
+			continue
+		}
+		if m.knows(mb.ID) {
+			anyKnown = true
+		} else {
+			strangers = append(strangers, mb.ID)
+		}
+	}
+	if !anyKnown {
+		return
+	}
+	for _, id := range strangers {
+		k, ok := m.known[id]
+		if !ok {
+			k.first = m.step
+		}
+		k.last = max(k.last, m.step)
+		m.known[id] = k
+	}
+}
+
 // countKnown returns how many of ids this node knows that made a model of
 // its line by step upTo, and the last step any of those it knows made.
 func (m *Mesh) countKnown(ids []PeerID, upTo uint64) (n int, last uint64) {

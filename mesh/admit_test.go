@@ -141,3 +141,36 @@ func TestPeerMovedKeepsLineage(t *testing.T) {
 		t.Fatalf("a jump kept prevHash %q", p.prevHash)
 	}
 }
+
+// TestVouch: a stranger that signs the same ring as a peer this node knows
+// becomes known; strangers that sign rings only among themselves (a fork
+// of made-up identities) do not.
+func TestVouch(t *testing.T) {
+	m, err := New(Config{ID: "me", History: []Made{{Step: 5, Members: []PeerID{"k", "me"}}}}, 5, "h5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vote := func(from PeerID, members ...PeerID) {
+		msg := Message{Type: MsgPropose, From: from, State: StateAgreeing, Step: 9, Hash: "other", Round: 2}
+		for _, id := range members {
+			msg.Members = append(msg.Members, Member{ID: id, InnerSteps: 5})
+		}
+		if err := m.Step(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vote("s1", "s1", "s2")
+	vote("s2", "s1", "s2")
+	if m.knows("s1") || m.knows("s2") {
+		t.Fatal("strangers that signed a ring among themselves are known")
+	}
+	vote("s3", "k", "s3")
+	vote("k", "k", "s3")
+	if !m.knows("s3") {
+		t.Fatal("a stranger that signed a ring with a known peer is not known")
+	}
+	vote("s4", "k", "s4") // k signed another ring of that round: no match
+	if m.knows("s4") {
+		t.Fatal("a stranger vouched by a vote its known peer did not sign")
+	}
+}

@@ -115,6 +115,7 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg *Message) {
 	}
 	p.noteVoting(msg)
 	p.votes.put(v)
+	m.vouch(id, v)
 	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok && msg.Step == p.step {
 		p.inner = msg.Members[i].InnerSteps
 	}

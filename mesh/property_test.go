@@ -46,6 +46,11 @@ func TestSimRandomFaults(t *testing.T) {
 // again; it voted again in the same round, differently, and its peers
 // took it for an equivocator and excluded it from every later step (9144:
 // in 26 rings of 167). A node keeps its last round per model (Mesh.voted).
+// 8125: two groups that had made no model together met and trained apart
+// to the end (each saw the other as strangers, like a fork of made-up
+// identities); one node made rings with both in turn. Peers seen signing
+// a ring with a known peer are known now (Mesh.vouch): the smaller group
+// adopts the larger's line.
 // 5091 (9-16 members): a member that crashed Ready was in some nodes' M
 // and not in others'; their newcomer quotas (counted from M) differed, so
 // did the newcomers they admitted, and they refuted each other's votes a
@@ -56,7 +61,7 @@ func TestSimRandomFaultsFound(t *testing.T) {
 		lo, hi int // members at the start
 	}{
 		{5109, 3, 10}, {5257, 3, 10}, {6131, 3, 10}, {7065, 3, 10}, {7148, 3, 10}, {7469, 3, 10}, {9977, 3, 10},
-		{9144, 3, 10}, {9704, 3, 10},
+		{9144, 3, 10}, {9704, 3, 10}, {8125, 3, 10},
 		{5091, 9, 16},
 	} {
 		t.Run(fmt.Sprintf("seed=%d/members=%d-%d", tc.seed, tc.lo, tc.hi), func(t *testing.T) {
