@@ -133,6 +133,9 @@ func (m *Mesh) knows(id PeerID) bool {
 // making rings with peers this node knows (admitted a few a step, or
 // followed by one that adopted their side).
 func (m *Mesh) vouch(voter PeerID, v *meshVote) {
+	if !slices.ContainsFunc(v.members, func(mb Member) bool { return mb.ID != m.cfg.ID && !m.knows(mb.ID) }) && m.knows(voter) {
+		return // nobody to vouch for: the common case
+	}
 	anyKnown := m.knows(voter)
 	var strangers []PeerID
 	if !anyKnown {

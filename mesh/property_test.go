@@ -25,6 +25,20 @@ func TestSimRandomFaults(t *testing.T) {
 	}
 }
 
+// TestSimRandomFaultsLarge is make test's slice of the sweep at 4-64
+// members (make test-sim runs 10 000 seeds): 8 seeds of 17 to 64.
+func TestSimRandomFaultsLarge(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("tens of members: not under -short or -race")
+	}
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			simRandomRunSized(t, 20000+seed, 17, 64, nil)
+		})
+	}
+}
+
 // TestSimRandomFaultsFound: seeds beyond the suite's that once failed.
 // 5109 and 5257: a member whose adoption failed came back to its own model
 // and voted again in the round of its first vote, differently; its peers

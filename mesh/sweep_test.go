@@ -1,8 +1,10 @@
 package mesh
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +50,9 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 			})
 		}
 	})
-	t.Logf("seeds %d-%d, %d-%d members: %d failed in %s: %s", first, last, lo, hi, len(failed), time.Since(start).Round(time.Second), strings.Join(failed, " "))
+	slices.SortFunc(failed, func(a, b string) int { return cmp.Compare(len(a), len(b))*2 + cmp.Compare(a, b) })
+	fmt.Fprintf(os.Stderr, "sweep: seeds %d-%d, %d-%d members: %d failed in %s: %s\n",
+		first, last, lo, hi, len(failed), time.Since(start).Round(time.Second), strings.Join(failed, " "))
 }
 
 // parseSweep reads "FIRST-LAST[:MIN-MAX]".
