@@ -22,7 +22,12 @@ import (
 // would write.
 func testManifest(t testing.TB) *Manifest {
 	t.Helper()
-	c := Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20}
+	return testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20})
+}
+
+// testManifestOf is the manifest a creator with c would write.
+func testManifestOf(t testing.TB, c Config) *Manifest {
+	t.Helper()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -114,15 +119,7 @@ func TestManifestValidate(t *testing.T) {
 // same bytes and id and reads as a minimum of 1; a member's own
 // --min-members raises the run's for itself and never lowers it.
 func TestManifestMinMembers(t *testing.T) {
-	c := Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20, MinMembers: 3}
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := manifestFromConfig(c, train.DefaultSource())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Nonce = strings.Repeat("0f", 16)
+	m := testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20, MinMembers: 3})
 	b, _ := m.Encode()
 	if !bytes.HasSuffix(b, []byte(`"max_weight":20,"min_members":3}`)) {
 		t.Fatalf("min members not recorded last: %s", b)
