@@ -363,19 +363,7 @@ func (m *Mesh) progress() {
 		m.restartStep()
 	}
 	if m.ag.excluded[m.cfg.ID] {
-		if !m.ag.local[m.cfg.ID] {
-			// Excluded by accusations: contest them, and give the votes
-			// that dispute them time to arrive before sitting out (the
-			// others see this node's Excluded heartbeat as final).
-			m.contest()
-			if m.ag.accusedAt == 0 {
-				m.ag.accusedAt = m.tick
-			}
-			if m.tick-m.ag.accusedAt < uint64(2*m.cfg.HeartbeatTicks) {
-				return
-			}
-		}
-		m.setState(StateExcluded)
+		m.onExcluded()
 		return
 	}
 	if !m.ag.voted {
@@ -413,6 +401,22 @@ func (m *Mesh) progress() {
 			return
 		}
 	}
+}
+
+// onExcluded: this node is in X. Excluded by accusations, it contests them
+// and gives the votes that dispute them time to arrive before sitting out
+// (the others see its Excluded heartbeat as final).
+func (m *Mesh) onExcluded() {
+	if !m.ag.local[m.cfg.ID] {
+		m.contest()
+		if m.ag.accusedAt == 0 {
+			m.ag.accusedAt = m.tick
+		}
+		if m.tick-m.ag.accusedAt < uint64(2*m.cfg.HeartbeatTicks) {
+			return
+		}
+	}
+	m.setState(StateExcluded)
 }
 
 // canVote: a Ready node held to the minimum (heldToMinimum) waits for
