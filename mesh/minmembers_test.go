@@ -90,8 +90,8 @@ func TestSimFirstRingNotBelowMinimum(t *testing.T) {
 		{64, 64},
 	} {
 		t.Run(fmt.Sprintf("n=%d", tc.n), func(t *testing.T) {
-			if tc.n > 32 && os.Getenv("MESH_SIM_LARGE") == "" || raceEnabled {
-				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim); not under -race")
+			if tc.n > 32 && os.Getenv("MESH_SIM_LARGE") == "" || raceEnabled || testing.Short() {
+				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim); none under -race or -short")
 			}
 			s := simOverloadRun(t, tc.seed, tc.n, 1500, 0.3, 15)
 			s.checkFirstRings(tc.n)
@@ -238,8 +238,8 @@ func TestMinMembersHoldsSyncedGenesis(t *testing.T) {
 func TestSimPartitionHealAtSize(t *testing.T) {
 	for _, n := range []int{32, 64} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			if n > 32 && os.Getenv("MESH_SIM_LARGE") == "" || raceEnabled {
-				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim); not under -race")
+			if n > 32 && os.Getenv("MESH_SIM_LARGE") == "" || raceEnabled || testing.Short() {
+				t.Skip("64 members: MESH_SIM_LARGE=1 (make test-sim); none under -race or -short")
 			}
 			s := newSimNet(t, uint64(100+n))
 			s.drop, s.dup, s.maxDelay = 0.1, 0.05, 5
