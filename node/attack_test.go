@@ -40,7 +40,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const k, steps = 4, 6
-	nodes := robustNodes(ctx, t, k, steps, "attack-test") // honest owners pass every audit: no one else is excluded
+	nodes := robustNodes(ctx, t, k, k, steps, "attack-test") // honest owners pass every audit: no one else is excluded
 	bad := nodes[k-1]
 	bad.tamper = func(r diloco.Reducer) diloco.Reducer { return signFlipper{r, -1000} }
 	runHonest(ctx, t, nodes)
@@ -60,7 +60,7 @@ func TestRobustNetworkExcludesAttacker(t *testing.T) {
 // that evidence and end with one model.
 func TestRobustNetworkExcludesOpposer(t *testing.T) {
 	const k, steps = 4, 5
-	ctx, nodes := attackNodes(t, k, steps, "opposer-test")
+	ctx, nodes := attackNodes(t, k, k, steps, "opposer-test")
 	bad := nodes[k-1]
 	bad.tamper = func(r diloco.Reducer) diloco.Reducer { return signFlipper{r, -4} }
 	runHonest(ctx, t, nodes)
@@ -116,7 +116,7 @@ func (f forgingOwner) Send(ctx context.Context, to, lane int, msg []byte) error 
 // model.
 func TestAuditExcludesForgingOwner(t *testing.T) {
 	const k, steps = 4, 5
-	ctx, nodes := attackNodes(t, k, steps, "audit-test")
+	ctx, nodes := attackNodes(t, k, k, steps, "audit-test")
 	bad := nodes[k-1]
 	sc := bad.cfg.scatterConfig()
 	if err := sc.Validate(); err != nil {
@@ -131,19 +131,20 @@ func TestAuditExcludesForgingOwner(t *testing.T) {
 
 // attackNodes is robustNodes for an attack test of 2 minutes at most,
 // skipped with -short.
-func attackNodes(t *testing.T, k int, steps uint64, run string) (context.Context, []*Node) {
+func attackNodes(t *testing.T, k, minMembers int, steps uint64, run string) (context.Context, []*Node) {
 	t.Helper()
 	if testing.Short() {
 		t.Skipf("%d nodes, %d outer steps", k, steps)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return ctx, robustNodes(ctx, t, k, steps, run)
+	return ctx, robustNodes(ctx, t, k, minMembers, steps, run)
 }
 
 // robustNodes makes k in-process nodes of one run with robust averaging,
-// auditing every owner every step, the first the others' bootstrap.
-func robustNodes(ctx context.Context, t *testing.T, k int, steps uint64, run string) []*Node {
+// auditing every owner every step, the first the others' bootstrap; the
+// run's minimum is minMembers.
+func robustNodes(ctx context.Context, t *testing.T, k, minMembers int, steps uint64, run string) []*Node {
 	nodes := make([]*Node, k)
 	for i := range nodes {
 		var boot []string
@@ -151,7 +152,7 @@ func robustNodes(ctx context.Context, t *testing.T, k int, steps uint64, run str
 			boot = nodes[0].host.Addrs()
 		}
 		c := twoNodeConfig(t, steps, false, boot)
-		c.MinMembers, c.Averaging, c.Run = k, AveragingRobust, run
+		c.MinMembers, c.Averaging, c.Run = minMembers, AveragingRobust, run
 		n, err := New(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -210,7 +211,7 @@ func checkHonest(t *testing.T, honest []*Node, bad *Node, steps uint64, what, ev
 // contributions.
 func TestFalseReportExcludesOwner(t *testing.T) {
 	const k, steps = 4, 4
-	ctx, nodes := attackNodes(t, k, steps, "report-test")
+	ctx, nodes := attackNodes(t, k, k, steps, "report-test")
 	bad := nodes[k-1]
 	bad.reportTamper = func(r *ownerReport) {
 		for _, s := range r.Segments {
@@ -243,10 +244,12 @@ func TestFalseReportExcludesOwner(t *testing.T) {
 // Under the old union of the votes' X it trained each step alone and the
 // honest members fetched its model; now its accusations are disputed, it
 // sits out every step, and the honest three train on together with one
-// model, every step in one ring of the three.
+// model, every step in one ring of the three. The run's minimum is the
+// three: a member that accuses everyone else is in no ring with them, so a
+// minimum of all four would hold the first step until a fifth came.
 func TestFalseAccuserKeepsNobodyOut(t *testing.T) {
 	const k, steps = 4, 4
-	ctx, nodes := attackNodes(t, k, steps, "accuser-test")
+	ctx, nodes := attackNodes(t, k, k-1, steps, "accuser-test")
 	bad := nodes[k-1]
 	var others []mesh.PeerID
 	for _, n := range nodes[:k-1] {
