@@ -7,7 +7,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short ui-deps tok-deps hf-deps test-hf test-ui demo demo-text demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan test-nat wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes bench-traffic build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
+	fuzz bench-wan test-nat test-sim wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes bench-traffic build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -91,6 +91,16 @@ ptx:
 # Regenerate the SGEMM assembly micro-kernels.
 generate:
 	$(GO) generate -run gemmgen ./kernels/
+
+# The membership simulation's whole sweep (docs/mesh.md): the random-fault
+# run for every seed of MESH_SWEEP (FIRST-LAST:MIN-MAX members), in parallel
+# across the cores, progress every 100 seeds, the failing seeds listed at the
+# end; then the 64-member overload and partition runs. Hours on 2 cores.
+MESH_SWEEP ?= 0-9999:4-64
+test-sim:
+	$(GO) test -c -o $(BIN)/mesh.test ./mesh
+	MESH_SWEEP=$(MESH_SWEEP) $(BIN)/mesh.test -test.run 'TestSimRandomFaultsSweep' -test.timeout 0
+	MESH_SIM_LARGE=1 $(BIN)/mesh.test -test.run 'TestSimFirstRingNotBelowMinimum|TestSimPartitionHealAtSize' -test.timeout 0 -test.v
 
 # The quick subset (skips multi-process and long numeric checks).
 test-short:

@@ -113,9 +113,12 @@ func TestAdmitQuota(t *testing.T) {
 	if got := admitVote(t, "e0", 0, ready); len(got) != len(ready) {
 		t.Fatalf("no rate: vote of %d members, want %d", len(got), len(ready))
 	}
-	// One newcomer beside a single established member: max(1, ⌊¼⌋) = 1.
-	if got := admitVote(t, "e0", 0.25, []PeerID{"e0", fresh[0], fresh[1]}); len(got) != 2 {
-		t.Fatalf("vote %v, want e0 and one newcomer", got)
+	// The quota counts the line's established members, from the history
+	// every node holds alike, not those it heard Ready (a member that
+	// crashed Ready is in some nodes' M only): with e0 alone Ready it is
+	// still ⌊¼ · 8⌋ = 2.
+	if got := admitVote(t, "e0", 0.25, []PeerID{"e0", fresh[0], fresh[1], fresh[2]}); len(got) != 3 {
+		t.Fatalf("vote %v, want e0 and two newcomers", got)
 	}
 }
 
@@ -136,5 +139,38 @@ func TestPeerMovedKeepsLineage(t *testing.T) {
 	p.moved(9, "h9")
 	if p.prevHash != "" {
 		t.Fatalf("a jump kept prevHash %q", p.prevHash)
+	}
+}
+
+// TestVouch: a stranger that signs the same ring as a peer this node knows
+// becomes known; strangers that sign rings only among themselves (a fork
+// of made-up identities) do not.
+func TestVouch(t *testing.T) {
+	m, err := New(Config{ID: "me", History: []Made{{Step: 5, Members: []PeerID{"k", "me"}}}}, 5, "h5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vote := func(from PeerID, members ...PeerID) {
+		msg := Message{Type: MsgPropose, From: from, State: StateAgreeing, Step: 9, Hash: "other", Round: 2}
+		for _, id := range members {
+			msg.Members = append(msg.Members, Member{ID: id, InnerSteps: 5})
+		}
+		if err := m.Step(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vote("s1", "s1", "s2")
+	vote("s2", "s1", "s2")
+	if m.knows("s1") || m.knows("s2") {
+		t.Fatal("strangers that signed a ring among themselves are known")
+	}
+	vote("s3", "k", "s3")
+	vote("k", "k", "s3")
+	if !m.knows("s3") {
+		t.Fatal("a stranger that signed a ring with a known peer is not known")
+	}
+	vote("s4", "k", "s4") // k signed another ring of that round: no match
+	if m.knows("s4") {
+		t.Fatal("a stranger vouched by a vote its known peer did not sign")
 	}
 }

@@ -13,6 +13,7 @@ type meshAgreement struct {
 	step       uint64
 	hash       string
 	readyAt    uint64
+	startedAt  uint64                    // tick this agreement began (resetAgreement)
 	known      map[PeerID]uint32         // Ready peers of this step and hash → inner steps
 	local      map[PeerID]bool           // seen by this node: dead, failed, left, restarted, timed out, left out, equivocated
 	accused    map[meshAccusation]uint32 // accusations heard → lowest round of the accuser's votes naming the accused
@@ -23,19 +24,24 @@ type meshAgreement struct {
 	anyVote    bool                      // some peer voted in this step
 	maxRound   uint32                    // highest round seen in this step
 	floor      uint32                    // accusations of votes below this round are void (maybeRejoinStep)
+	counts     meshCounts                // stepCounts
 
-	voted   bool
-	round   uint32
-	vote    []Member
-	links   []uint32 // this node's link costs to the members of vote
-	roundAt uint64
+	voted     bool
+	round     uint32
+	vote      []Member
+	voteSum   uint64      // meshMembersSum(vote)
+	votePeers []*meshPeer // the peer entries of vote's members (votePeers)
+	peersGen  uint64      // Mesh.peersGen when votePeers was made
+	links     []uint32    // this node's link costs to the members of vote
+	roundAt   uint64
 }
 
 // resetAgreement starts the agreement of (m.step, m.hash), seeded with what
 // live peers already said about it.
 func (m *Mesh) resetAgreement() {
+	m.casts++ // no vote heard matches the agreement's vote (sameAsMine)
 	m.ag = meshAgreement{
-		step: m.step, hash: m.hash,
+		step: m.step, hash: m.hash, startedAt: m.tick,
 		known: make(map[PeerID]uint32), local: make(map[PeerID]bool),
 		accused: make(map[meshAccusation]uint32), excluded: make(map[PeerID]bool),
 		disputants: make(map[PeerID]bool), inflated: make(map[PeerID]bool),
@@ -51,9 +57,17 @@ func (m *Mesh) resetAgreement() {
 		if p.state == StateReady || p.state == StateAgreeing || p.state == StateReducing {
 			m.noteReady(id, p.step, p.hash, p.inner)
 		}
-		if v := p.votes[m.step]; v != nil {
+		if v := p.votes.get(m.step); v != nil {
 			m.mergeVote(id, v)
 		}
+	}
+	// Back at a model it voted on before (a fetch or adoption that
+	// failed, or a fetch of the model it had left): peers still hold its
+	// vote, so it votes again only above that round. A second, different
+	// vote in the same round is an equivocation, and peers excluded this
+	// honest node from every later step.
+	if r, ok := m.voted[meshKey{m.step, m.hash}]; ok {
+		m.ag.maxRound = max(m.ag.maxRound, r+1)
 	}
 }
 
@@ -62,17 +76,28 @@ func (m *Mesh) noteReady(id PeerID, step uint64, hash string, inner uint32) {
 	if step != m.ag.step || hash != m.ag.hash || hash == "" {
 		return
 	}
+	_, had := m.ag.known[id]
 	m.ag.known[id] = inner
+	if !had {
+		m.exclusions() // n, and with it the fault bound, grew
+	}
 }
 
-func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
-	v := &meshVote{step: msg.Step, hash: msg.Hash, round: msg.Round,
-		members: slices.Clone(msg.Members), excluded: slices.Clone(msg.Excluded), links: slices.Clone(msg.Links)}
-	if old := p.votes[v.step]; old != nil && old.hash == v.hash {
+func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg *Message) {
+	sum := meshMembersSum(msg.Members)
+	old := p.votes.get(msg.Step)
+	if old != nil && old.repeats(msg, sum) && !p.equivocated {
+		// A re-broadcast (or a duplicate): nothing the agreement holds
+		// changes but what the peer is doing.
+		p.noteVoting(msg)
+		return
+	}
+	v := newMeshVote(msg, sum)
+	if old != nil && old.hash == v.hash {
 		if old.round > v.round {
 			return // a late copy of an older vote
 		}
-		if old.round == v.round && !slices.Equal(old.members, v.members) {
+		if old.round == v.round && (old.sum != v.sum || !slices.Equal(old.members, v.members)) {
 			m.equivocated(id, p, old, v)
 			return
 		}
@@ -80,7 +105,7 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 	if p.equivocated {
 		return // its votes count for nothing; it is out of every step
 	}
-	if v.step == m.ag.step && v.hash == m.ag.hash && m.hash != "" && v.round > m.roundFloor()+meshRoundSlack {
+	if v.step == m.ag.step && v.hash == m.ag.hash && m.hash != "" && v.round > meshRoundSlack && v.round > m.roundFloor()+meshRoundSlack {
 		// A member taking everyone to MaxRound, where nobody can vote
 		// again in the step: no honest node gets that far above the
 		// rounds of the others. Out of the step, its word void.
@@ -88,18 +113,26 @@ func (m *Mesh) onPropose(id PeerID, p *meshPeer, msg Message) {
 		m.exclude(id)
 		return
 	}
-	if msg.Step >= p.step { // else a late copy: the peer moved on
-		p.moved(msg.Step, msg.Hash)
-		p.state = StateAgreeing
-		if msg.State == StateReducing {
-			p.state = StateReducing
-		}
-	}
-	meshKeepVote(p, v)
+	p.noteVoting(msg)
+	p.votes.put(v)
+	m.vouch(id, v)
 	if i, ok := slices.BinarySearchFunc(msg.Members, id, meshCmpMember); ok && msg.Step == p.step {
 		p.inner = msg.Members[i].InnerSteps
 	}
 	m.mergeVote(id, v)
+}
+
+// noteVoting records that the peer votes (or reduces) in msg's step,
+// unless msg is a late copy of a step it left.
+func (p *meshPeer) noteVoting(msg *Message) {
+	if msg.Step < p.step {
+		return
+	}
+	p.moved(msg.Step, msg.Hash)
+	p.state = StateAgreeing
+	if msg.State == StateReducing {
+		p.state = StateReducing
+	}
 }
 
 // equivocated handles id's second, different vote v in old's round: the
@@ -116,21 +149,6 @@ func (m *Mesh) equivocated(id PeerID, p *meshPeer, old, v *meshVote) {
 	p.equivocated = true
 	m.out.Equivocations = append(m.out.Equivocations, Equivocation{Peer: id, Step: v.step, Hash: v.hash, Round: v.round,
 		First: slices.Clone(old.members), Second: slices.Clone(v.members)})
-}
-
-// meshKeepVotes is how many steps of one peer's votes are kept: a peer that
-// adopted an older line votes for lower steps again, and a late copy of a
-// vote of the previous step must not hide the current one.
-const meshKeepVotes = 4
-
-func meshKeepVote(p *meshPeer, v *meshVote) {
-	if p.votes == nil {
-		p.votes = make(map[uint64]*meshVote, meshKeepVotes)
-	}
-	p.votes[v.step] = v
-	if len(p.votes) > meshKeepVotes {
-		delete(p.votes, slices.Min(slices.Collect(maps.Keys(p.votes))))
-	}
 }
 
 // mergeVote folds voter's vote of the current step into M and the
@@ -206,16 +224,22 @@ func (m *Mesh) exclude(id PeerID) {
 // appear (the refuted votes are replaced, as always).
 func (m *Mesh) exclusions() {
 	ag := &m.ag
-	f := m.faultBound()
+	counts := m.stepCounts()
+	f, admitted := counts.f, counts.admitted
 	accusers := make(map[PeerID]int)
-	admitted := m.admitted()
+	voids := make(map[PeerID]bool)
 	void := func(by PeerID) bool {
 		// proven to break the protocol, or gone (dead, left, restarted,
 		// sitting the step out, silent): a gone accuser no longer
 		// re-broadcasts its vote, so nodes that missed it would never
 		// converge with those that heard it
-		return by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by) ||
-			admitted != nil && m.newcomer(by) && !admitted[by]) // not in the step at all
+		v, ok := voids[by]
+		if !ok {
+			v = by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by) ||
+				admitted != nil && m.newcomer(by) && !admitted[by]) // not in the step at all
+			voids[by] = v
+		}
+		return v
 	}
 	for a := range ag.accused {
 		if a.by != a.of && !void(a.by) && !m.newcomer(a.by) {
@@ -257,16 +281,25 @@ func (m *Mesh) exclusions() {
 // its voter from the step (onPropose).
 const meshRoundSlack = 16
 
-// roundFloor is the highest round that more than f = ⌊(n−1)/2⌋ voters of
-// this step reached (the (f+1)-th highest latest round): a round some
-// honest voter reached. A vote far above it is a member taking everyone to
-// MaxRound, where nobody can vote again in the step (onPropose).
+// roundFloor is the highest round that more than f = ⌊(n−1)/2⌋ of the n
+// voters still in this step reached (the (f+1)-th highest latest round): a
+// round some honest voter reached. A vote far above it is a member taking
+// everyone to MaxRound, where nobody can vote again in the step
+// (onPropose). Voters dead or excluded do not count: their last votes
+// stay at the rounds where they left, and counted they held the floor
+// down while the others, re-voting at each exclusion after a failed
+// all-reduce, moved 30 rounds on; the fastest were taken for inflaters,
+// excluded, sat out, and the cascade left rings of one in a connected
+// network (32 members, 30 % loss: 59 extra rings in 4 runs).
 func (m *Mesh) roundFloor() uint32 {
 	var rounds []uint32
 	if m.ag.voted {
 		rounds = append(rounds, m.ag.round)
 	}
-	for id := range m.peers {
+	for id, p := range m.peers {
+		if p.dead || m.ag.excluded[id] {
+			continue // its last vote says nothing of the rounds now
+		}
 		if v := m.latestVote(id); v != nil && !m.isEquivocator(id) && !m.newcomer(id) {
 			rounds = append(rounds, v.round)
 		}
@@ -276,7 +309,26 @@ func (m *Mesh) roundFloor() uint32 {
 	}
 	slices.Sort(rounds)
 	slices.Reverse(rounds)
-	return rounds[min(m.faultBound(), len(rounds)-1)]
+	return rounds[(len(rounds)-1)/2]
+}
+
+// meshCounts is what depends only on which peers are in M, which only
+// grows within a step: computed again when it grew (stepCounts).
+type meshCounts struct {
+	valid    bool
+	n        int             // len(known) when computed
+	f        int             // faultBound
+	admitted map[PeerID]bool // admitted
+}
+
+// stepCounts returns the fault bound and the admitted newcomers for the
+// current M.
+func (m *Mesh) stepCounts() *meshCounts {
+	c := &m.ag.counts
+	if !c.valid || c.n != len(m.ag.known) {
+		*c = meshCounts{valid: true, n: len(m.ag.known), f: m.faultBound(), admitted: m.admitted()}
+	}
+	return c
 }
 
 // faultBound is f = ⌊(n−1)/2⌋ for the n peers known in this step (this
@@ -307,20 +359,11 @@ func (m *Mesh) progress() {
 	if m.state != StateReady && m.state != StateAgreeing {
 		return
 	}
+	if m.stuckBelowMinimum() {
+		m.restartStep()
+	}
 	if m.ag.excluded[m.cfg.ID] {
-		if !m.ag.local[m.cfg.ID] {
-			// Excluded by accusations: contest them, and give the votes
-			// that dispute them time to arrive before sitting out (the
-			// others see this node's Excluded heartbeat as final).
-			m.contest()
-			if m.ag.accusedAt == 0 {
-				m.ag.accusedAt = m.tick
-			}
-			if m.tick-m.ag.accusedAt < uint64(2*m.cfg.HeartbeatTicks) {
-				return
-			}
-		}
-		m.setState(StateExcluded)
+		m.onExcluded()
 		return
 	}
 	if !m.ag.voted {
@@ -333,7 +376,8 @@ func (m *Mesh) progress() {
 		}
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
-		if m.decidable() {
+		// (a contest's vote may be below the minimum: never decided)
+		if m.decidable() && !m.belowMinimum(len(m.ag.vote)) {
 			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks(), m.cfg.AllDirect); ok {
 				if m.waitForLinks() {
 					return
@@ -347,6 +391,11 @@ func (m *Mesh) progress() {
 		if !m.refuted() {
 			return
 		}
+		if m.ag.roundAt == m.tick {
+			// One new round a tick: a burst of exclusions heard in one
+			// tick is one round, not one each (the next Tick votes).
+			return
+		}
 		m.vote(max(m.ag.round+1, m.ag.maxRound))
 		if m.state != StateAgreeing {
 			return
@@ -354,15 +403,32 @@ func (m *Mesh) progress() {
 	}
 }
 
-// canVote: a Ready node votes once someone else voted in this step, or once
-// every live peer of this step and hash is Ready, or after StragglerTicks;
-// before its first ring it also waits for MinMembers Ready members.
+// onExcluded: this node is in X. Excluded by accusations, it contests them
+// and gives the votes that dispute them time to arrive before sitting out
+// (the others see its Excluded heartbeat as final).
+func (m *Mesh) onExcluded() {
+	if !m.ag.local[m.cfg.ID] {
+		m.contest()
+		if m.ag.accusedAt == 0 {
+			m.ag.accusedAt = m.tick
+		}
+		if m.tick-m.ag.accusedAt < uint64(2*m.cfg.HeartbeatTicks) {
+			return
+		}
+	}
+	m.setState(StateExcluded)
+}
+
+// canVote: a Ready node held to the minimum (heldToMinimum) waits for
+// MinMembers Ready members, whatever its peers do; then it votes once
+// someone else voted in this step, or once every live peer of this step
+// and hash is Ready, or after StragglerTicks.
 func (m *Mesh) canVote() bool {
+	if m.heldToMinimum() && m.belowMinimum(len(m.viewMembers())) {
+		return false
+	}
 	if m.ag.anyVote {
 		return true
-	}
-	if !m.established && len(m.viewMembers()) < m.cfg.MinMembers {
-		return false
 	}
 	if m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
 		return true
@@ -408,7 +474,7 @@ func (m *Mesh) awaits(p *meshPeer) bool {
 // alike).
 func (m *Mesh) viewMembers() []Member {
 	var out []Member
-	admitted := m.admitted()
+	admitted := m.stepCounts().admitted
 	for id, inner := range m.ag.known {
 		if m.ag.excluded[id] || admitted != nil && m.newcomer(id) && !admitted[id] {
 			continue
@@ -436,10 +502,14 @@ func (m *Mesh) vote(round uint32) {
 		m.setState(StateExcluded) // excluded by a peer, or truncated away
 		return
 	}
+	if m.belowMinimum(len(members)) {
+		return // a ring below the minimum: wait (restartBelowMinimum)
+	}
 	m.cast(round, members)
 	for id := range m.ag.local {
 		m.noteAccusation(m.cfg.ID, id, round)
 	}
+	m.exclusions() // this node's vote disputes accusations of it
 	m.setState(StateAgreeing)
 	m.send(m.proposeMsg())
 }
@@ -447,9 +517,24 @@ func (m *Mesh) vote(round uint32) {
 // cast makes members this node's vote of round (vote, contest).
 func (m *Mesh) cast(round uint32, members []Member) {
 	m.ag.voted, m.ag.round, m.ag.vote = true, round, members
+	m.ag.voteSum, m.ag.votePeers = meshMembersSum(members), nil
+	m.casts++
 	m.ag.maxRound = max(m.ag.maxRound, round)
 	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
+	if m.voted == nil {
+		m.voted = make(map[meshKey]uint32, meshKeepVotes+1)
+	}
+	m.voted[meshKey{m.ag.step, m.ag.hash}] = round
+	if len(m.voted) > meshKeepVotes {
+		oldest := meshKey{step: ^uint64(0)}
+		for k := range m.voted {
+			if k.step < oldest.step || k.step == oldest.step && k.hash < oldest.hash {
+				oldest = k
+			}
+		}
+		delete(m.voted, oldest)
+	}
 }
 
 // contest: a peer's vote names this node in its X, and this node has not
@@ -492,26 +577,14 @@ func (m *Mesh) proposeMsg() Message {
 	}
 }
 
-// latestVote returns id's latest vote if it is about the current step.
-func (m *Mesh) latestVote(id PeerID) *meshVote {
-	p := m.peers[id]
-	if p == nil {
-		return nil
-	}
-	if v := p.votes[m.ag.step]; v != nil && v.hash == m.ag.hash {
-		return v
-	}
-	return nil
-}
-
 // decidable: every other member's latest vote is this node's vote, same round.
 func (m *Mesh) decidable() bool {
-	for _, mb := range m.ag.vote {
-		if mb.ID == m.cfg.ID {
+	for i, p := range m.votePeers() {
+		if m.ag.vote[i].ID == m.cfg.ID {
 			continue
 		}
-		v := m.latestVote(mb.ID)
-		if v == nil || v.round != m.ag.round || !slices.Equal(v.members, m.ag.vote) {
+		v := m.latestVoteOf(p)
+		if v == nil || v.round != m.ag.round || !m.sameAsMine(v) {
 			return false
 		}
 	}
@@ -521,18 +594,16 @@ func (m *Mesh) decidable() bool {
 // refuted: this node's vote can no longer be decided in its round, because
 // a member voted otherwise in it, moved to a later round, or is excluded.
 func (m *Mesh) refuted() bool {
-	for _, mb := range m.ag.vote {
-		if mb.ID == m.cfg.ID {
+	for i, p := range m.votePeers() {
+		id := m.ag.vote[i].ID
+		if id == m.cfg.ID {
 			continue
 		}
-		if m.ag.excluded[mb.ID] {
+		if m.ag.excluded[id] || p != nil && p.dead {
 			return true
 		}
-		if p := m.peers[mb.ID]; p != nil && p.dead {
-			return true
-		}
-		v := m.latestVote(mb.ID)
-		if v != nil && (v.round > m.ag.round || (v.round == m.ag.round && !slices.Equal(v.members, m.ag.vote))) {
+		v := m.latestVoteOf(p)
+		if v != nil && (v.round > m.ag.round || (v.round == m.ag.round && !m.sameAsMine(v))) {
 			return true
 		}
 	}
@@ -594,18 +665,19 @@ func (m *Mesh) roundTimeout() {
 		return
 	}
 	grew := false
-	for _, mb := range m.ag.vote {
-		if mb.ID == m.cfg.ID {
+	for i, p := range m.votePeers() {
+		id := m.ag.vote[i].ID
+		if id == m.cfg.ID {
 			continue
 		}
-		v := m.latestVote(mb.ID)
-		if v != nil && v.round == m.ag.round && slices.Equal(v.members, m.ag.vote) {
+		v := m.latestVoteOf(p)
+		if v != nil && v.round == m.ag.round && m.sameAsMine(v) {
 			continue
 		}
-		if p := m.peers[mb.ID]; p != nil && !p.dead && p.state == StateReducing && p.step == m.ag.step {
+		if p != nil && !p.dead && p.state == StateReducing && p.step == m.ag.step {
 			continue
 		}
-		m.exclude(mb.ID)
+		m.exclude(id)
 		grew = true
 	}
 	if !grew {
@@ -618,8 +690,18 @@ func (m *Mesh) roundTimeout() {
 // maybeRejoinStep: an Excluded node whose step has no other live holder
 // left, and no live peer ahead of it (every peer that excluded it is
 // gone), starts the step's agreement afresh rather than wait for a next
-// step that nobody will produce.
+// step that nobody will produce; so does one held to the minimum whose
+// peers cannot make the first ring without it (stuckBelowMinimum).
 func (m *Mesh) maybeRejoinStep() {
+	if m.stepLivesOn() && !m.stuckBelowMinimum() {
+		return
+	}
+	m.restartStep()
+}
+
+// stepLivesOn reports whether a live peer holds this node's step or is
+// ahead of it.
+func (m *Mesh) stepLivesOn() bool {
 	for _, p := range m.peers {
 		if p.dead || !p.state.hasModel() {
 			continue
@@ -630,9 +712,15 @@ func (m *Mesh) maybeRejoinStep() {
 			// cannot be told to be on this line (one PrevHash), and
 			// treating it as gone made a newcomer left out of a fast step
 			// train the step alone: a fork of one.
-			return
+			return true
 		}
 	}
+	return false
+}
+
+// restartStep starts the agreement of this node's step afresh, in a round
+// above every round seen, with no accusation of the earlier rounds.
+func (m *Mesh) restartStep() {
 	round := m.ag.maxRound + 1
 	m.resetAgreement()
 	m.ag.maxRound = max(m.ag.maxRound, round)

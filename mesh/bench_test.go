@@ -44,7 +44,7 @@ func simMeasure(tb testing.TB, n, steps int, drop float64, maxDelay int) simFigu
 // (20 % loss, 10 % duplicates, 1–6 ticks delay) as ratios against a
 // lossless 1-tick network measured in the same run.
 func BenchmarkSimAgreement(b *testing.B) {
-	for _, n := range []int{4, 16} {
+	for _, n := range []int{4, 16, 64} {
 		base := simMeasure(b, n, 20, 0, 1)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			var f simFigures

@@ -51,7 +51,9 @@
 // Every member holds θ₀(t) with hash h. When its inner steps are done it sends
 // Ready(t, inner, h). It votes once every live peer at (t, h) is Ready, or
 // StragglerTicks after its own Ready, or at once when some peer already voted
-// (and, before its first ring, only once MinMembers are Ready). A vote is
+// (and, while it holds the run's initial model or has not been in a ring
+// since it started, only once MinMembers are Ready: no ring below the
+// minimum is voted for or decided then). A vote is
 // Propose(t, round, P, X): P = sorted(M − X) with weights, where M are the
 // peers known Ready at (t, h) — from Ready messages, heartbeats, and the
 // members of every vote heard — and X the peers excluded from step t. A
@@ -107,9 +109,10 @@
 // healed, a restart far behind), a member whose side is smaller is asked to
 // Adopt the larger side's newest model by checkpoint transfer. Sides are
 // weighed first by how many of their peers the member knows (they made a
-// model of its line with it in the last KnownWindow steps: identities are
-// free, and a fork served by many made-up peers must not win), then by
-// their size, later step, larger hash. A member with no known peer on its
+// model of its line with it in the last KnownWindow steps, or signed a
+// ring with a peer it knows: identities are free, and a fork served by
+// many made-up peers must not win), then by their size, later step,
+// larger hash. A member with no known peer on its
 // side, and a joiner, weigh by size alone.
 //
 // Safety rests on the all-reduce too: its handshake compares ring ids, so a

@@ -75,10 +75,10 @@ type meshPeer struct {
 	lastSeen    uint64 // tick of the last message
 	addrs       []string
 	dead        bool
-	votes       map[uint64]*meshVote // its latest vote per step, a few steps kept
-	equivocated bool                 // caught voting twice in one round (reported once)
-	noWaitEnd   uint64               // votes of steps before this one do not wait for it (decide)
-	disputeRun  int                  // steps in a row it was in a dispute (exclusions), not in a ring
+	votes       meshVotes // its latest vote per step, a few steps kept
+	equivocated bool      // caught voting twice in one round (reported once)
+	noWaitEnd   uint64    // votes of steps before this one do not wait for it (decide)
+	disputeRun  int       // steps in a row it was in a dispute (exclusions), not in a ring
 	incarnation uint64
 	restarts    uint64
 }
@@ -96,16 +96,6 @@ func (p *meshPeer) moved(step uint64, hash string) {
 		p.prevHash = "" // unknown until its next heartbeat
 	}
 	p.step, p.hash = step, hash
-}
-
-// meshVote is one peer's vote of an agreement round.
-type meshVote struct {
-	step     uint64
-	hash     string
-	round    uint32
-	members  []Member
-	excluded []PeerID
-	links    []uint32 // the voter's link costs to members (Message.Links)
 }
 
 // Mesh is the membership and epoch state machine of one node. It is not safe
@@ -136,7 +126,10 @@ type Mesh struct {
 	fetchAt    uint64
 	syncFailed bool
 
-	linkCost map[PeerID]uint32 // measured link costs to peers (SetLinkCosts)
+	linkCost map[PeerID]uint32  // measured link costs to peers (SetLinkCosts)
+	voted    map[meshKey]uint32 // the last round this node voted in, for its last few models (cast)
+	casts    uint64             // serial of this node's vote, grows with each cast and agreement (sameAsMine)
+	peersGen uint64             // grows when an entry of peers is made or dropped (votePeers)
 
 	out       Ready
 	prevState State
@@ -242,7 +235,7 @@ func (m *Mesh) Step(msg Message) error {
 		}
 		m.noteReady(msg.From, msg.Step, msg.Hash, msg.InnerSteps)
 	case MsgPropose:
-		m.onPropose(msg.From, p, msg)
+		m.onPropose(msg.From, p, &msg)
 	}
 	m.progress()
 	return nil
@@ -252,12 +245,12 @@ func (m *Mesh) Step(msg Message) error {
 // lost any Ready of the current step, so it sits this step out (X only
 // grows: excluding it is the choice every node makes alike).
 func (m *Mesh) onRestart(id PeerID, p *meshPeer, inc uint64) {
-	restarted := p.incarnation != 0 || p.votes != nil
+	restarted := p.incarnation != 0 || p.votes.n > 0
 	p.incarnation = inc
 	if !restarted {
 		return
 	}
-	p.votes = nil
+	p.votes = meshVotes{}
 	p.restarts++
 	if _, in := m.ag.known[id]; in {
 		m.exclude(id)
@@ -296,6 +289,7 @@ func (m *Mesh) peer(id PeerID) (*meshPeer, error) {
 	}
 	p := &meshPeer{lastSeen: m.tick}
 	m.peers[id] = p
+	m.peersGen++
 	return p, nil
 }
 
@@ -330,6 +324,7 @@ func (m *Mesh) forgetDead(after uint64) {
 	for id, p := range m.peers {
 		if p.dead && m.tick-p.lastSeen >= after {
 			delete(m.peers, id)
+			m.peersGen++
 		}
 	}
 }
@@ -436,20 +431,14 @@ func (m *Mesh) moveTo(step uint64, hash, prevHash string) {
 	if step >= meshLineDepth {
 		delete(m.line, step-meshLineDepth)
 	}
-	// Back at the model it already held (a fetch or adoption that failed,
-	// and the lineage check found nothing better): peers still hold this
-	// node's vote of that step, so it votes again only above its round.
-	// A second, different vote in the same round is an equivocation, and
-	// peers excluded this honest node from every later step.
-	same, voted, round := step == m.step && hash == m.hash, m.ag.voted, m.ag.round
+	same := step == m.step && hash == m.hash
 	m.step, m.hash, m.prevHash = step, hash, prevHash
 	m.inner = 0
-	m.established = true
+	// Back at its own model is not synced from peers: a node held to the
+	// minimum whose fetch failed stays held.
+	m.established = m.established || !same
 	m.ring, m.fetch, m.syncFailed = nil, nil, false
 	m.resetAgreement()
-	if same && voted {
-		m.ag.maxRound = max(m.ag.maxRound, round+1)
-	}
 	m.setState(StateTraining)
 	m.heartbeat()
 }

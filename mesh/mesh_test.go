@@ -384,3 +384,28 @@ func TestFailedAdoptVotesAbove(t *testing.T) {
 		t.Fatalf("voted again in round %d, first vote in round %d: %v then %v", r, r0, first[len(first)-1].Members, again[0].Members)
 	}
 }
+
+// TestBackAtLeftModelVotesAbove: a member that voted in round 3 of a step,
+// moved on, and later fetched that same model again (its adoption of
+// another line failed) votes again only above round 3: peers still hold
+// its first vote, and a second one in the same round is an equivocation
+// (random-fault seed 5358 at 9-16 members).
+func TestBackAtLeftModelVotesAbove(t *testing.T) {
+	m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50}, 4, "h4")
+	if err := m.Step(Message{Type: MsgPropose, From: "b", State: StateAgreeing, Step: 4, Hash: "h4", Round: 3,
+		Members: []Member{{"b", 50}, {"me", 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	m.SetReady(4, 50)
+	first, _ := proposals(m)
+	if len(first) == 0 || first[len(first)-1].Round != 3 {
+		t.Fatalf("first votes %v", first)
+	}
+	m.Synced(6, "h6", nil) // moved on (adopted another line)
+	m.Synced(4, "h4", nil) // and back at the model it had left
+	m.SetReady(4, 50)
+	again, _ := proposals(m)
+	if len(again) == 0 || again[0].Round <= 3 {
+		t.Fatalf("voted again in round %v after round 3", again)
+	}
+}

@@ -44,10 +44,9 @@ type simNode struct {
 }
 
 type simPkt struct {
-	at   uint64
 	from PeerID
 	to   PeerID
-	b    []byte
+	msg  *Message // decoded once from the encoded bytes; Step only reads it
 }
 
 // simDone is one completed all-reduce.
@@ -59,6 +58,7 @@ type simDone struct {
 	syncs   map[PeerID]int // each member's sync count when it completed
 	agree   uint64         // ticks from the last member's Ready to the last decision
 	amnesia int            // simNet.amnesia when it completed
+	at      uint64         // tick it completed
 }
 
 type simNet struct {
@@ -66,10 +66,10 @@ type simNet struct {
 	rng *rand.Rand
 	now uint64
 
-	nodes map[PeerID]*simNode
-	ids   []PeerID
-	queue []simPkt
-	due   []simPkt
+	nodes  map[PeerID]*simNode
+	ids    []PeerID
+	queue  map[uint64][]simPkt // packets by the tick they arrive, in sending order
+	queued int
 
 	drop, dup          float64
 	minDelay, maxDelay int
@@ -99,7 +99,7 @@ type simNet struct {
 func newSimNet(t testing.TB, seed uint64) *simNet {
 	return &simNet{
 		t: t, rng: rand.New(rand.NewPCG(seed, 7)),
-		nodes: map[PeerID]*simNode{}, group: map[PeerID]int{},
+		nodes: map[PeerID]*simNode{}, group: map[PeerID]int{}, queue: map[uint64][]simPkt{},
 		minDelay: 1, maxDelay: 1,
 		trainTicks: 10, reduceTicks: 4, fetchTicks: 5, failTicks: 25, inner: 50,
 	}
@@ -242,27 +242,16 @@ func (s *simNet) anyModel() bool {
 }
 
 func (s *simNet) deliver() {
-	keep := s.queue[:0]
-	due := s.due[:0]
-	for _, p := range s.queue {
-		if p.at <= s.now {
-			due = append(due, p)
-		} else {
-			keep = append(keep, p)
-		}
-	}
-	s.queue, s.due = keep, due
+	due := s.queue[s.now]
+	delete(s.queue, s.now)
+	s.queued -= len(due)
 	for _, p := range due {
 		n := s.nodes[p.to]
 		if !n.up || !s.linked(p.from, p.to) {
 			continue
 		}
-		msg, err := Decode(p.b)
-		if err != nil {
-			s.t.Fatalf("decode of %s's message: %v", p.from, err)
-		}
-		if err := n.m.Step(msg); err != nil {
-			s.t.Fatalf("%s Step(%v): %v", p.to, msg.Type, err)
+		if err := n.m.Step(*p.msg); err != nil {
+			s.t.Fatalf("%s Step(%v): %v", p.to, p.msg.Type, err)
 		}
 		s.flush(n)
 	}
@@ -362,6 +351,10 @@ func (s *simNet) broadcast(from PeerID, msg Message) {
 	}
 	s.sentMsgs[msg.Type]++
 	s.sentBytes[msg.Type] += len(b)
+	dec, err := Decode(b)
+	if err != nil {
+		s.t.Fatalf("decode of %s's message: %v", from, err)
+	}
 	if msg.Type != MsgHeartbeat {
 		s.logf("%s sends %s", from, simFormat(msg))
 	}
@@ -378,7 +371,9 @@ func (s *simNet) broadcast(from PeerID, msg Message) {
 				continue
 			}
 			d := s.minDelay + s.rng.IntN(s.maxDelay-s.minDelay+1)
-			s.queue = append(s.queue, simPkt{at: s.now + uint64(d), from: from, to: to, b: b})
+			at := s.now + uint64(d)
+			s.queue[at] = append(s.queue[at], simPkt{from: from, to: to, msg: &dec})
+			s.queued++
 		}
 	}
 }
@@ -461,7 +456,7 @@ func (s *simNet) complete(r Ring) {
 		n.rings++
 		s.flush(n)
 	}
-	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash, syncs: syncs,
+	s.done = append(s.done, simDone{step: r.Step, hash: hash, ring: r, newHash: newHash, syncs: syncs, at: s.now,
 		agree: lastDecide - min(lastDecide, lastReady), amnesia: s.amnesia})
 	s.logf("ring %s completes step %d", r.ID[:8], r.Step)
 }

@@ -25,6 +25,9 @@ type Status struct {
 	// while newcomers are limited (Config.AdmitRate); it is admitted to a
 	// step when its turn comes.
 	Newcomer bool
+	// Waiting, when set: this node holds its first ring to the run's
+	// minimum (Config.MinMembers) and is below it.
+	Waiting *Waiting
 	// Peers, sorted by ID.
 	Peers []PeerStatus
 }
@@ -48,7 +51,7 @@ func (m *Mesh) Status() Status {
 	s := Status{
 		ID: m.cfg.ID, State: m.state, Step: m.step, Hash: m.hash, PrevHash: m.prevHash,
 		Round: m.ag.round, Tick: m.tick, Failures: m.failures, Adoptions: m.adoptions,
-		Newcomer: m.Newcomer(),
+		Newcomer: m.Newcomer(), Waiting: m.waiting(),
 	}
 	if m.last != nil {
 		r := *m.last

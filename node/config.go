@@ -82,8 +82,11 @@ type Config struct {
 	// DefaultInnerSteps; larger H sends proportionally fewer bytes per token
 	// and converges worse (docs/convergence.md).
 	InnerSteps int
-	// MinMembers holds the first outer step until this many members agree on
-	// a ring. Default DefaultMinMembers.
+	// MinMembers holds the run's first outer step until this many members
+	// agree on a ring. A creator records it in the run manifest; a member
+	// holds the first ring to the larger of the run's and its own (a lower
+	// own value is ignored). Default DefaultMinMembers, at most
+	// mesh.MaxMembers.
 	MinMembers int
 	// MaxOuterSteps, if > 0, makes the node leave gracefully after completing
 	// that outer step.
@@ -359,8 +362,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --overlap-steps %d: want 0..--inner-steps (%d)", ErrBadConfig, c.OverlapSteps, c.InnerSteps)
 	case c.InnerSteps < 1:
 		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
-	case c.MinMembers < 1:
-		return fmt.Errorf("%w: --min-members must be ≥ 1, got %d", ErrBadConfig, c.MinMembers)
+	case c.MinMembers < 1 || c.MinMembers > mesh.MaxMembers:
+		return fmt.Errorf("%w: --min-members must be in 1..%d, got %d", ErrBadConfig, mesh.MaxMembers, c.MinMembers)
 	case c.Optimizer != "" && c.Optimizer != train.OptimizerAdamW && c.Optimizer != train.OptimizerMuon:
 		return fmt.Errorf("%w: --optimizer %q: want %s or %s", ErrBadConfig, c.Optimizer, train.OptimizerAdamW, train.OptimizerMuon)
 	case c.Shards < 1 || c.Shards > collective.MaxShards:

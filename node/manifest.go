@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
@@ -58,7 +59,15 @@ type Manifest struct {
 	// MaxWeight is the largest averaging weight (inner steps) a member may
 	// claim: H.
 	MaxWeight int `json:"max_weight"`
+	// MinMembers holds the run's first outer step until this many members
+	// agree on a ring: every member, joiners included, holds the first
+	// ring to it (a member's own --min-members may raise it for itself).
+	// Absent (0) in manifests written before it existed: 1.
+	MinMembers int `json:"min_members,omitempty"`
 }
+
+// minMembers is the run's minimum: MinMembers, 1 when absent.
+func (m *Manifest) minMembers() int { return max(m.MinMembers, 1) }
 
 // Compression is the all-reduce's encoding.
 type Compression struct {
@@ -208,6 +217,8 @@ func (m *Manifest) Validate() error {
 		return bad("shards %d: want 1..%d", m.Compression.Shards, collective.MaxShards)
 	case m.Admission.validate() != nil:
 		return bad("%v", m.Admission.validate())
+	case m.MinMembers < 0 || m.MinMembers > mesh.MaxMembers:
+		return bad("min members %d: want 1..%d", m.MinMembers, mesh.MaxMembers)
 	}
 	return m.validateData()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/train"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -20,7 +22,12 @@ import (
 // would write.
 func testManifest(t testing.TB) *Manifest {
 	t.Helper()
-	c := Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20}
+	return testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20})
+}
+
+// testManifestOf is the manifest a creator with c would write.
+func testManifestOf(t testing.TB, c Config) *Manifest {
+	t.Helper()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +96,11 @@ func TestManifestValidate(t *testing.T) {
 		"allowlist, creator not canonical": func(m *Manifest) {
 			m.Admission = Admission{Policy: AdmissionAllowlist, Creator: "z" + testCreator[1:]}
 		},
-		"no data":   func(m *Manifest) { m.Data = nil },
-		"data name": func(m *Manifest) { m.Data[0].Name = "a\x00b" },
-		"batch":     func(m *Manifest) { m.Train.Batch = 0 },
+		"no data":               func(m *Manifest) { m.Data = nil },
+		"data name":             func(m *Manifest) { m.Data[0].Name = "a\x00b" },
+		"batch":                 func(m *Manifest) { m.Train.Batch = 0 },
+		"min members negative":  func(m *Manifest) { m.MinMembers = -1 },
+		"min members over mesh": func(m *Manifest) { m.MinMembers = mesh.MaxMembers + 1 },
 	}
 	if err := testManifest(t).Validate(); err != nil {
 		t.Fatalf("good manifest: %v", err)
@@ -101,6 +110,33 @@ func TestManifestValidate(t *testing.T) {
 		spoil(m)
 		if err := m.Validate(); !errors.Is(err, ErrManifest) {
 			t.Errorf("%s: %v, want ErrManifest", name, err)
+		}
+	}
+}
+
+// TestManifestMinMembers: the creator's minimum is recorded; a manifest
+// written before the field existed (no min_members) still decodes to the
+// same bytes and id and reads as a minimum of 1; a member's own
+// --min-members raises the run's for itself and never lowers it.
+func TestManifestMinMembers(t *testing.T) {
+	m := testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20, MinMembers: 3})
+	b, _ := m.Encode()
+	if !bytes.HasSuffix(b, []byte(`"max_weight":20,"min_members":3}`)) {
+		t.Fatalf("min members not recorded last: %s", b)
+	}
+	old := bytes.Replace(b, []byte(`,"min_members":3`), nil, 1)
+	got, err := DecodeManifest(old)
+	if err != nil {
+		t.Fatalf("a manifest without min_members: %v", err)
+	}
+	if again, _ := got.Encode(); !bytes.Equal(again, old) || got.minMembers() != 1 {
+		t.Fatalf("re-encoded as %s, minimum %d", again, got.minMembers())
+	}
+	n := &Node{log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct{ run, own, want int }{{0, 1, 1}, {3, 1, 3}, {3, 2, 3}, {3, 5, 5}, {0, 4, 4}} {
+		n.cfg.MinMembers = tc.own
+		if got := n.minMembers(&Manifest{MinMembers: tc.run}); got != tc.want {
+			t.Errorf("run %d, own %d: minimum %d, want %d", tc.run, tc.own, got, tc.want)
 		}
 	}
 }

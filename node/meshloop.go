@@ -64,7 +64,9 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 		}
 		if time.Since(lastPeers) > time.Second {
 			lastPeers = time.Now()
-			costs := n.updatePeers(m.Status())
+			st := m.Status()
+			costs := n.updatePeers(st)
+			n.noteWaiting(st.Waiting, log)
 			if n.cfg.RingOrder != "latency" {
 				// Sorted order, except that relayed links stay out of rings.
 				maps.DeleteFunc(costs, func(_ mesh.PeerID, c uint32) bool { return c != mesh.LinkUnreachable })
@@ -168,6 +170,26 @@ func (n *Node) updatePeers(st mesh.Status) map[mesh.PeerID]uint32 {
 		s.BytesSent, s.BytesReceived = int64(tr.Out), int64(tr.In)
 	})
 	return costs
+}
+
+// noteWaiting says, on the status API and in the log, that this node holds
+// the run's first ring to its minimum and how many members it has: when it
+// starts waiting, whenever the count changes (checked once a second), and
+// when it stops.
+func (n *Node) noteWaiting(w *mesh.Waiting, log *slog.Logger) {
+	var ws *Waiting
+	if w != nil {
+		ws = &Waiting{Members: w.Need, Have: w.Have}
+	}
+	n.board.update(func(s *Status) { s.Waiting = ws })
+	switch {
+	case w != nil && w.Have != n.waitingHave:
+		log.Info("waiting for members before the run's first ring", "min_members", w.Need, "have", w.Have)
+		n.waitingHave = w.Have
+	case w == nil && n.waitingHave != 0:
+		log.Info("enough members for the run's first ring")
+		n.waitingHave = 0
+	}
 }
 
 // linkCost is the cost this node reports to the mesh for its link to a

@@ -230,6 +230,21 @@ func TestUpdatePeers(t *testing.T) {
 	}
 }
 
+// TestNoteWaiting: a node held to the run's minimum shows on the status
+// API what it waits for while it waits, and nothing once it stops.
+func TestNoteWaiting(t *testing.T) {
+	n := &Node{}
+	log := slog.New(slog.DiscardHandler)
+	n.noteWaiting(&mesh.Waiting{Need: 3, Have: 2}, log)
+	if w := n.board.snapshot().Waiting; w == nil || *w != (Waiting{Members: 3, Have: 2}) {
+		t.Fatalf("waiting %+v, want 3 members, have 2", w)
+	}
+	n.noteWaiting(nil, log)
+	if w := n.board.snapshot().Waiting; w != nil {
+		t.Fatalf("waiting %+v after it stopped", w)
+	}
+}
+
 // TestMeshLoopLone pins the mesh goroutine end to end for a lone member on
 // a host without gossip: Ready decides a ring handed to the training
 // goroutine, Completed moves the mesh on, CaughtUp answers, Leave is carried

@@ -76,6 +76,7 @@ type Node struct {
 	resumedRes  []float32   // the checkpoint's error-feedback residual, for the loop's start
 
 	awaitingAdmission bool // a newcomer left out of a step, not yet in a ring (mesh goroutine)
+	waitingHave       int  // members counted in the last "waiting for members" log line, 0 when not waiting (mesh goroutine)
 
 	inflight inflight // the all-reduce attempt running now, if any
 	retry    backoff  // of failed model fetches (training goroutine)

@@ -57,7 +57,7 @@ func (n *Node) initManifest(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("run manifest "+how, "run", rm.m.Run, "manifest", rm.id, "preset", rm.m.Preset,
-		"inner_steps", rm.m.InnerSteps, "codec", rm.m.Compression.Codec, "optimizer", cmp.Or(rm.m.Train.Optimizer, train.OptimizerAdamW), "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
+		"inner_steps", rm.m.InnerSteps, "min_members", rm.m.minMembers(), "codec", rm.m.Compression.Codec, "optimizer", cmp.Or(rm.m.Train.Optimizer, train.OptimizerAdamW), "admission", rm.m.Admission.Policy, "file", filepath.Join(n.cfg.Home, ManifestFile))
 	return nil
 }
 
@@ -78,6 +78,7 @@ func manifestFromConfig(cfg Config, data train.Source) (*Manifest, error) {
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum,
 		Compression: cfg.compression(),
 		Averaging:   cfg.Averaging, Admission: Admission{Policy: cfg.Admission}, MaxWeight: cfg.InnerSteps,
+		MinMembers: cfg.MinMembers,
 	}
 	if cfg.ConfigFile != "" {
 		m.Preset = ""
@@ -241,6 +242,7 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	c.Averaging = m.Averaging
 	c.Optimizer = m.Train.Optimizer
 	c.Seed = m.Train.Seed
+	c.MinMembers = n.minMembers(m)
 	n.opts = m.Train
 	n.run = rm
 	if err := c.check(); err != nil {
@@ -253,6 +255,22 @@ func (n *Node) applyManifest(rm *runManifest) error {
 		return err
 	}
 	return n.setAdmission(rm)
+}
+
+// minMembers is the minimum this node holds the first ring to: the run's,
+// raised by its own --min-members. A lower flag cannot lower the run's
+// (every member holds the run's first ring to the run's minimum): it is
+// ignored, with a warning.
+func (n *Node) minMembers(m *Manifest) int {
+	run, own := m.minMembers(), n.cfg.MinMembers
+	switch {
+	case own < run && own != DefaultMinMembers:
+		n.log.Warn("--min-members is below the run's minimum: the run's applies", "flag", own, "run", run)
+	case own > run:
+		n.log.Info("--min-members is above the run's minimum: this node takes part in no first ring smaller than its own",
+			"flag", own, "run", run)
+	}
+	return max(run, own)
 }
 
 // runID is the run manifest's id ("" for a node built without one, in unit

@@ -39,6 +39,9 @@ type Status struct {
 	// Newcomer: this node made none of the run's last steps (mesh.MadeWindow)
 	// and the run admits newcomers a few per step: it waits for its turn.
 	Newcomer bool `json:"newcomer,omitempty"`
+	// Waiting, when set: this node holds the run's first ring until
+	// Members members are Ready, and has Have of them.
+	Waiting *Waiting `json:"waiting,omitempty"`
 	// Contribution is what the segment owners of the last step reported
 	// of this node's contribution (robust averaging: norm, clip, flags).
 	Contribution *ContributionReport `json:"contribution,omitempty"`
@@ -47,6 +50,13 @@ type Status struct {
 	TokensBySource map[string]int64 `json:"tokens_by_source,omitempty"`
 	StartedAt      time.Time        `json:"started_at"`
 	UptimeSec      float64          `json:"uptime_sec"`
+}
+
+// Waiting is what a node held to the run's minimum waits for: "waiting
+// for Members, have Have".
+type Waiting struct {
+	Members int `json:"members"`
+	Have    int `json:"have"`
 }
 
 // Download is the progress of a model fetch from peers (joining or adopting).
@@ -142,6 +152,10 @@ func (b *board) snapshot() Status {
 	if s.Download != nil {
 		d := *s.Download
 		s.Download = &d
+	}
+	if s.Waiting != nil {
+		w := *s.Waiting
+		s.Waiting = &w
 	}
 	if !s.StartedAt.IsZero() {
 		s.UptimeSec = time.Since(s.StartedAt).Seconds()

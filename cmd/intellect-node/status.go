@@ -66,6 +66,9 @@ func printStatus(w io.Writer, s node.Status) error {
 	row("peer_id", s.PeerID)
 	row("run", s.Run)
 	row("state", s.State)
+	if w := s.Waiting; w != nil {
+		row("waiting", fmt.Sprintf("for %d members before the run's first ring, have %d", w.Members, w.Have))
+	}
 	row("device", s.Device)
 	row("preset", fmt.Sprintf("%s (%d params)", s.Preset, s.Params))
 	row("outer_step", s.OuterStep)
