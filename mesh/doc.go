@@ -120,5 +120,6 @@
 // failure. Two disjoint rings can complete in one step only if Ready
 // messages and heartbeats between them were lost for StragglerTicks — which
 // is a partition, healed as above. docs/mesh.md has the argument and the
-// measured figures.
+// measured figures; docs/mesh-defence.md the defences against lying
+// members and made-up peers (accusations, admission, known peers).
 package mesh

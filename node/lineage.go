@@ -11,7 +11,7 @@ import (
 // lineHistory is who made the last models of this node's line
 // (mesh.History), for the model of one step and hash: donors hand it to a
 // joiner with the model, checkpoints keep it, and the mesh admits newcomers
-// — peers named in none of it — a few per step (docs/mesh.md "Admission").
+// — peers named in none of it — a few per step (docs/mesh-defence.md "Admission").
 type lineHistory struct {
 	mu   sync.Mutex
 	step uint64
