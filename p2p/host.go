@@ -281,6 +281,11 @@ type Host struct {
 	reachMu  sync.Mutex
 	reachNow network.Reachability // AutoNAT's (or the forced) verdict
 
+	// reached: a bootstrap peer answered Dial before Start, so the run
+	// exists and this node is joining it; Start then treats a failed
+	// redial of the bootstrap peers like Config.Rejoin.
+	reached atomic.Bool
+
 	gossip gossipState
 	msgs   chan Message
 	admit  atomic.Pointer[admitState] // nil: everyone is admitted (SetAdmission)
@@ -510,7 +515,8 @@ const (
 // run's peers, pinging them, delivering gossip). ctx bounds that background
 // work: pass a context that lives as long as the node, or call Close.
 // With bootstrap peers configured, Start fails with ErrBootstrapFailed when
-// none can be reached, unless Config.Rejoin is set.
+// none can be reached, unless Config.Rejoin is set or Dial reached one of
+// them before Start (a joiner that fetched the run manifest).
 func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -601,6 +607,7 @@ func (h *Host) connectBootstrap(ctx context.Context) error {
 	errs := make([]error, len(h.bootstrap))
 	var wg sync.WaitGroup
 	for i, ai := range h.bootstrap {
+		h.clearBackoff(ai.ID) // renewConns just closed it; the DHT's early dials may have failed
 		wg.Go(func() { errs[i] = h.connect(ctx, ai) })
 	}
 	wg.Wait()
@@ -610,7 +617,7 @@ func (h *Host) connectBootstrap(ctx context.Context) error {
 		}
 	}
 	err := fmt.Errorf("%w: %w", ErrBootstrapFailed, errors.Join(errs...))
-	if h.cfg.Rejoin {
+	if h.cfg.Rejoin || h.reached.Load() && !errors.Is(err, ErrNotAdmitted) {
 		h.log.Warn("no bootstrap peer reachable: starting alone, redialing them until one answers", "err", err)
 		return nil
 	}
@@ -637,11 +644,24 @@ func (h *Host) connect(ctx context.Context, ai peer.AddrInfo) error {
 // then backs off from ai, and its "dial backoff" would hide why this dial
 // fails (the DHT dials the bootstrap peers on its own from New on). For a
 // joiner's first contact with a bootstrap peer, before Start.
+// A successful Dial marks the run as reached: Start then starts alone when
+// its redial of the bootstrap peers fails (they may refuse a burst of
+// connections from one address for a while) and keeps redialing them.
 func (h *Host) Dial(ctx context.Context, ai peer.AddrInfo) error {
-	if sw, ok := h.h.Network().(*swarm.Swarm); ok {
-		sw.Backoff().Clear(ai.ID)
+	h.clearBackoff(ai.ID)
+	if err := h.h.Connect(ctx, ai); err != nil {
+		return err
 	}
-	return h.h.Connect(ctx, ai)
+	h.reached.Store(true)
+	return nil
+}
+
+// clearBackoff forgets libp2p's dial backoff from id, so that the next dial
+// is tried and its error is the real one.
+func (h *Host) clearBackoff(id peer.ID) {
+	if sw, ok := h.h.Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(id)
+	}
 }
 
 // Close stops the background work, leaves the topics, and closes the DHT and

@@ -319,6 +319,47 @@ func TestRejoinStartsAloneAndRedials(t *testing.T) {
 	})
 }
 
+// TestJoinerStartsAloneWhenBootstrapGoneAfterDial: a joiner reached its
+// bootstrap peer (the manifest fetch) but Start's redial of it fails (the
+// peer refuses a burst of connections from one address, or went away):
+// the run exists, so Start starts alone and redials, as on a rejoin,
+// instead of failing with ErrBootstrapFailed.
+func TestJoinerStartsAloneWhenBootstrapGoneAfterDial(t *testing.T) {
+	bootCfg := testConfig(t, "reached")
+	bootCfg.Home = t.TempDir()
+	boot, err := New(context.Background(), bootCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := boot.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	addrs := boot.Addrs()
+	cfg := testConfig(t, "reached")
+	cfg.Bootstrap, cfg.DialTimeout = addrs, time.Second
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ai, err := peer.AddrInfoFromString(addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Dial(context.Background(), *ai); err != nil {
+		t.Fatal(err)
+	}
+	boot.Close()
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatalf("start after the bootstrap peer went: %v", err)
+	}
+	bootCfg.Listen = []string{strings.Split(addrs[0], "/p2p/")[0]}
+	back := startHost(t, bootCfg)
+	eventually(t, meshTimeout, "the joiner connected to its returned bootstrap peer", func() bool {
+		return fullMesh([]*Host{h, back})
+	})
+}
+
 // TestGossipBothWaysAfterEarlyConnection: a joiner connects to its
 // bootstrap peer before it starts (to fetch the run manifest) and the
 // bootstrap peer misses the identify push that tells it the joiner now
