@@ -168,13 +168,7 @@ func (r *runner) killRestart(ctx context.Context, s *slot, downFor time.Duration
 	s.busy = true
 	defer func() { s.busy = wasBusy }()
 	r.kill(s)
-	rs := soak.Resume{Member: s.member(), At: r.now()}
-	step, has, err := newestCheckpoint(s.home)
-	rs.Checkpoint, rs.HasCheckpoint = step, has
-	if err != nil {
-		rs.Err = fmt.Sprintf("newest checkpoint after kill -9: %v", err)
-	}
-	r.rep.Resumes = append(r.rep.Resumes, rs)
+	i := r.noteKill(s)
 	r.mu.Unlock()
 	select {
 	case <-ctx.Done():
@@ -184,15 +178,36 @@ func (r *runner) killRestart(ctx context.Context, s *slot, downFor time.Duration
 	if r.closed || ctx.Err() != nil {
 		return
 	}
-	if rs.Err == "" {
-		s.resume = len(r.rep.Resumes) - 1
-	}
+	r.awaitResume(s, i)
 	// Until it has caught up, it holds the model of its checkpoint, which
 	// may come from the far side of a partition.
 	r.rep.Windows = append(r.rep.Windows, soak.Window{Interval: soak.Interval{From: r.now(), To: r.now()}, Member: s.member()})
 	if err := r.startProc(s); err != nil {
 		r.fail("restart %s: %v", s.member(), err)
 		s.state = empty
+	}
+}
+
+// noteKill checks the newest checkpoint that killed slot s's member left
+// and records the resume it must make: the index of its Resumes entry.
+// Lock held.
+func (r *runner) noteKill(s *slot) int {
+	rs := soak.Resume{Member: s.member(), At: r.now()}
+	step, has, err := newestCheckpoint(s.home)
+	rs.Checkpoint, rs.HasCheckpoint = step, has
+	if err != nil {
+		rs.Err = fmt.Sprintf("newest checkpoint after kill -9: %v", err)
+	}
+	r.rep.Resumes = append(r.rep.Resumes, rs)
+	return len(r.rep.Resumes) - 1
+}
+
+// awaitResume makes the first status of slot s's restarted member settle
+// Resumes[i], its own kill's entry (other kills append theirs while it is
+// down). Lock held.
+func (r *runner) awaitResume(s *slot, i int) {
+	if r.rep.Resumes[i].Err == "" {
+		s.resume = i
 	}
 }
 

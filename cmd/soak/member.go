@@ -165,12 +165,36 @@ func (r *runner) startProc(s *slot) error {
 // the long-lived first; none for the creator's first start.
 func (r *runner) bootstrap(self *slot) []string {
 	var out []string
-	for _, s := range r.slots {
-		if s != self && s.state == up && s.id != "" && len(out) < 6 {
-			out = append(out, "--bootstrap", fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", r.net.Hosts[s.i].Addr, nodePort, s.id))
-		}
+	for _, i := range r.bootstrapSlots(self) {
+		out = append(out, "--bootstrap", fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", r.net.Hosts[i].Addr, nodePort, r.slots[i].id))
 	}
 	return out
+}
+
+// maxBootstrap is how many bootstrap peers a member is given.
+const maxBootstrap = 3
+
+// bootstrapSlots picks the slots of up to maxBootstrap running members
+// with known ids, the long-lived first, leaving out those that a
+// partition or a flap cuts off from self: a joiner given only peers it
+// cannot reach gets no run manifest and exits. With none reachable it
+// picks from all (a restarted member starts alone and redials them).
+// Lock held.
+func (r *runner) bootstrapSlots(self *slot) []int {
+	var reach, all []int
+	for _, s := range r.slots {
+		if s == self || s.state != up || s.id == "" {
+			continue
+		}
+		all = append(all, s.i)
+		if r.links.cut[pair(self.i, s.i)] == 0 && !r.links.down[s.i] {
+			reach = append(reach, s.i)
+		}
+	}
+	if len(reach) == 0 {
+		reach = all
+	}
+	return reach[:min(len(reach), maxBootstrap)]
 }
 
 // watchExit records an exit that the harness did not cause as a failure.
@@ -181,12 +205,21 @@ func (r *runner) watchExit(s *slot, p *wan.Proc) {
 	if s.proc != p || s.expectExit || r.closed {
 		return
 	}
+	r.exitedOnItsOwn(s, err)
+}
+
+// exitedOnItsOwn fails the run for slot s's member, which exited with err
+// unasked, and empties the slot. Its home stays as evidence; its log is
+// closed, so that the slot's next member writes (and is reported with) a
+// log of its own. Lock held.
+func (r *runner) exitedOnItsOwn(s *slot, err error) {
 	r.fail("%s exited on its own: %v (log %s)", s.member(), err, s.log.Name())
 	if s.resume >= 0 {
 		r.rep.Resumes[s.resume].Err = fmt.Sprintf("exited before serving its status: %v", err)
 		s.resume = -1
 	}
-	s.state = empty
+	s.log.Close()
+	s.state, s.log, s.proc, s.id = empty, nil, nil, ""
 }
 
 // kill sends SIGKILL to slot s's member and waits for it to exit. Called

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/intellect-node/intellect-node/internal/soak"
+)
+
+// testRunner is a runner over n slots and no network, for the harness's
+// bookkeeping.
+func testRunner(t *testing.T, n int) *runner {
+	r := &runner{rep: &soak.Report{}, links: newLinkState()}
+	for i := range n {
+		r.slots = append(r.slots, &slot{i: i, host: "h" + string(rune('a'+i)), gen: 1, home: t.TempDir(), resume: -1})
+	}
+	return r
+}
+
+// TestResumeSettlesItsOwnKill: a kill of b, then of a, then b's restart
+// and first status (at step 0: it had no checkpoint), then a's: each
+// first status settles its own kill's entry. The entry once taken at
+// restart time (the newest) was a's for b, which failed a as "first
+// status at outer step 0, below its newest checkpoint's 20".
+func TestResumeSettlesItsOwnKill(t *testing.T) {
+	r := testRunner(t, 2)
+	a, b := r.slots[0], r.slots[1]
+	ib := r.noteKill(b)
+	ia := r.noteKill(a)
+	r.rep.Resumes[ia].Checkpoint, r.rep.Resumes[ia].HasCheckpoint = 20, true
+	r.awaitResume(b, ib)
+	b.status.OuterStep = 0
+	r.settleResume(b)
+	r.awaitResume(a, ia)
+	a.status.OuterStep = 20
+	r.settleResume(a)
+	for _, rs := range r.rep.Resumes {
+		if rs.Err != "" {
+			t.Errorf("%s: %s", rs.Member, rs.Err)
+		}
+	}
+	if got := r.rep.Resumes[ia]; got.Member != a.member() || got.FirstStep != 20 {
+		t.Errorf("a's entry: %+v", got)
+	}
+}
+
+// TestUnexpectedExitClosesLog: a member that exits unasked leaves its
+// slot empty with its log closed, so that the slot's next member gets a
+// log of its own instead of appending to (and being reported with) the
+// one that exited.
+func TestUnexpectedExitClosesLog(t *testing.T) {
+	r := testRunner(t, 1)
+	s := r.slots[0]
+	f, err := os.Create(filepath.Join(t.TempDir(), s.member()+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.log, s.state = f, up
+	r.exitedOnItsOwn(s, errors.New("exit status 1"))
+	if s.log != nil || s.state != empty {
+		t.Fatalf("slot after the exit: log %v, state %v", s.log, s.state)
+	}
+	if len(r.rep.Failures) != 1 || !strings.Contains(r.rep.Failures[0], f.Name()) {
+		t.Fatalf("failures %q do not name %s", r.rep.Failures, f.Name())
+	}
+	if err := f.Close(); err == nil {
+		t.Error("the exited member's log is still open")
+	}
+}
+
+// TestBootstrapSkipsCutOffMembers: a joiner is given bootstrap peers that
+// a partition or a flap does not cut off from it, while there are any.
+func TestBootstrapSkipsCutOffMembers(t *testing.T) {
+	r := testRunner(t, 6)
+	for _, s := range r.slots[:5] {
+		s.state, s.id = up, "id-"+s.host
+	}
+	r.slots[3].id = "" // not seen yet
+	joiner := r.slots[5]
+	for _, i := range []int{0, 1} {
+		r.links.cut[pair(joiner.i, i)]++
+	}
+	r.links.down[2] = true
+	if got := r.bootstrapSlots(joiner); !slices.Equal(got, []int{4}) {
+		t.Errorf("bootstrap slots %v, want [4]", got)
+	}
+	r.links.cut[pair(joiner.i, 4)]++
+	if got := r.bootstrapSlots(joiner); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("with every member cut off: %v, want the first three, [0 1 2]", got)
+	}
+}
