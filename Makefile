@@ -7,7 +7,7 @@ BIN       := bin
 RACE_PKGS := ./mesh/... ./p2p/... ./node/... ./train
 
 .PHONY: all build vet test test-short ui-deps tok-deps hf-deps test-hf test-ui demo demo-text demo-train bench bench-gemm bench-train bench-net \
-	fuzz bench-wan test-nat test-sim wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes bench-traffic build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
+	fuzz bench-wan test-scale test-nat test-sim wan-cleanup soak test-soak-slice bench-convergence bench-convergence-nodes bench-traffic build-cuda vet-cuda test-gpu test-cudaemu ptx generate clean
 
 all: build
 
@@ -74,6 +74,14 @@ build-cuda:
 vet-cuda:
 	kernels/cuda/build.sh vet
 	kernels/cuda/build.sh test-build
+
+# The scale lab (docs/scale.md): K members of one run in one process over
+# go-libp2p's mock network, sim device; prints its table (≈ 8 minutes).
+# SCALE_K picks the member counts.
+SCALE_K ?= 4,8,16,32,64
+test-scale:
+	INTELLECT_SCALE=$(SCALE_K) INTELLECT_SCALE_OUT=$(CURDIR)/bin/scale.md \
+		$(GO) test -count=1 -run TestScaleLab -v -timeout 15m ./node
 
 # On a GPU machine, after vet-cuda (carry bin/): kernels and engine against the
 # CPU, PyTorch's LlamaForCausalLM, and the MFU benchmark. See docs/cuda.md.

@@ -196,6 +196,9 @@ type Config struct {
 	OnProgress func(Progress)
 	// Logger receives the node's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Libp2p, if set, builds the node's libp2p host (p2p.Config.Libp2p):
+	// the scale lab's in-memory network of many nodes in one process.
+	Libp2p p2p.Libp2pFunc
 }
 
 // Defaults of DiLoCo, chosen by the sweeps of docs/convergence.md (tiny

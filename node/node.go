@@ -84,6 +84,15 @@ type Node struct {
 	wg sync.WaitGroup
 }
 
+// The node's parts (p2p.PartLabel) besides the host's: the training
+// goroutine, the mesh goroutine (agreement), and the all-reduce attempts
+// the training goroutine runs (averaging); diloco labels its hashing.
+const (
+	partTraining  = "training"
+	partAgreement = "agreement"
+	partAveraging = "averaging"
+)
+
 // New prepares a node: it validates cfg, starts the libp2p host, and builds
 // the model, resuming from the newest checkpoint under cfg.Home if there is
 // one. It starts no goroutine of its own; Run does.
@@ -155,6 +164,7 @@ func (n *Node) newHost(ctx context.Context) error {
 		Topics:       []string{account.Topic},
 		Logger:       cfg.Logger,
 		Metrics:      reg,
+		Libp2p:       cfg.Libp2p,
 	})
 	if err != nil {
 		return err
@@ -280,7 +290,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	err := n.evalInitial()
 	if err == nil {
-		err = n.trainLoop(ctx)
+		p2p.DoPart(ctx, partTraining, func(ctx context.Context) { err = n.trainLoop(ctx) })
 	}
 	if errors.Is(err, diloco.ErrDone) { // reached --max-outer-steps
 		n.awaitReports(ctx)
@@ -358,7 +368,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("node started", "peer", n.self, "addrs", n.host.Addrs(), "run", n.cfg.Run, "manifest", short(n.run.id))
-	n.wg.Go(func() { n.meshLoop(ctx, m) })
+	n.wg.Go(func() { p2p.DoPart(ctx, partAgreement, func(ctx context.Context) { n.meshLoop(ctx, m) }) })
 	return nil
 }
 

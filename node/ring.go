@@ -8,6 +8,7 @@ import (
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node/diloco"
+	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/ring"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -18,9 +19,13 @@ import (
 type ringReducer struct{ n *Node }
 
 // Attempt runs one attempt over rg (allReduce).
-func (r ringReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (diloco.Stats, error) {
-	st, err := r.n.allReduce(ctx, rg, b)
-	return diloco.Stats{BytesSent: st.BytesSent, BytesRecv: st.BytesRecv}, err
+func (r ringReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (st diloco.Stats, err error) {
+	p2p.DoPart(ctx, partAveraging, func(ctx context.Context) {
+		var rs ring.Stats
+		rs, err = r.n.allReduce(ctx, rg, b)
+		st = diloco.Stats{BytesSent: rs.BytesSent, BytesRecv: rs.BytesRecv}
+	})
+	return st, err
 }
 
 // Failed counts and logs a failed attempt and names its culprit.

@@ -6,6 +6,7 @@ import (
 	"github.com/intellect-node/intellect-node/mesh"
 	"github.com/intellect-node/intellect-node/mesh/collective"
 	"github.com/intellect-node/intellect-node/node/diloco"
+	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/scatter"
 )
 
@@ -17,8 +18,9 @@ type scatterReducer struct{ n *Node }
 
 // Attempt runs one attempt of the direct scatter over rg and carries out
 // the accountability of its result: verdicts, report, spot check.
-func (r scatterReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (diloco.Stats, error) {
-	return r.attempt(ctx, rg, b, nil)
+func (r scatterReducer) Attempt(ctx context.Context, rg *mesh.Ring, b collective.Buffers) (st diloco.Stats, err error) {
+	p2p.DoPart(ctx, partAveraging, func(ctx context.Context) { st, err = r.attempt(ctx, rg, b, nil) })
+	return st, err
 }
 
 // attempt is Attempt over the scatter's transport, wrapped by wrap if not

@@ -145,7 +145,7 @@ func (h *Host) SetAdmission(a Admission) error {
 		return fmt.Errorf("%w: admission set twice", ErrInvalidConfig)
 	}
 	h.h.SetStreamHandler(AdmitProtocolID, h.handleAdmit)
-	h.goLoop(h.life, func(ctx context.Context) { h.admitLoop(ctx, sub) })
+	h.goLoop(h.life, PartHost, func(ctx context.Context) { h.admitLoop(ctx, sub) })
 	return nil
 }
 

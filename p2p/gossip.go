@@ -104,6 +104,13 @@ type GossipStats struct {
 	Rejected  uint64 `json:"rejected"`  // bad or missing signature, over the size limit, or refused by the validator
 	Dropped   uint64 `json:"dropped"`   // valid, but the Messages channel was full
 	Throttled uint64 `json:"throttled"` // over their author's rate (Config.GossipRate)
+	// Overloaded counts messages pubsub dropped unvalidated, its validation
+	// queue full or its sender throttled by the peer gater; Unsent the RPCs
+	// it dropped on the way to a peer, that peer's outbound queue full.
+	// Both are load, not bad input: many mean gossip carries more than
+	// the host keeps up with (docs/scale.md).
+	Overloaded uint64 `json:"overloaded"`
+	Unsent     uint64 `json:"unsent"`
 }
 
 // Gossip score thresholds. Peers start at 0 and only lose points, for
@@ -213,6 +220,8 @@ type gossipState struct {
 	rejected  atomic.Uint64
 	dropped   atomic.Uint64
 	throttled atomic.Uint64
+	overload  atomic.Uint64
+	unsent    atomic.Uint64
 	lastMeet  atomic.Int64 // unix ns of the last meetAuthor lookup
 	rate      *authorRate
 	closeMsgs sync.Once
@@ -449,7 +458,7 @@ func (h *Host) TopicPeers() []peer.ID {
 func (h *Host) GossipStats() GossipStats {
 	g := &h.gossip
 	return GossipStats{Delivered: g.delivered.Load(), Rejected: g.rejected.Load(), Dropped: g.dropped.Load(),
-		Throttled: g.throttled.Load()}
+		Throttled: g.throttled.Load(), Overloaded: g.overload.Load(), Unsent: g.unsent.Load()}
 }
 
 // deliverLoop moves validated messages from t's subscription to the
@@ -512,10 +521,13 @@ type gossipTracer struct{ h *Host }
 
 var _ pubsub.RawTracer = gossipTracer{}
 
-// RejectMessage counts invalid messages; throttling, queue overflow and
-// duplicates are load, not malformed input, and are not counted.
+// RejectMessage counts invalid messages, and apart the ones dropped for
+// load (a full validation queue, a throttled sender); duplicates are not
+// counted.
 func (t gossipTracer) RejectMessage(msg *pubsub.Message, reason string) {
 	switch reason {
+	case pubsub.RejectValidationQueueFull, pubsub.RejectValidationThrottled:
+		t.h.gossip.overload.Add(1)
 	case pubsub.RejectMissingSignature, pubsub.RejectInvalidSignature, pubsub.RejectUnexpectedSignature,
 		pubsub.RejectUnexpectedAuthInfo, pubsub.RejectValidationFailed:
 		t.h.gossip.rejected.Add(1)
@@ -523,6 +535,9 @@ func (t gossipTracer) RejectMessage(msg *pubsub.Message, reason string) {
 			"via", msg.ReceivedFrom.ShortString(), "bytes", len(msg.GetData()))
 	}
 }
+
+// DropRPC counts the RPCs pubsub could not queue for a peer.
+func (t gossipTracer) DropRPC(*pubsub.RPC, peer.ID) { t.h.gossip.unsent.Add(1) }
 
 // The remaining RawTracer events are not needed.
 
@@ -540,7 +555,6 @@ func (gossipTracer) DuplicateMessage(*pubsub.Message)         {}
 func (gossipTracer) ThrottlePeer(peer.ID)                     {}
 func (gossipTracer) RecvRPC(*pubsub.RPC)                      {}
 func (gossipTracer) SendRPC(*pubsub.RPC, peer.ID)             {}
-func (gossipTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
 func (gossipTracer) UndeliverableMessage(*pubsub.Message)     {}
 
 // authorRate is the per-author budget of topic messages: a token bucket of

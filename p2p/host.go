@@ -154,6 +154,10 @@ type Config struct {
 	// Reachability is ReachAuto (the default), ReachPublic or ReachPrivate:
 	// see those and docs/nat.md.
 	Reachability string
+	// Libp2p, if set, builds the libp2p host in place of the TCP and QUIC
+	// transports (Listen, Announce, PSK and the NAT options then do not
+	// apply): go-libp2p's mock network, many nodes in one process.
+	Libp2p Libp2pFunc
 }
 
 // Validate fills defaults and rejects bad values. It does not touch the disk.
@@ -336,7 +340,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h.gossip.rate = newAuthorRate(cfg.GossipRate, cfg.GossipBurst, time.Now)
 	h.gossip.topics = newGossipTopics(cfg.Topics)
 	h.life, h.stopLife = context.WithCancel(context.Background())
-	if err := h.buildLibp2p(key); err != nil {
+	DoPart(ctx, PartHost, func(context.Context) { err = h.buildLibp2p(key) })
+	if err != nil {
 		h.stopLife()
 		return nil, err
 	}
@@ -347,7 +352,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	case ReachPrivate:
 		h.reachNow = network.ReachabilityPrivate
 	}
-	if err := h.buildDHT(); err != nil {
+	DoPart(ctx, PartDHT, func(context.Context) { err = h.buildDHT() })
+	if err != nil {
 		h.stopLife()
 		h.h.Close()
 		return nil, err
@@ -382,6 +388,9 @@ func (h *Host) buildLibp2p(key crypto.PrivKey) error {
 	cm, err := connmgr.NewConnManager(h.cfg.ConnsLow, h.cfg.ConnsHigh, connmgr.WithGracePeriod(time.Minute))
 	if err != nil {
 		return fmt.Errorf("p2p: connection manager: %w", err)
+	}
+	if h.cfg.Libp2p != nil {
+		return h.buildOn(key, cm)
 	}
 	rm, err := newResourceManager(h.cfg.Metrics)
 	if err != nil {
@@ -539,15 +548,15 @@ func (h *Host) Start(ctx context.Context) error {
 		return err
 	}
 	h.started, h.cancel = true, cancel
-	h.goLoop(runCtx, func(ctx context.Context) { h.watchPeers(ctx, peers) })
+	h.goLoop(runCtx, PartHost, func(ctx context.Context) { h.watchPeers(ctx, peers) })
 	for _, t := range h.gossip.topics {
-		h.goLoop(runCtx, func(ctx context.Context) { h.deliverLoop(ctx, t) })
+		h.goLoop(runCtx, PartGossip, func(ctx context.Context) { h.deliverLoop(ctx, t) })
 	}
-	h.goLoop(runCtx, h.advertiseLoop)
-	h.goLoop(runCtx, h.discoverLoop)
-	h.goLoop(runCtx, h.pingLoop)
-	h.goLoop(runCtx, func(ctx context.Context) { h.watchAddrs(ctx, addrs) })
-	h.goLoop(runCtx, h.punchLoop)
+	h.goLoop(runCtx, PartDHT, h.advertiseLoop)
+	h.goLoop(runCtx, PartDHT, h.discoverLoop)
+	h.goLoop(runCtx, PartHost, h.pingLoop)
+	h.goLoop(runCtx, PartHost, func(ctx context.Context) { h.watchAddrs(ctx, addrs) })
+	h.goLoop(runCtx, PartHost, h.punchLoop)
 	return nil
 }
 
@@ -563,7 +572,8 @@ func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
 			h.leaveTopics()
 		}
 	}()
-	if err := h.joinTopics(ctx); err != nil {
+	DoPart(ctx, PartGossip, func(ctx context.Context) { err = h.joinTopics(ctx) })
+	if err != nil {
 		return nil, err
 	}
 	h.renewConns()
@@ -576,12 +586,13 @@ func (h *Host) join(ctx context.Context) (_ event.Subscription, err error) {
 	return peers, nil
 }
 
-func (h *Host) goLoop(ctx context.Context, loop func(context.Context)) {
+// goLoop runs loop in a goroutine of its own, labelled part (PartLabel).
+func (h *Host) goLoop(ctx context.Context, part string, loop func(context.Context)) {
 	h.wg.Add(1)
-	go func() {
+	go DoPart(ctx, part, func(ctx context.Context) {
 		defer h.wg.Done()
 		loop(ctx)
-	}()
+	})
 }
 
 // renewConns closes the connections made before the gossip protocols were

@@ -1,8 +1,10 @@
 package diloco
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 
 	"github.com/intellect-node/intellect-node/train"
@@ -83,7 +85,10 @@ func (m *Model) set(step uint64, update func()) {
 	defer m.mu.Unlock()
 	update()
 	m.step = step
-	m.hash = train.Hash(m.theta0)
+	// A CPU profile of the node counts the hashing apart (p2p.PartLabel).
+	pprof.Do(context.Background(), pprof.Labels("part", "hashing"), func(context.Context) {
+		m.hash = train.Hash(m.theta0)
+	})
 }
 
 // Outer is the outer optimizer: SGD with Nesterov momentum on the averaged
