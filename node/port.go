@@ -111,6 +111,9 @@ func (p nodePort) SyncFailed()                 { p.send(meshCmd{kind: cmdSyncFai
 func (p nodePort) SetStragglerTicks(ticks int) { p.send(meshCmd{kind: cmdStragglerTicks, n: ticks}) }
 func (p nodePort) Events() <-chan diloco.Event { return p.n.events }
 
+// Closed is false: a node's closes come from its mesh, as Event.Close.
+func (p nodePort) Closed(uint64, int) bool { return false }
+
 // Fetch downloads the model ev names from its donors (fetch.go).
 func (p nodePort) Fetch(ctx context.Context, ev diloco.Event) (*diloco.Fetched, error) {
 	return p.n.fetch(ctx, ev.Fetch, ev.Adopt)
