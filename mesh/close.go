@@ -42,6 +42,15 @@ type meshClosing struct {
 	waitDone bool   // the close wait ran out and the late members were noted
 }
 
+// Closed reports whether step, this node's current step, is closed in its
+// view (the close rule): node asks it at each inner-step boundary, since
+// Ready.Close of a step that closed before this node moved to it comes
+// only after Completed. It brings the close rule up to date first.
+func (m *Mesh) Closed(step uint64) bool {
+	m.updateClose()
+	return m.closeRule() && step == m.step && m.ag.step == m.step && m.ag.cl.closed
+}
+
 // closeRule reports whether steps close by the work target.
 func (m *Mesh) closeRule() bool { return m.cfg.CloseFraction > 0 }
 

@@ -161,7 +161,7 @@ func TestSimCloseDelayer(t *testing.T) {
 
 // TestCloseCountsUpToH: the work target counts each Ready member's inner
 // steps up to H, so one claim of 2²⁴ closes nothing; a second Ready member
-// closes the step, and the training node is told once.
+// closes the step (Closed), and the training node is told once.
 func TestCloseCountsUpToH(t *testing.T) {
 	m, err := New(Config{ID: "self", CloseFraction: 0.5, Inner: 10}, 0, "h")
 	if err != nil {
@@ -194,6 +194,9 @@ func TestCloseCountsUpToH(t *testing.T) {
 		}
 		if got := closes(); got != s.want {
 			t.Fatalf("after %s's Ready with %d: %d closes, want %d", s.from, s.inner, got, s.want)
+		}
+		if m.Closed(0) != (s.from != "a") || m.Closed(1) {
+			t.Fatalf("after %s's Ready: Closed(0) %v, Closed(1) %v", s.from, m.Closed(0), m.Closed(1))
 		}
 	}
 }

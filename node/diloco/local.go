@@ -161,6 +161,13 @@ func runLoops(ctx context.Context, loops []*Loop) error {
 	return first
 }
 
+// StepTime is the simulated time of one outer step under the config's
+// clock (StepCost, CloseFraction): its slowest phase.
+func (c LocalConfig) StepTime() int64 {
+	_, took := closeInner(c)
+	return took
+}
+
 // closeInner returns the inner steps each member's phase lasts under cfg's
 // clock (StepCost, CloseFraction) and the simulated time of a step. The
 // step closes at T, when the members whose whole phase (H·c) is done by T
