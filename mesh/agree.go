@@ -25,6 +25,7 @@ type meshAgreement struct {
 	maxRound   uint32                    // highest round seen in this step
 	floor      uint32                    // accusations of votes below this round are void (maybeRejoinStep)
 	counts     meshCounts                // stepCounts
+	cl         meshClosing               // the close rule (close.go)
 
 	voted     bool
 	round     uint32
@@ -352,6 +353,7 @@ func (m *Mesh) isEquivocator(id PeerID) bool {
 
 // progress moves the agreement on as far as what is known allows.
 func (m *Mesh) progress() {
+	m.updateClose()
 	if m.state == StateExcluded {
 		m.maybeRejoinStep()
 		return
@@ -422,7 +424,8 @@ func (m *Mesh) onExcluded() {
 // canVote: a Ready node held to the minimum (heldToMinimum) waits for
 // MinMembers Ready members, whatever its peers do; then it votes once
 // someone else voted in this step, or once every live peer of this step
-// and hash is Ready, or after StragglerTicks.
+// and hash is Ready, or after StragglerTicks (under the close rule:
+// CloseWaitTicks after the step closed).
 func (m *Mesh) canVote() bool {
 	if m.heldToMinimum() && m.belowMinimum(len(m.viewMembers())) {
 		return false
@@ -430,9 +433,23 @@ func (m *Mesh) canVote() bool {
 	if m.ag.anyVote {
 		return true
 	}
-	if m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
+	if !m.closeRule() && m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
 		return true
 	}
+	late := m.awaited()
+	switch {
+	case len(late) == 0:
+		return true
+	case m.closeRule():
+		return m.closeWaited(late)
+	}
+	return false
+}
+
+// awaited returns, sorted, the live peers of this step and line that a
+// Ready node waits for and that are not Ready yet.
+func (m *Mesh) awaited() []PeerID {
+	var late []PeerID
 	full := m.newcomersFull()
 	for id, p := range m.peers {
 		if full && m.newcomer(id) {
@@ -440,11 +457,12 @@ func (m *Mesh) canVote() bool {
 		}
 		if !p.dead && m.ag.step >= p.noWaitEnd && m.awaits(p) && !m.ag.excluded[id] && (m.linkCost[id] != LinkUnreachable || m.cfg.AllDirect) {
 			if _, ok := m.ag.known[id]; !ok {
-				return false
+				late = append(late, id)
 			}
 		}
 	}
-	return true
+	slices.Sort(late)
+	return late
 }
 
 // awaits reports whether a Ready node should wait for p (up to
@@ -645,7 +663,7 @@ func (m *Mesh) decide() {
 	// StragglerTicks while it fetches the model it missed.
 	for id, p := range m.peers {
 		if _, in := slices.BinarySearchFunc(m.ag.vote, id, meshCmpMember); in {
-			p.disputeRun = 0
+			p.disputeRun, p.lateRun = 0, 0
 		} else if m.ag.disputants[id] || m.ag.inflated[id] {
 			p.disputeRun = min(p.disputeRun+1, 10)
 			p.noWaitEnd = m.ag.step + 1 + 1<<(p.disputeRun-1)

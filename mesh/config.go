@@ -29,9 +29,26 @@ type Config struct {
 	// 30; must exceed 2·HeartbeatTicks.
 	DeadTicks int
 	// StragglerTicks is how long a Ready node waits for peers that are alive
-	// and in the same step but not yet Ready before it votes without them.
+	// and in the same step but not yet Ready before it votes without them,
+	// or, under the close rule (CloseFraction), before it closes the step.
 	// Default 100.
 	StragglerTicks int
+	// Inner is H, the inner steps of a whole phase: the unit of the close
+	// rule's work target. Required (≥ 1) when CloseFraction is set.
+	Inner int
+	// CloseFraction turns on the close rule (close.go): the step closes
+	// once the inner steps of its Ready members, each counted up to
+	// Inner, sum to CloseFraction · n · Inner, n being the members of the
+	// step (Ready or still training), or StragglerTicks after this node's
+	// own Ready; members still training then end their phase and are
+	// Ready with the inner steps they finished (Ready.Close). 0: no close
+	// rule, a Ready node waits for every member up to StragglerTicks. In
+	// [0, 1].
+	CloseFraction float64
+	// CloseWaitTicks: once the step closed, how long a Ready node waits
+	// for the members still training to be Ready before it votes without
+	// them. Default 30.
+	CloseWaitTicks int
 	// ProposeTimeoutTicks: a round undecided after this many ticks excludes,
 	// for this step, the members that did not vote for it, and moves on.
 	// Default 100.
@@ -72,6 +89,7 @@ const (
 	DefaultStragglerTicks      = 100
 	DefaultProposeTimeoutTicks = 100
 	DefaultSyncTimeoutTicks    = 600
+	DefaultCloseWaitTicks      = 30
 	// DefaultMinMembers is not in ticks: a node alone may start.
 	DefaultMinMembers = 1
 )
@@ -99,6 +117,8 @@ func (c *Config) Validate() error {
 		{"StragglerTicks", &c.StragglerTicks, DefaultStragglerTicks},
 		{"ProposeTimeoutTicks", &c.ProposeTimeoutTicks, DefaultProposeTimeoutTicks},
 		{"SyncTimeoutTicks", &c.SyncTimeoutTicks, DefaultSyncTimeoutTicks},
+		{"CloseWaitTicks", &c.CloseWaitTicks, DefaultCloseWaitTicks},
+		{"Inner", &c.Inner, 0},
 		{"MinMembers", &c.MinMembers, DefaultMinMembers},
 	}
 	for _, f := range fields {
@@ -114,6 +134,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.AdmitRate >= 0 && c.AdmitRate <= 1) {
 		return fmt.Errorf("%w: AdmitRate %g not in [0, 1]", ErrConfig, c.AdmitRate)
+	}
+	if !(c.CloseFraction >= 0 && c.CloseFraction <= 1) || c.CloseFraction > 0 && c.Inner < 1 || c.Inner > MaxInnerSteps {
+		return fmt.Errorf("%w: CloseFraction %g with Inner %d: want a fraction in [0, 1] of 1..%d inner steps", ErrConfig, c.CloseFraction, c.Inner, MaxInnerSteps)
 	}
 	if c.MinMembers > MaxMembers {
 		return fmt.Errorf("%w: MinMembers %d > %d", ErrConfig, c.MinMembers, MaxMembers)

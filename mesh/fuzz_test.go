@@ -19,7 +19,7 @@ func simFuzzMessage(b []byte) Message {
 	peers := []PeerID{"a", "b", "c", "d", "self"}
 	hashes := []string{"h0", "h1", "hx"}
 	m := Message{
-		Type:       MsgType(1 + at(0)%5),
+		Type:       MsgType(1 + at(0)%6),
 		From:       peers[int(at(1))%4],
 		State:      State(1 + at(2)%8),
 		Step:       uint64(at(3) % 3),
@@ -47,8 +47,13 @@ func simFuzzMessage(b []byte) Message {
 func FuzzStep(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 0, 0, 0, 10, 0, 0xff, 5, 0, 9, 9, 9})
 	f.Add([]byte{4, 1, 5, 0, 0, 0, 10, 0, 0x13, 5, 0, 7, 4, 0, 0, 0, 0, 0, 0, 0x13, 5})
+	f.Add([]byte{0x80, 3, 4, 0, 0, 0, 10, 0, 0, 0, 0, 0, 5, 1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 4})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := New(Config{ID: "self", HeartbeatTicks: 2, DeadTicks: 5, StragglerTicks: 4, ProposeTimeoutTicks: 6, SyncTimeoutTicks: 8}, 0, "h0")
+		cfg := Config{ID: "self", HeartbeatTicks: 2, DeadTicks: 5, StragglerTicks: 4, ProposeTimeoutTicks: 6, SyncTimeoutTicks: 8}
+		if len(data) > 0 && data[0]&0x80 != 0 { // the close rule
+			cfg.CloseFraction, cfg.Inner, cfg.CloseWaitTicks = 0.5, 10, 3
+		}
+		m, err := New(cfg, 0, "h0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,6 +95,11 @@ func simCheckReady(t *testing.T, m *Mesh) {
 				t.Fatalf("mesh emitted an invalid message %+v: %v", msg, err)
 			}
 		}
+		if c := rd.Close; c != nil {
+			if step, hash := m.Model(); c.Step != step || c.Hash != hash {
+				t.Fatalf("close of %d %q while at %d %q", c.Step, c.Hash, step, hash)
+			}
+		}
 		if r := rd.Ring; r != nil {
 			st := m.Status()
 			if r.Rank("self") < 0 || r.Step != st.Step || !slices.IsSorted(r.Members) || len(r.Weights) != len(r.Members) {
@@ -115,6 +125,7 @@ func TestStepBadInputNoDamage(t *testing.T) {
 		{Type: MsgPropose, From: "a", Step: 3, Hash: "h", Members: []Member{{"b", 1}}},
 		{Type: 0, From: "a"},
 		{Type: MsgReady, From: "a", Step: 3},
+		{Type: MsgClose, From: "a", Step: 3},
 		{Type: MsgHeartbeat, From: "a", State: StateTraining, Addrs: make([]string, MaxAddrs+1)},
 	}
 	for _, msg := range bad {

@@ -35,6 +35,11 @@ type Ready struct {
 	// Dead lists peers declared dead (missed heartbeats) or gone (Leave)
 	// since the last Ready, sorted.
 	Dead []PeerID
+	// Close, when set, says the step this node trains (Close.Step, the
+	// step of Model()) closed (Config.CloseFraction): end the phase at the
+	// next inner-step boundary, or at the last one from a snapshot, and
+	// call SetReady with the inner steps finished. Given once per step.
+	Close *Close
 	// LeftOut lists members this node's agreement left out of the current
 	// step because no ring of direct links (see LinkUnreachable) could hold
 	// them with the others, in the order it happened.
@@ -79,6 +84,7 @@ type meshPeer struct {
 	equivocated bool      // caught voting twice in one round (reported once)
 	noWaitEnd   uint64    // votes of steps before this one do not wait for it (decide)
 	disputeRun  int       // steps in a row it was in a dispute (exclusions), not in a ring
+	lateRun     int       // steps in a row it missed a closed step's wait (closeWaited), not in a ring
 	incarnation uint64
 	restarts    uint64
 }
@@ -236,6 +242,8 @@ func (m *Mesh) Step(msg Message) error {
 		m.noteReady(msg.From, msg.Step, msg.Hash, msg.InnerSteps)
 	case MsgPropose:
 		m.onPropose(msg.From, p, &msg)
+	case MsgClose:
+		m.onClose(msg)
 	}
 	m.progress()
 	return nil
@@ -460,7 +468,7 @@ func (m *Mesh) Leave() {
 // HasReady reports whether Ready has anything for node.
 func (m *Mesh) HasReady() bool {
 	o := &m.out
-	return len(o.Messages) > 0 || o.Ring != nil || o.Fetch != nil || o.Adopt != nil ||
+	return len(o.Messages) > 0 || o.Ring != nil || o.Fetch != nil || o.Adopt != nil || o.Close != nil ||
 		len(o.Dead) > 0 || len(o.LeftOut) > 0 || len(o.Equivocations) > 0 || o.StateChanged || m.state != m.prevState
 }
 
@@ -488,6 +496,9 @@ func (m *Mesh) Advance(rd Ready) {
 	}
 	if rd.Adopt == m.out.Adopt {
 		m.out.Adopt = nil
+	}
+	if rd.Close == m.out.Close {
+		m.out.Close = nil
 	}
 	m.out.StateChanged = false
 	m.prevState = rd.State

@@ -72,7 +72,11 @@ const (
 	// MsgPropose is the sender's vote in agreement round Round of Step: the
 	// ring Members (sorted) and the peers it excludes from Step.
 	MsgPropose MsgType = 5
-	msgTypeEnd MsgType = 6
+	// MsgClose says the sender, Ready in Step with the model Hash, holds
+	// the step closed (Config.CloseFraction): members still training end
+	// their phase and are Ready with the inner steps they finished.
+	MsgClose   MsgType = 6
+	msgTypeEnd MsgType = 7
 )
 
 // String returns the type's name.
@@ -88,6 +92,8 @@ func (t MsgType) String() string {
 		return "ready"
 	case MsgPropose:
 		return "propose"
+	case MsgClose:
+		return "close"
 	}
 	return fmt.Sprintf("msgtype(%d)", uint8(t))
 }
@@ -238,9 +244,9 @@ func (m *Message) validateType() error {
 		if m.State == 0 {
 			return fmt.Errorf("%w: heartbeat without state", ErrInvalid)
 		}
-	case MsgReady:
+	case MsgReady, MsgClose:
 		if m.Hash == "" {
-			return fmt.Errorf("%w: ready without model hash", ErrInvalid)
+			return fmt.Errorf("%w: %v without model hash", ErrInvalid, m.Type)
 		}
 	case MsgPropose:
 		if m.Hash == "" || len(m.Members) == 0 {

@@ -36,6 +36,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		{Type: MsgJoin, From: "j", State: StateJoining},
 		{Type: MsgLeave, From: "l", State: StateLeft, Step: 3, Hash: "x"},
 		{Type: MsgReady, From: "r", Step: 9, Hash: "h", InnerSteps: 12},
+		{Type: MsgClose, From: "c", Step: 9, Hash: "h"},
 		{Type: MsgPropose, From: "b", Step: 2, Hash: "h", Round: 3, Members: []Member{{"a", 1}, {"b", 2}}, Excluded: []PeerID{"c"}},
 		full,
 		simBigPropose(MaxMembers / 2),

@@ -29,6 +29,18 @@ type simNode struct {
 	trainAt   uint64
 	trainSlow int // extra training ticks
 
+	// stepTicks > 0 plays training as s.inner inner steps of stepTicks
+	// each (trainTicks and trainSlow unused): a step that closes while the
+	// node trains (Ready.Close) ends at the next inner-step boundary, or at
+	// once from the last one with snapshot; ignoreClose never ends early.
+	stepTicks   int
+	snapshot    bool
+	ignoreClose bool
+	lie         bool // Ready with s.inner steps at once, every step
+	trainStart  uint64
+	closeAt     uint64 // tick a Ready.Close of trainKey arrived; 0: none
+	trained     uint64 // ticks spent training (stepTicks nodes)
+
 	ring    *Ring
 	ringAt  uint64
 	readyAt uint64 // tick of the last SetReady
@@ -267,11 +279,36 @@ func (s *simNet) train(n *simNode) {
 	k := meshKey{step, hash}
 	if n.trainKey != k {
 		n.trainKey, n.trainAt = k, s.now+uint64(s.trainTicks+n.trainSlow)
+		n.trainStart, n.closeAt = s.now, 0
+	}
+	if n.stepTicks > 0 {
+		s.trainSteps(n, step)
+		return
 	}
 	if s.now >= n.trainAt {
 		n.m.SetReady(step, s.inner)
 		n.readyAt = s.now
 	}
+}
+
+// trainSteps plays a stepTicks node's phase: Ready after s.inner steps, or
+// after a close with the steps it finished.
+func (s *simNet) trainSteps(n *simNode, step uint64) {
+	n.trained++
+	ticks := s.now - n.trainStart
+	done := min(int(ticks)/n.stepTicks, s.inner)
+	switch {
+	case n.lie:
+		done = s.inner
+	case done == s.inner:
+	case n.closeAt == 0 || done == 0:
+		return
+	case n.snapshot: // at once, the step in flight carried into the next phase
+	case ticks%uint64(n.stepTicks) != 0:
+		return // at the next boundary
+	}
+	n.m.SetReady(step, done)
+	n.readyAt = s.now
 }
 
 // finishFetch plays a checkpoint transfer: it succeeds fetchTicks later if a
@@ -321,6 +358,10 @@ func (s *simNet) flush(n *simNode) {
 		}
 		if rd.StateChanged {
 			s.logf("%s state %v", n.id, rd.State)
+		}
+		if c := rd.Close; c != nil && (meshKey{c.Step, c.Hash}) == n.trainKey && !n.ignoreClose {
+			n.closeAt = s.now
+			s.logf("%s closes step %d", n.id, c.Step)
 		}
 		if rd.Ring != nil {
 			n.ring, n.ringAt = rd.Ring, s.now

@@ -88,6 +88,14 @@ type Config struct {
 	// own value is ignored). Default DefaultMinMembers, at most
 	// mesh.MaxMembers.
 	MinMembers int
+	// CloseFraction is the close rule's work target (mesh.Config.
+	// CloseFraction, docs/mesh.md "The close rule"): an outer step closes
+	// once its Ready members' inner steps, each counted up to H, sum to
+	// this fraction of the members × H, and members still training end
+	// their phase and contribute the inner steps they finished. 0: every
+	// step waits for every member (up to the straggler timeout). nil means
+	// DefaultCloseFraction. A creator records it in the run manifest.
+	CloseFraction *float64
 	// MaxOuterSteps, if > 0, makes the node leave gracefully after completing
 	// that outer step.
 	MaxOuterSteps uint64
@@ -230,6 +238,9 @@ const (
 	DefaultDevice     = "cpu"
 	DefaultStatusAddr = "127.0.0.1:8642"
 	DefaultMinMembers = mesh.DefaultMinMembers
+	// DefaultCloseFraction: a step closes once half the members' whole
+	// phases are done, so a minority cannot close it by itself.
+	DefaultCloseFraction = 0.5
 	// DefaultShards moves the int8 quantization blocks (collective.DefaultShards).
 	DefaultShards    = collective.DefaultShards
 	DefaultRingOrder = "latency"
@@ -326,6 +337,9 @@ func (c *Config) fillDefaults() error {
 	if c.OuterLR == 0 {
 		c.OuterLR = DefaultOuterLR
 	}
+	if c.CloseFraction == nil {
+		c.CloseFraction = new(float64(DefaultCloseFraction))
+	}
 	if c.OuterMomentum == nil {
 		c.OuterMomentum = new(float32(DefaultOuterMomentum))
 		if c.Overlap {
@@ -365,6 +379,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --overlap-steps %d: want 0..--inner-steps (%d)", ErrBadConfig, c.OverlapSteps, c.InnerSteps)
 	case c.InnerSteps < 1:
 		return fmt.Errorf("%w: --inner-steps must be ≥ 1, got %d", ErrBadConfig, c.InnerSteps)
+	case !(*c.CloseFraction >= 0 && *c.CloseFraction <= 1):
+		return fmt.Errorf("%w: --close-fraction %v: want [0, 1]", ErrBadConfig, *c.CloseFraction)
 	case c.MinMembers < 1 || c.MinMembers > mesh.MaxMembers:
 		return fmt.Errorf("%w: --min-members must be in 1..%d, got %d", ErrBadConfig, mesh.MaxMembers, c.MinMembers)
 	case c.Optimizer != "" && c.Optimizer != train.OptimizerAdamW && c.Optimizer != train.OptimizerMuon:

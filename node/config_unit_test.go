@@ -62,7 +62,7 @@ func TestConfigDefaultsTable(t *testing.T) {
 func TestConfigKeepsSetValues(t *testing.T) {
 	c := Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Run: "r", Preset: "small",
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
-		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)),
+		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)), CloseFraction: new(0.25),
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
 		Reachability: "private", Averaging: "robust", Codec: "int8", Tokenizer: "bpe-x", Admission: AdmissionAllowlist, Optimizer: "muon"}
 	want := c

@@ -64,6 +64,12 @@ type Manifest struct {
 	// ring to it (a member's own --min-members may raise it for itself).
 	// Absent (0) in manifests written before it existed: 1.
 	MinMembers int `json:"min_members,omitempty"`
+	// CloseFraction is the close rule's work target (Config.CloseFraction):
+	// a step closes once its Ready members' inner steps, each counted up to
+	// H, sum to this fraction of the members × H. Absent (0), as in
+	// manifests written before it existed: every step waits for every
+	// member.
+	CloseFraction float64 `json:"close_fraction,omitempty"`
 }
 
 // minMembers is the run's minimum: MinMembers, 1 when absent.
@@ -219,6 +225,8 @@ func (m *Manifest) Validate() error {
 		return bad("%v", m.Admission.validate())
 	case m.MinMembers < 0 || m.MinMembers > mesh.MaxMembers:
 		return bad("min members %d: want 1..%d", m.MinMembers, mesh.MaxMembers)
+	case !(m.CloseFraction >= 0 && m.CloseFraction <= 1):
+		return bad("close fraction %v: want [0, 1]", m.CloseFraction)
 	}
 	return m.validateData()
 }

@@ -119,7 +119,7 @@ func TestManifestValidate(t *testing.T) {
 // same bytes and id and reads as a minimum of 1; a member's own
 // --min-members raises the run's for itself and never lowers it.
 func TestManifestMinMembers(t *testing.T) {
-	m := testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20, MinMembers: 3})
+	m := testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20, MinMembers: 3, CloseFraction: new(0.0)})
 	b, _ := m.Encode()
 	if !bytes.HasSuffix(b, []byte(`"max_weight":20,"min_members":3}`)) {
 		t.Fatalf("min members not recorded last: %s", b)
@@ -299,5 +299,25 @@ func TestJoinerRefusesBadManifest(t *testing.T) {
 				t.Fatalf("a refused manifest was stored: %v", err)
 			}
 		})
+	}
+}
+
+// TestManifestCloseFraction: a new run records the close rule's fraction
+// (DefaultCloseFraction unless set) and its members use it; a manifest
+// without it (written before it existed, or created with 0) waits for
+// every member.
+func TestManifestCloseFraction(t *testing.T) {
+	m := testManifestOf(t, Config{Home: t.TempDir(), Run: "c1", InnerSteps: 20})
+	b, _ := m.Encode()
+	if !bytes.HasSuffix(b, []byte(`"close_fraction":0.5}`)) {
+		t.Fatalf("close fraction not recorded: %s", b)
+	}
+	old, err := DecodeManifest(bytes.Replace(b, []byte(`,"close_fraction":0.5`), nil, 1))
+	if err != nil || old.CloseFraction != 0 {
+		t.Fatalf("a manifest without close_fraction: %v, %v", err, old)
+	}
+	m.CloseFraction = 1.5
+	if err := m.Validate(); !errors.Is(err, ErrManifest) {
+		t.Fatalf("close fraction 1.5: %v", err)
 	}
 }

@@ -126,6 +126,9 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 	if rd.Adopt != nil {
 		n.sendEvent(ctx, diloco.Event{Fetch: rd.Adopt, Adopt: true})
 	}
+	if rd.Close != nil {
+		n.sendEvent(ctx, diloco.Event{Close: rd.Close})
+	}
 	m.Advance(rd)
 }
 

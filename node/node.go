@@ -348,6 +348,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	m, err := mesh.New(mesh.Config{
 		ID: n.self, Addrs: n.host.Addrs(), MinMembers: n.cfg.MinMembers,
+		Inner: n.cfg.InnerSteps, CloseFraction: *n.cfg.CloseFraction,
 		AllDirect: n.cfg.Averaging == AveragingRobust, // the direct scatter sends member to member
 		Seed:      int64(workerID(n.host.ID())),
 		// A restarted node's old votes and Ready are dropped by its peers.

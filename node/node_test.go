@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // TestTwoNodesRunAndStop runs two in-process nodes for two outer steps over
@@ -63,5 +64,42 @@ func TestRestartWhileBootstrapDown(t *testing.T) {
 	wait()
 	if again.model.Step() != 1 {
 		t.Fatalf("restarted at outer step %d, want its checkpoint's 1", again.model.Step())
+	}
+}
+
+// TestSlowMemberCloses: three nodes, one 60× slower per inner step, under
+// the default close rule: every step's ring holds all three, every member
+// ends with the same model, and the slow member's phases end early (its
+// compute per step well under H of its inner steps) instead of setting the
+// others' pace.
+func TestSlowMemberCloses(t *testing.T) {
+	const steps, inner, slowStep = 3, 10, 60 * time.Millisecond
+	c := newCluster(t, "node-slow")
+	var nodes []*Node
+	for i := range 3 {
+		cfg := c.config(steps)
+		cfg.InnerSteps, cfg.MinMembers = inner, 3
+		if i == 2 {
+			cfg.SimStep = slowStep
+		}
+		nodes = append(nodes, c.add(cfg))
+	}
+	c.runAll(nodes...)
+	for _, n := range nodes {
+		if n.model.Step() != steps || n.model.Hash() != nodes[0].model.Hash() {
+			t.Fatalf("%s at step %d (%s), want step %d and %s", n.self, n.model.Step(), n.model.Hash(), steps, nodes[0].model.Hash())
+		}
+	}
+	var compute float64
+	for _, r := range nodes[2].board.historyList()[1:] {
+		if r.Members != 3 {
+			t.Fatalf("step %d reduced over %d members, want all 3", r.Step, r.Members)
+		}
+		compute += r.ComputeSec
+	}
+	whole := float64(steps*inner) * slowStep.Seconds()
+	t.Logf("the slow member computed %.2f s over %d steps; whole phases take %.2f s", compute, steps, whole)
+	if compute > 0.75*whole {
+		t.Errorf("the slow member computed %.2f s over %d steps, whole phases take %.2f s", compute, steps, whole)
 	}
 }

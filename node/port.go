@@ -19,12 +19,13 @@ const (
 	cmdSyncFailed
 	cmdStragglerTicks
 	cmdCaughtUp
+	cmdClosed
 	cmdLeave
 )
 
 // meshCmd is one command to the mesh goroutine. done, if not nil, is closed
 // once the Ready the command caused has been carried out; reply receives
-// the answer of cmdCaughtUp.
+// the answer of cmdCaughtUp and cmdClosed.
 type meshCmd struct {
 	kind  cmdKind
 	step  uint64
@@ -53,6 +54,8 @@ func (c meshCmd) apply(m *mesh.Mesh) {
 		m.SetStragglerTicks(c.n)
 	case cmdCaughtUp:
 		c.reply <- ringCaughtUp(m.Status())
+	case cmdClosed:
+		c.reply <- m.Closed(c.step)
 	case cmdLeave:
 		m.Leave()
 	}
@@ -110,6 +113,20 @@ func (p nodePort) Synced(step uint64, hash string, history []mesh.Made) {
 func (p nodePort) SyncFailed()                 { p.send(meshCmd{kind: cmdSyncFailed}) }
 func (p nodePort) SetStragglerTicks(ticks int) { p.send(meshCmd{kind: cmdStragglerTicks, n: ticks}) }
 func (p nodePort) Events() <-chan diloco.Event { return p.n.events }
+
+// Closed asks the mesh whether step is closed: a close that came before
+// the loop applied the previous average (and so before the mesh moved to
+// step) is in no Event.Close yet when the loop reaches its boundary.
+func (p nodePort) Closed(step uint64, _ int) bool {
+	reply := make(chan bool, 1)
+	p.send(meshCmd{kind: cmdClosed, step: step, reply: reply})
+	select {
+	case ok := <-reply:
+		return ok
+	case <-p.n.life.Done():
+		return false
+	}
+}
 
 // Fetch downloads the model ev names from its donors (fetch.go).
 func (p nodePort) Fetch(ctx context.Context, ev diloco.Event) (*diloco.Fetched, error) {

@@ -17,7 +17,10 @@ import (
 // ReferenceDiLoCo returns the in-process DiLoCo run that a network of members
 // (in ring order, as `--ring-order sorted` orders them), each started with
 // cfg, performs in its first outer steps while the ring holds all of them,
-// blocking or overlapped with fixed cfg.OverlapSteps.
+// blocking or overlapped with fixed cfg.OverlapSteps, and whole phases: a
+// run under the close rule (--close-fraction) matches it while no member's
+// phase is cut short, which timing decides (run with --close-fraction 0 to
+// compare bit for bit).
 // cfg is validated (defaults filled) first.
 func ReferenceDiLoCo(cfg Config, members []peer.ID) (diloco.LocalConfig, error) {
 	if err := cfg.Validate(); err != nil {

@@ -78,7 +78,7 @@ func manifestFromConfig(cfg Config, data train.Source) (*Manifest, error) {
 		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum,
 		Compression: cfg.compression(),
 		Averaging:   cfg.Averaging, Admission: Admission{Policy: cfg.Admission}, MaxWeight: cfg.InnerSteps,
-		MinMembers: cfg.MinMembers,
+		MinMembers: cfg.MinMembers, CloseFraction: *cfg.CloseFraction,
 	}
 	if cfg.ConfigFile != "" {
 		m.Preset = ""
@@ -243,6 +243,7 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	c.Optimizer = m.Train.Optimizer
 	c.Seed = m.Train.Seed
 	c.MinMembers = n.minMembers(m)
+	c.CloseFraction = new(m.CloseFraction)
 	n.opts = m.Train
 	n.run = rm
 	if err := c.check(); err != nil {

@@ -59,6 +59,13 @@ type sweepRun struct {
 	TopKBits int     `json:"topk_bits,omitempty"`
 	Beta     float32 `json:"beta,omitempty"`
 	RFB      int     `json:"rfb,omitempty"`
+	// Slow is the last DiLoCo member's time per inner step, the others'
+	// being 1 (diloco.LocalConfig.StepCost; 0: all equal), and Close the
+	// close rule's fraction (0: every step waits for every member). The
+	// run's outer steps are as many as fit the fast members' steps of
+	// inner steps: equal wall-clock.
+	Slow  int     `json:"slow,omitempty"`
+	Close float64 `json:"close,omitempty"`
 }
 
 // sweepResult is one run of one seed.
@@ -226,6 +233,12 @@ func (res *sweepResult) diloco(ctx context.Context, opts train.Options, r sweepR
 	for i := range r.M {
 		cfg.Workers = append(cfg.Workers, workerOf(seed, i))
 	}
+	if r.Slow > 1 {
+		cfg.StepCost = slices.Repeat([]int{1}, r.M)
+		cfg.StepCost[r.M-1] = r.Slow
+		cfg.CloseFraction = r.Close
+		cfg.Outer = max(1, steps/int(cfg.StepTime()))
+	}
 	var sent, recv, memberSteps int64
 	params, err := diloco.RunLocal(ctx, cfg, src, func(rec diloco.Record) {
 		res.Tokens = append(res.Tokens, rec.Tokens)
@@ -390,6 +403,10 @@ func (r *sweepRun) setNumber(k string, f float64) error {
 		r.Warmup = int(f)
 	case "ov":
 		r.Overlap = int(f)
+	case "slow":
+		r.Slow = int(f)
+	case "close":
+		r.Close = f
 	case "f":
 		r.F = int(f)
 	case "tk", "tb", "beta", "rfb":

@@ -58,6 +58,8 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov); 1 with --outer-momentum 0 is plain averaging; in the run manifest")
 	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default %v, %v with --overlap); in the run manifest",
 		node.DefaultOuterMomentum, node.DefaultOverlapOuterMomentum))
+	c.CloseFraction = new(float64(node.DefaultCloseFraction))
+	fs.Float64Var(c.CloseFraction, "close-fraction", node.DefaultCloseFraction, "close each outer step once its Ready members' inner steps (each up to H) sum to this `fraction` of members × H: members still training end their phase and contribute the inner steps they finished; 0 waits for every member; in the run manifest")
 	fs.IntVar(&c.MinMembers, "min-members", node.DefaultMinMembers, "hold the run's first outer step until `N` members agree on a ring; a creator records it in the run manifest and every member, joiners included, holds the first ring to it; a member's own higher value keeps it out of any smaller first ring (it joins after), a lower one is ignored")
 	fs.Uint64Var(&c.MaxOuterSteps, "max-outer-steps", 0, "leave gracefully and exit after outer step `N` (0: run until stopped)")
 	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "`N` shards of the average: parallel rings (streams per neighbour) with --averaging mean, 2N streams per peer with robust; each shard quantizes its own blocks, so it changes the arithmetic; in the run manifest")

@@ -52,6 +52,9 @@ type nodesConfig struct {
 	Preset   string
 	Inner    int           // H
 	SimStep  time.Duration // one inner step
+	// SlowStep, if set, is the last host's inner step instead (a
+	// mixed-speed run: one member slower than the others).
+	SlowStep time.Duration
 	Outer    uint64        // outer steps per run
 	Warmup   uint64        // first outer steps not counted
 	Shards   int
@@ -131,6 +134,7 @@ func parseNodes(args []string) (nodesConfig, error) {
 	fs.StringVar(&c.Preset, "preset", "small", "model preset: sets the all-reduced vector's size")
 	fs.IntVar(&c.Inner, "inner-steps", 20, "inner steps per outer step (H)")
 	fs.DurationVar(&c.SimStep, "sim-step", 750*time.Millisecond, "simulated duration of one inner step")
+	fs.DurationVar(&c.SlowStep, "slow-step", 0, "mixed speeds: the last host's simulated inner step `duration` (0: as -sim-step)")
 	fs.Uint64Var(&c.Outer, "outer-steps", 3, "outer steps per run")
 	fs.Uint64Var(&c.Warmup, "warmup", 1, "first outer steps not counted")
 	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "parallel rings of the all-reduce (--shards)")
@@ -168,8 +172,8 @@ func (c nodesConfig) validate() error {
 		}
 	}
 	switch {
-	case c.Inner < 1 || c.SimStep <= 0:
-		return errors.New("-inner-steps and -sim-step must be positive")
+	case c.Inner < 1 || c.SimStep <= 0 || c.SlowStep < 0:
+		return errors.New("-inner-steps and -sim-step must be positive, -slow-step not negative")
 	case c.Outer <= c.Warmup:
 		return fmt.Errorf("-outer-steps %d must exceed -warmup %d", c.Outer, c.Warmup)
 	case c.Nodes < 0 || c.Nodes > 64:
@@ -285,7 +289,11 @@ func (r *nodeRun) home(name string) string { return filepath.Join(r.dir, name) }
 func (r *nodeRun) nodeArgs(i int) []string {
 	c := r.c
 	name := r.n.Hosts[i].Name
-	args := []string{c.Bin, "start", "--device", "sim", "--sim-step", c.SimStep.String(), "--preset", c.Preset,
+	step := c.SimStep
+	if c.SlowStep > 0 && i == len(r.n.Hosts)-1 {
+		step = c.SlowStep
+	}
+	args := []string{c.Bin, "start", "--device", "sim", "--sim-step", step.String(), "--preset", c.Preset,
 		"--inner-steps", fmt.Sprint(c.Inner), "--max-outer-steps", fmt.Sprint(c.Outer),
 		"--min-members", fmt.Sprint(len(r.n.Hosts)), "--shards", fmt.Sprint(c.Shards),
 		"--listen", fmt.Sprintf("/ip4/{addr}/tcp/%d", nodePort), "--status", fmt.Sprintf("127.0.0.1:%d", statusPort),

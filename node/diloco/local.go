@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +37,15 @@ type LocalConfig struct {
 	// Averaging is how the members average; the zero value is the plain
 	// float32 mean.
 	Averaging Averaging
+	// StepCost is member i's time per inner step in a simulated clock
+	// (nil: 1 each; else len(Workers) values ≥ 1), and CloseFraction the
+	// close rule's (mesh.Config.CloseFraction; 0: every phase is whole).
+	// Each step closes when the members Ready with a whole phase hold
+	// CloseFraction · M · H inner steps; a member still training then ends
+	// its phase at its next boundary (closeInner). The clock makes a run
+	// of unequal members deterministic (Record.Clock).
+	StepCost      []int
+	CloseFraction float64
 }
 
 // Record is the state after one outer step of an in-process run.
@@ -48,6 +58,9 @@ type Record struct {
 	// bytes (chunk messages) summed over them, the successful attempt's.
 	Members              int
 	BytesSent, BytesRecv int64
+	// Clock is the simulated time so far (LocalConfig.StepCost): each
+	// step lasts as long as its slowest phase, communication free.
+	Clock int64
 }
 
 // validate rejects a configuration no run can take.
@@ -59,6 +72,10 @@ func (c LocalConfig) validate() error {
 		return fmt.Errorf("%w: lag %d over H = %d", ErrConfig, c.Lag, c.Inner)
 	case !(c.OuterLR > 0) || !(c.OuterMomentum >= 0 && c.OuterMomentum < 1):
 		return fmt.Errorf("%w: outer lr %v, momentum %v", ErrConfig, c.OuterLR, c.OuterMomentum)
+	case c.StepCost != nil && (len(c.StepCost) != len(c.Workers) || slices.Min(c.StepCost) < 1):
+		return fmt.Errorf("%w: step costs %v of %d members", ErrConfig, c.StepCost, len(c.Workers))
+	case !(c.CloseFraction >= 0 && c.CloseFraction <= 1):
+		return fmt.Errorf("%w: close fraction %v", ErrConfig, c.CloseFraction)
 	}
 	return c.Averaging.validate()
 }
@@ -94,6 +111,7 @@ func runLocal(ctx context.Context, cfg LocalConfig, engines []train.Engine, each
 		return nil, err
 	}
 	g := newLocalGroup(len(engines), cfg.Averaging, each)
+	g.closeAt, g.stepTime = closeInner(cfg)
 	theta0 := slices.Clone(engines[0].Params())
 	loops := make([]*Loop, len(engines))
 	for i, e := range engines {
@@ -141,4 +159,42 @@ func runLoops(ctx context.Context, loops []*Loop) error {
 		}
 	}
 	return first
+}
+
+// StepTime is the simulated time of one outer step under the config's
+// clock (StepCost, CloseFraction): its slowest phase.
+func (c LocalConfig) StepTime() int64 {
+	_, took := closeInner(c)
+	return took
+}
+
+// closeInner returns the inner steps each member's phase lasts under cfg's
+// clock (StepCost, CloseFraction) and the simulated time of a step. The
+// step closes at T, when the members whose whole phase (H·c) is done by T
+// hold CloseFraction · M · H inner steps; a member still training then
+// finishes the inner step in flight: ⌈T/c⌉ of them. Without the rule every
+// phase is whole.
+func closeInner(cfg LocalConfig) ([]int, int64) {
+	k, h := len(cfg.Workers), cfg.Inner
+	cost := cfg.StepCost
+	if cost == nil {
+		cost = slices.Repeat([]int{1}, k)
+	}
+	whole := make([]int, k)
+	for i, c := range cost {
+		whole[i] = h * c
+	}
+	closeT := slices.Max(whole)
+	if cfg.CloseFraction > 0 {
+		sorted := slices.Sorted(slices.Values(whole))
+		need := int(math.Ceil(cfg.CloseFraction*float64(k) - 1e-9)) // members with a whole phase
+		closeT = sorted[max(need, 1)-1]
+	}
+	inner := make([]int, k)
+	var took int64
+	for i, c := range cost {
+		inner[i] = min(h, (closeT+c-1)/c)
+		took = max(took, int64(inner[i]*c))
+	}
+	return inner, took
 }

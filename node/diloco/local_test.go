@@ -311,3 +311,62 @@ func TestLocalJudgeExcludes(t *testing.T) {
 		t.Fatalf("weights judged %v, want %v", j.weights, want)
 	}
 }
+
+// TestCloseInner: the simulated clock of an in-process run. Speeds 1, 1,
+// 1, 1/3 and 1/10 at H = 10 under the close rule with ½: the step closes
+// when two members are done (time 10) and the slow one finishes the inner
+// step in flight; without the rule every phase is whole.
+func TestCloseInner(t *testing.T) {
+	for _, c := range []struct {
+		cost     []int
+		fraction float64
+		inner    []int
+		took     int64
+	}{
+		{[]int{1, 1, 1, 3}, 0.5, []int{10, 10, 10, 4}, 12},
+		{[]int{1, 1, 1, 10}, 0.5, []int{10, 10, 10, 1}, 10},
+		{[]int{1, 1, 1, 3}, 0, []int{10, 10, 10, 10}, 30},
+		{[]int{3, 1, 1, 1}, 1, []int{10, 10, 10, 10}, 30},
+		{[]int{2, 5}, 0.5, []int{10, 4}, 20},
+		{nil, 0.5, []int{10, 10, 10, 10}, 10},
+		{[]int{1, 1, 1, 1, 1, 1, 1, 1, 1, 10}, 0.3, []int{10, 10, 10, 10, 10, 10, 10, 10, 10, 1}, 10},
+	} {
+		k := len(c.cost)
+		if k == 0 {
+			k = 4
+		}
+		inner, took := closeInner(LocalConfig{Workers: make([]uint64, k), Inner: 10, StepCost: c.cost, CloseFraction: c.fraction})
+		if !slices.Equal(inner, c.inner) || took != c.took {
+			t.Errorf("costs %v, fraction %v: inner steps %v in %d, want %v in %d", c.cost, c.fraction, inner, took, c.inner, c.took)
+		}
+	}
+}
+
+// TestLocalMixedSpeeds: an in-process run with a 3× slower member under
+// the close rule: every ring weighs it by the 4 inner steps it finished,
+// the clock advances 12 a step, and the run is deterministic.
+func TestLocalMixedSpeeds(t *testing.T) {
+	cfg := LocalConfig{Workers: []uint64{1, 2, 3, 4}, Inner: 10, Outer: 3, OuterLR: 0.7,
+		StepCost: []int{1, 1, 1, 3}, CloseFraction: 0.5}
+	run := func() ([]float32, []Record) {
+		var recs []Record
+		got, err := runLocal(context.Background(), cfg, localEngines(4), func(r Record) { recs = append(recs, r) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, recs
+	}
+	a, recs := run()
+	for i, r := range recs {
+		if r.Members != 4 || r.Clock != int64(12*(i+1)) || r.Tokens != int64((i+1)*34*16) {
+			t.Fatalf("record %d: %+v", i, r)
+		}
+	}
+	if b, _ := run(); !slices.Equal(a, b) {
+		t.Fatal("two runs of the same configuration differ")
+	}
+	cfg.StepCost = []int{1, 1}
+	if _, err := RunLocal(context.Background(), cfg, nil, nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("step costs of 2 members in a run of 4: %v", err)
+	}
+}

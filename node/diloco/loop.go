@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -80,12 +81,13 @@ type Loop struct {
 	port   Port
 	hooks  Hooks
 
-	delta  []float32    // Δ_t, kept as is through retries
-	avg    []float32    // Δ̄_t
-	res    [2][]float32 // error feedback: the residual carried in, and the next
-	end    []float32    // E_t, the base of the pending rebase (lag ≠ 0)
-	stash  []float32    // the local model while G is evaluated (lag ≠ 0)
-	tokens int64        // training tokens of the current phase
+	delta  []float32     // Δ_t, kept as is through retries
+	avg    []float32     // Δ̄_t
+	res    [2][]float32  // error feedback: the residual carried in, and the next
+	end    []float32     // E_t, the base of the pending rebase (lag ≠ 0)
+	stash  []float32     // the local model while G is evaluated (lag ≠ 0)
+	tokens int64         // training tokens of the current phase
+	closed atomic.Uint64 // 1 + the latest step the mesh closed (close.go)
 }
 
 // New returns the loop of a member training e from model m. It allocates
@@ -173,7 +175,8 @@ func (l *Loop) done() bool { return l.cfg.MaxOuter > 0 && l.model.Step() >= l.cf
 // phase runs the H inner steps of one phase and applies *p (the pending
 // average) at its lag, or at the phase's end. It returns the inner steps run
 // and the fetch the pending all-reduce asked for instead, if it did (the
-// phase is then cut short). Reaching MaxOuter also cuts it short.
+// phase is then cut short). Reaching MaxOuter also cuts it short, and so
+// does the step's close (close.go) once no average is pending.
 func (l *Loop) phase(ctx context.Context, ot *times, p **pending) (int, *Event, error) {
 	inner := 0
 	for inner < l.cfg.Inner {
@@ -181,13 +184,15 @@ func (l *Loop) phase(ctx context.Context, ot *times, p **pending) (int, *Event, 
 			return inner, nil, err
 		}
 		inner++
-		if *p == nil || !l.applyNow(*p, inner) {
-			continue
+		if *p != nil && l.applyNow(*p, inner) {
+			fetch, err := l.apply(ctx, ot, *p, true)
+			*p = nil
+			if err != nil || fetch != nil || l.done() {
+				return inner, fetch, err
+			}
 		}
-		fetch, err := l.apply(ctx, ot, *p, true)
-		*p = nil
-		if err != nil || fetch != nil || l.done() {
-			return inner, fetch, err
+		if *p == nil && l.closes(inner) {
+			return inner, nil, nil // the step closed: Ready with inner steps
 		}
 	}
 	if *p != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -284,5 +285,54 @@ func TestConfigValidate(t *testing.T) {
 	e := newTestEngine(10, 1, 1, 0)
 	if _, err := New(Config{Inner: 1}, e, NewModel(0, make([]float32, 11), NewOuter(11, 1, 0)), nil, nil, nil); !errors.Is(err, ErrModelSize) {
 		t.Fatalf("an engine of another size: %v", err)
+	}
+}
+
+// TestLoopCloses: a step that closes while a member trains ends its phase
+// at the next inner-step boundary, and the member is Ready with the inner
+// steps it finished (its weight); members stay bit-identical. The close
+// comes from the port's clock (Port.Closed) or from the mesh
+// (Event.Close, read by the reduce worker), blocking and overlapped (the
+// average applied after 2 inner steps, before the close).
+func TestLoopCloses(t *testing.T) {
+	for _, lag := range []int{0, 2} {
+		for _, byEvent := range []bool{false, true} {
+			t.Run(fmt.Sprintf("lag%d-event%v", lag, byEvent), func(t *testing.T) {
+				const inner, want = 6, 3
+				g := newGroup(t, groupConfig{k: 3, inner: inner, lag: lag, maxOuter: 4, codec: collective.CodecInt8})
+				slow := g.members[2]
+				if byEvent {
+					slow.innerDone = func(n int) {
+						if n != want {
+							return
+						}
+						step := slow.l.model.step
+						g.f.events[2] <- Event{Close: &mesh.Close{Step: step}}
+						for slow.l.closed.Load() != step+1 {
+							runtime.Gosched() // the worker reads it
+						}
+					}
+				} else {
+					g.f.closed = func(rank int, _ uint64, n int) bool { return rank == 2 && n >= want }
+				}
+				for i, err := range g.run(t) {
+					if !errors.Is(err, ErrDone) {
+						t.Fatalf("member %d ended with %v, want ErrDone", i, err)
+					}
+				}
+				for s := uint64(1); s <= 4; s++ {
+					for i, m := range g.members {
+						if m.hashes[s] != g.members[0].hashes[s] {
+							t.Fatalf("step %d: member %d has hash %q, member 0 %q", s, i, m.hashes[s], g.members[0].hashes[s])
+						}
+					}
+				}
+				for s := range uint64(4) {
+					if got := g.f.ready[s]; got[0] != inner || got[1] != inner || got[2] != want {
+						t.Errorf("step %d: Ready with %v inner steps, want %d, %d and %d", s, got, inner, inner, want)
+					}
+				}
+			})
+		}
 	}
 }

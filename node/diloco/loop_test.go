@@ -32,12 +32,13 @@ type fakeMesh struct {
 	syncing   map[int]uint64      // rank → step of the model it was told to fetch
 	blames    map[mesh.PeerID]int // of the current step's failed attempt
 	stragglr  []int
-	models    map[uint64]*Fetched         // step → a committed model
-	fetches   map[int]int                 // rank → fetches asked
-	changed   chan struct{}               // closed (and replaced) at each commit
-	caughtUp  func(rank int) bool         // nil: every member at least at rank's step
-	onReady   func(rank int, step uint64) // called under mu before deciding
-	onSynced  func(rank int)              // called under mu
+	models    map[uint64]*Fetched                         // step → a committed model
+	fetches   map[int]int                                 // rank → fetches asked
+	changed   chan struct{}                               // closed (and replaced) at each commit
+	caughtUp  func(rank int) bool                         // nil: every member at least at rank's step
+	onReady   func(rank int, step uint64)                 // called under mu before deciding
+	onSynced  func(rank int)                              // called under mu
+	closed    func(rank int, step uint64, inner int) bool // Port.Closed, under mu; nil: false
 }
 
 func newFakeMesh(k int) *fakeMesh {
@@ -197,6 +198,12 @@ func (p fakePort) CaughtUp(ctx context.Context) bool {
 
 func (p fakePort) Events() <-chan Event { return p.f.events[p.rank] }
 
+func (p fakePort) Closed(step uint64, inner int) bool {
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	return p.f.closed != nil && p.f.closed(p.rank, step, inner)
+}
+
 // sharedRings is the in-memory rings every member's testReducer shares;
 // kill names, per ring id, a member whose transport dies after a few sends.
 type sharedRings struct {
@@ -253,6 +260,7 @@ type member struct {
 	commits   []Commit
 	group     *group
 	committed func(Commit) // if set, called by Committed
+	innerDone func(int)    // if set, called by InnerDone
 }
 
 // group is a set of members training together.
@@ -338,8 +346,12 @@ func (e recEngine) Params() []float32 {
 }
 
 // The member's Hooks.
-func (m *member) InnerDone(int, train.StepStats) {}
-func (m *member) Synced(uint64, string)          {}
+func (m *member) InnerDone(inner int, _ train.StepStats) {
+	if m.innerDone != nil {
+		m.innerDone(inner)
+	}
+}
+func (m *member) Synced(uint64, string) {}
 
 func (m *member) Committed(c Commit) {
 	m.mu.Lock()

@@ -32,6 +32,10 @@ type localGroup struct {
 	err     error         // the run cannot go on
 	commits map[uint64]*stepCommits
 	tokens  int64 // folded into the global model so far
+
+	closeAt  []int // the inner steps of each member's phases (closeInner)
+	stepTime int64 // the simulated time of a step
+	clock    int64 // of the steps recorded so far
 }
 
 // stepCommits gathers the commits of one step.
@@ -153,6 +157,10 @@ func (p localPort) Failed(r *mesh.Ring, culprit mesh.PeerID) {
 	g.decide(r.Step)
 }
 
+// Closed reports whether member i's phase ends after inner steps under
+// the run's simulated clock (closeInner).
+func (p localPort) Closed(_ uint64, inner int) bool { return inner >= p.g.closeAt[p.i] }
+
 func (p localPort) SetStragglerTicks(int)              {}
 func (p localPort) CaughtUp(context.Context) bool      { return true }
 func (p localPort) Events() <-chan Event               { return p.g.events[p.i] }
@@ -226,8 +234,9 @@ func (h localHooks) Committed(c Commit) {
 	}
 	delete(g.commits, c.Step)
 	g.tokens += sc.tokens
+	g.clock += g.stepTime
 	if g.each != nil {
 		g.each(Record{Step: int(c.Step), Tokens: g.tokens, EvalLoss: sc.eval, Hash: c.Hash,
-			Members: sc.members, BytesSent: sc.sent, BytesRecv: sc.recv})
+			Members: sc.members, BytesSent: sc.sent, BytesRecv: sc.recv, Clock: g.clock})
 	}
 }

@@ -29,9 +29,14 @@ type Port interface {
 	// CaughtUp reports whether every other member of the last ring is seen
 	// at this member's step or beyond, or gone (false when ctx ends first).
 	CaughtUp(ctx context.Context) bool
-	// Events delivers decided rings and fetch requests. The loop's reduce
-	// worker is its one reader.
+	// Events delivers decided rings, fetch requests and closes. The loop's
+	// reduce worker is its one reader.
 	Events() <-chan Event
+	// Closed reports whether step closed (close.go) by the time this
+	// member finished inner steps of its phase, by a clock of the port's
+	// own (an in-process run's simulated speeds); a port whose closes come
+	// as Event.Close says false.
+	Closed(step uint64, inner int) bool
 	// Fetch gets the model ev.Fetch names. It returns nil and no error
 	// when the fetch failed and the mesh was told so (it asks again); an
 	// error ends the loop.
@@ -41,12 +46,13 @@ type Port interface {
 	Synced(step uint64, hash string, history []mesh.Made)
 }
 
-// Event is something the mesh asks of the loop: the ring of a step, or a
-// model fetch.
+// Event is something the mesh asks of the loop: the ring of a step, a
+// model fetch, or the end of a phase (the step closed).
 type Event struct {
 	Ring  *mesh.Ring
 	Fetch *mesh.Fetch
-	Adopt bool // Fetch adopts a larger side's model
+	Adopt bool        // Fetch adopts a larger side's model
+	Close *mesh.Close // end the phase of Close.Step at the next boundary
 }
 
 // Fetched is a model a Port fetched: the global model of Step. The loop

@@ -131,8 +131,13 @@ func (w *worker) loop(ctx context.Context) {
 	}
 }
 
-// note remembers an event that came while no average runs.
+// note remembers an event: a fetch or a ring for the average, a close
+// for the loop.
 func (w *worker) note(ev Event) {
+	if ev.Close != nil {
+		w.l.closeSeen(ev.Close.Step)
+		return
+	}
 	if ev.Fetch != nil {
 		w.fetch = &ev
 		return
