@@ -203,7 +203,7 @@ func (n *Node) dirProgress(dir string, total int64, detail string) func() {
 			case <-done:
 				return
 			case <-tick.C:
-				report(Progress{Work: "checkpoint", Done: min(dirBytes(dir), total-1), Total: total, Detail: detail})
+				report(Progress{Work: "checkpoint", Done: min(train.DirBytes(dir), total-1), Total: total, Detail: detail})
 			}
 		}
 	})
@@ -212,18 +212,4 @@ func (n *Node) dirProgress(dir string, total int64, detail string) func() {
 		wg.Wait()
 		report(Progress{Work: "checkpoint", Done: total, Total: total, Detail: detail})
 	}
-}
-
-// dirBytes sums the sizes of the regular files under dir.
-func dirBytes(dir string) int64 {
-	var sum int64
-	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				sum += info.Size()
-			}
-		}
-		return nil
-	})
-	return sum
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/intellect-node/intellect-node/train"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -66,7 +67,7 @@ func TestDirProgress(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
 	os.WriteFile(filepath.Join(dir, "a"), make([]byte, 100), 0o600)
 	os.WriteFile(filepath.Join(dir, "sub", "b"), make([]byte, 23), 0o600)
-	if got := dirBytes(dir); got != 123 {
+	if got := train.DirBytes(dir); got != 123 {
 		t.Fatalf("dirBytes = %d, want 123", got)
 	}
 	var got []Progress

@@ -326,3 +326,18 @@ func syncDir(dir string) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// DirBytes sums the sizes of the regular files under dir (what a checkpoint
+// directory holds so far, while it is written).
+func DirBytes(dir string) int64 {
+	var sum int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				sum += info.Size()
+			}
+		}
+		return nil
+	})
+	return sum
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/intellect-node/intellect-node/internal/soak"
+	"github.com/intellect-node/intellect-node/train"
 )
 
 // Scenario deadlines and settings.
@@ -270,7 +271,7 @@ func (r *runner) diskFull(ctx context.Context, s *slot) error {
 	if !r.until(ctx, joinDeadline, func() bool { ckptDir = newestCheckpointDir(s.home); return ckptDir != "" }) {
 		return fmt.Errorf("no checkpoint written in %v", joinDeadline)
 	}
-	size := dirSize(ckptDir)
+	size := train.DirBytes(ckptDir)
 	filled, err := soak.Fill(s.home, fillerName, size/2)
 	if err != nil {
 		return err

@@ -55,8 +55,8 @@ type nodesConfig struct {
 	// SlowStep, if set, is the last host's inner step instead (a
 	// mixed-speed run: one member slower than the others).
 	SlowStep time.Duration
-	Outer    uint64        // outer steps per run
-	Warmup   uint64        // first outer steps not counted
+	Outer    uint64 // outer steps per run
+	Warmup   uint64 // first outer steps not counted
 	Shards   int
 	Nodes    int    // 0: one per host of the profile; more: the profile is widened (see wan.Widen)
 	SVG      string // plot path; "" for none
