@@ -227,6 +227,13 @@ func (m *Mesh) bestOtherSide(l meshLines, alone bool) (best meshSide, bestLast u
 		if k == mine || (m.step > 0 && k == prevKey) || (k.step < m.step && m.line[k.step] == k.hash) {
 			continue // this node's own line: peers behind on it, not another side
 		}
+		if k.step == 0 && m.step > 0 {
+			// The run's initial model is where every line starts, not a
+			// side: a storm of new nodes holding it outnumbered a member
+			// left alone by the storm's leavers, which adopted step 0 and
+			// dropped its 64 steps (soak seed 1).
+			continue
+		}
 		ids := l.side(k)
 		kn, last := m.countKnown(ids, math.MaxUint64)
 		if alone {

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strings"
@@ -407,5 +408,30 @@ func TestBackAtLeftModelVotesAbove(t *testing.T) {
 	again, _ := proposals(m)
 	if len(again) == 0 || again[0].Round <= 3 {
 		t.Fatalf("voted again in round %v after round 3", again)
+	}
+}
+
+// TestAloneMemberIgnoresInitialModelHolders: a member left alone (its
+// peers left at once) beside a storm of new nodes that still hold the
+// run's initial model keeps its own line: step 0 is no side to adopt,
+// however many hold it.
+func TestAloneMemberIgnoresInitialModelHolders(t *testing.T) {
+	m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50, SyncTimeoutTicks: 1000}, 64, "x64")
+	drain(m)
+	for _, j := range []PeerID{"j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8", "j9", "j10"} {
+		if err := m.Step(Message{Type: MsgHeartbeat, From: j, State: StateTraining, Step: 0, Hash: "genesis"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		m.Tick()
+	}
+	for _, rd := range drain(m) {
+		if f := cmp.Or(rd.Adopt, rd.Fetch); f != nil {
+			t.Fatalf("asked to fetch step %d %s, want to keep step 64", f.Step, f.Hash)
+		}
+	}
+	if step, hash := m.Model(); step != 64 || hash != "x64" {
+		t.Fatalf("model step %d %s, want 64 x64", step, hash)
 	}
 }
