@@ -77,6 +77,15 @@ func (m *Mesh) Status() Status {
 // State returns the node's state; cheaper than Status for polling.
 func (m *Mesh) State() State { return m.state }
 
+// Fetching returns the model this node is asked to fetch (step, hash) while
+// Syncing, ok false otherwise; cheaper than Status for polling.
+func (m *Mesh) Fetching() (step uint64, hash string, ok bool) {
+	if m.state != StateSyncing || m.fetch == nil {
+		return 0, "", false
+	}
+	return m.fetch.Step, m.fetch.Hash, true
+}
+
 // Model returns the outer step and θ₀ hash of the model this node holds
 // ("" while joining with none); cheaper than Status for polling.
 func (m *Mesh) Model() (step uint64, hash string) { return m.step, m.hash }

@@ -14,6 +14,36 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// fetchKey names the model of a fetch request.
+type fetchKey struct {
+	step uint64
+	hash string
+}
+
+// noteWanted records the model m asks this node to fetch, if any (mesh
+// goroutine).
+func (n *Node) noteWanted(m *mesh.Mesh) {
+	step, hash, ok := m.Fetching()
+	if !ok {
+		n.wanted.Store(nil)
+		return
+	}
+	if w := n.wanted.Load(); w == nil || w.step != step || w.hash != hash {
+		n.wanted.Store(&fetchKey{step, hash})
+	}
+}
+
+// stale reports whether the mesh no longer asks for f: it synced since
+// (the model f names, or another), or asked for another model after its
+// sync timeout while a slow download ran. Carried out, such a request
+// downloaded a model this node held already, or one the mesh had given up
+// on, whose failure then made the mesh drop the fetch it wanted: on links
+// at 3 % of their rate, each costs a download of a minute or more.
+func (n *Node) stale(f *mesh.Fetch) bool {
+	w := n.wanted.Load()
+	return w == nil || w.step != f.Step || w.hash != f.Hash
+}
+
 // fetch downloads the model the mesh named (θ₀ and outer momentum of
 // f.Step) from its donors and verifies it against f.Hash; the loop makes
 // it this node's model (nodePort.Fetch). On failure it returns nil and no
@@ -35,6 +65,11 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) (*diloco.Fe
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if n.stale(f) {
+			// The mesh has moved on: it asked for another fetch or synced.
+			n.log.Info("a fetch the mesh no longer asks for failed", "step", f.Step, "err", err)
+			return nil, nil
 		}
 		return nil, n.fetchFailed(ctx, f, "download", "model fetch failed; the mesh picks donors again", err)
 	}

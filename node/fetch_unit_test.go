@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"testing"
@@ -56,6 +57,7 @@ func (r *fetchRig) fetch(t *testing.T, step uint64, hash string) (*diloco.Fetche
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	f := &mesh.Fetch{Step: step, Hash: hash, From: []mesh.PeerID{r.donor, r.n.self}}
+	r.n.wanted.Store(&fetchKey{step, hash})
 	got, err := nodePort{r.n}.Fetch(ctx, diloco.Event{Fetch: f})
 	if err != nil {
 		t.Fatalf("fetch: %v", err)
@@ -204,5 +206,79 @@ func TestReachableDonors(t *testing.T) {
 	}
 	if got := n.reachableDonors([]mesh.PeerID{stranger, n.self}); len(got) != 1 || got[0].String() != string(stranger) {
 		t.Fatalf("donors %v, want the one unconnected donor", got)
+	}
+}
+
+// TestFetchSkipsStaleRequests: a fetch request the mesh no longer asks for
+// (it synced since, or asked for another model after its sync timeout
+// while a slow download ran) is not carried out: no download, nothing told
+// the mesh. A request that went stale during its download and failed does
+// not tell the mesh SyncFailed either: that would drop the fetch it asks
+// for now.
+func TestFetchSkipsStaleRequests(t *testing.T) {
+	r := newFetchRig(t)
+	theta := unitVec(41, int(r.n.params), 1)
+	r.serve = ckpt.EncodeSnapshot(12, theta, unitVec(42, int(r.n.params), 0.1), []byte(`{}`))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	noCmd := func(what string) {
+		t.Helper()
+		select {
+		case c := <-r.n.meshCmds:
+			t.Fatalf("%s told the mesh %+v", what, c)
+		default:
+		}
+	}
+	f := &mesh.Fetch{Step: 12, Hash: train.Hash(theta), From: []mesh.PeerID{r.donor}}
+	for _, w := range []*fetchKey{nil, {13, "newer"}} {
+		r.n.wanted.Store(w)
+		got, err := nodePort{r.n}.Fetch(ctx, diloco.Event{Fetch: f})
+		if got != nil || err != nil {
+			t.Fatalf("mesh wants %+v: stale fetch returned %v, %v", w, got, err)
+		}
+		noCmd("a skipped fetch")
+	}
+	if s := r.n.board.snapshot(); s.Download != nil {
+		t.Fatalf("a stale request was downloaded: %+v", *s.Download)
+	}
+	r.n.wanted.Store(&fetchKey{13, "newer"})
+	got, err := r.n.fetch(ctx, &mesh.Fetch{Step: 11, Hash: "gone", From: []mesh.PeerID{r.donor}}, false)
+	if got != nil || err != nil {
+		t.Fatalf("failed stale fetch returned %v, %v", got, err)
+	}
+	noCmd("a failed stale fetch")
+}
+
+// TestNoteWanted: the node's record of the wanted model follows the mesh:
+// set while it is Syncing, cleared once it synced.
+func TestNoteWanted(t *testing.T) {
+	n := unitMeshNode(nil)
+	m, err := mesh.New(mesh.Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50, SyncTimeoutTicks: 1000}, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Step(mesh.Message{Type: mesh.MsgHeartbeat, From: "a", State: mesh.StateTraining, Step: 3, Hash: "h3", PrevHash: "h2"}); err != nil {
+		t.Fatal(err)
+	}
+	var f *mesh.Fetch
+	for range 4 {
+		m.Tick()
+		for m.HasReady() {
+			rd := m.Ready()
+			f = cmp.Or(rd.Fetch, f)
+			m.Advance(rd)
+		}
+	}
+	if f == nil || f.Step != 3 {
+		t.Fatalf("joiner's fetch %+v, want step 3", f)
+	}
+	n.noteWanted(m)
+	if n.stale(f) {
+		t.Fatal("the fetch the mesh asks for is stale")
+	}
+	m.Synced(3, "h3", nil)
+	n.noteWanted(m)
+	if !n.stale(f) {
+		t.Fatal("a fetch of the model the mesh synced is still wanted")
 	}
 }

@@ -59,6 +59,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 		for m.HasReady() {
 			n.carryOut(ctx, m, m.Ready(), log)
 		}
+		n.noteWanted(m)
 		if done != nil {
 			close(done)
 		}
@@ -120,6 +121,7 @@ func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *s
 	if rd.Ring != nil {
 		n.sendEvent(ctx, diloco.Event{Ring: rd.Ring})
 	}
+	n.noteWanted(m) // before the loop can take up rd's fetch
 	if rd.Fetch != nil {
 		n.sendEvent(ctx, diloco.Event{Fetch: rd.Fetch})
 	}

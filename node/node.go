@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/intellect-node/intellect-node/mesh"
@@ -65,6 +66,10 @@ type Node struct {
 
 	meshCmds chan meshCmd
 	events   chan diloco.Event
+	// wanted is the model the mesh asks this node to fetch (nil: none), as
+	// of the mesh goroutine's last event: a fetch request the loop takes
+	// up later than that is carried out only if it is still this one.
+	wanted   atomic.Pointer[fetchKey]
 	sendRate *p2p.Limiter // nil: unlimited
 
 	snapMu   sync.Mutex

@@ -128,8 +128,14 @@ func (p nodePort) Closed(step uint64, _ int) bool {
 	}
 }
 
-// Fetch downloads the model ev names from its donors (fetch.go).
+// Fetch downloads the model ev names from its donors (fetch.go), unless
+// the mesh no longer asks for it (a request superseded while the loop was
+// busy): then it returns nil and tells the mesh nothing.
 func (p nodePort) Fetch(ctx context.Context, ev diloco.Event) (*diloco.Fetched, error) {
+	if p.n.stale(ev.Fetch) {
+		p.n.log.Info("skipping a fetch the mesh no longer asks for", "step", ev.Fetch.Step, "hash", short(ev.Fetch.Hash))
+		return nil, nil
+	}
 	return p.n.fetch(ctx, ev.Fetch, ev.Adopt)
 }
 

@@ -38,8 +38,8 @@ type Port interface {
 	// as Event.Close says false.
 	Closed(step uint64, inner int) bool
 	// Fetch gets the model ev.Fetch names. It returns nil and no error
-	// when the fetch failed and the mesh was told so (it asks again); an
-	// error ends the loop.
+	// when the fetch failed and the mesh was told so (it asks again), or
+	// the mesh no longer asks for it; an error ends the loop.
 	Fetch(ctx context.Context, ev Event) (*Fetched, error)
 	// Synced tells the mesh a fetched model (step, hash) is now this
 	// member's; history is the Fetched's.
