@@ -18,8 +18,16 @@ const (
 	// joinDeadline bounds how long a scenario's joiner may take to train.
 	joinDeadline = 3 * time.Minute
 	// donorRate is a donor-kill joiner's link rate, as a fraction: slow
-	// enough that the model takes several seconds to arrive.
-	donorRate = 0.03
+	// enough that the model takes several seconds to arrive, fast enough
+	// that it arrives within an outer step's compute. The links are scaled
+	// to the model (wan.RateScale), so the snapshot (θ₀ and v, 8 bytes a
+	// parameter) takes 2.25 s over one path at the full rate whatever the
+	// model: 9 s from one donor at 0.25, 10 s being an outer step's
+	// compute (H = 5 inner steps of 2 s). At 0.03 it took 75 s at best
+	// (73–122 s measured), the line made 3–5 outer steps meanwhile, and
+	// each download of a newer step fell as far behind: the joiner never
+	// trained.
+	donorRate = 0.25
 	// fillerName is the file that fills the tmpfs home.
 	fillerName = "soak-filler"
 	// diskCheckpointEvery is the tmpfs member's --checkpoint-every: often
@@ -110,7 +118,10 @@ func (r *runner) locked(f func()) {
 }
 
 // doStorm makes every churnable member leave at once, then starts up to
-// StormJoiners members at once, and checks that they all train.
+// StormJoiners members at once, and checks that each trains in a ring.
+// Churn leaves the joiners alone until then, as it does every scenario's
+// joiner: killed and restarted with no checkpoint, a joiner starts over
+// (one was killed 8 times in the storm's 6 minutes, soak seed 1).
 func (r *runner) doStorm(ctx context.Context, ev soak.Event) {
 	r.mu.Lock()
 	r.rep.Injected[ev.Kind]++
@@ -118,27 +129,55 @@ func (r *runner) doStorm(ctx context.Context, ev soak.Event) {
 	r.stopMany(victims)
 	free := r.emptySlots()
 	free = free[:min(len(free), soak.StormJoiners)]
-	var joiners []*slot
+	var joiners []*stormJoiner
 	for _, i := range free {
 		if err := r.startFresh(i, 0, false); err != nil {
 			r.fail("storm: start on %s: %v", r.slots[i].host, err)
 			continue
 		}
-		joiners = append(joiners, r.slots[i])
+		r.slots[i].busy = true
+		joiners = append(joiners, &stormJoiner{s: r.slots[i], gen: r.slots[i].gen})
 	}
 	r.note("storm: %d members left at once, %d joiners started at once", len(victims), len(joiners))
 	r.mu.Unlock()
 	start := r.now()
-	ok := r.until(ctx, 2*joinDeadline, func() bool {
-		return !slices.ContainsFunc(joiners, func(s *slot) bool { return s.state == up && !trained(s) })
-	})
+	ok := r.until(ctx, 2*joinDeadline, func() bool { return stormTrained(joiners) })
 	r.locked(func() {
+		for _, j := range joiners {
+			if j.s.gen == j.gen {
+				j.s.busy = false
+			}
+		}
 		if ok {
 			r.note("storm: every joiner still running trained in a ring within %v", (r.now() - start).Round(time.Second))
 			return
 		}
 		r.unfinished(ctx, "storm: joiners not in a ring %v after they started", (r.now() - start).Round(time.Second))
 	})
+}
+
+// stormJoiner is one member a storm started: its slot, the slot's
+// generation then, and whether it has trained since.
+type stormJoiner struct {
+	s       *slot
+	gen     int
+	trained bool
+}
+
+// stormTrained notes which joiners train now and reports whether each one
+// still running has trained at some poll since the storm: one that trained
+// and then sat steps out (a partition, a flap) has joined. A slot whose
+// joiner exited holds a joiner no more. Lock held.
+func stormTrained(joiners []*stormJoiner) bool {
+	all := true
+	for _, j := range joiners {
+		if j.s.gen != j.gen || j.s.state != up {
+			continue
+		}
+		j.trained = j.trained || trained(j.s)
+		all = all && j.trained
+	}
+	return all
 }
 
 // stopMany sends SIGINT to the members of slots at once, waits for them
