@@ -25,10 +25,10 @@ type config struct {
 
 // configs are the node-process configurations, in the order they run.
 var configs = []config{
-	{Name: "blocking-int8", Label: "DiLoCo ×4, blocking, int8", Color: "#1f77b4"},
+	{Name: "blocking-int8", Label: "DiLoCo ×4, blocking, int8", Flags: []string{"--overlap=false"}, Color: "#1f77b4"},
 	{Name: "overlap-int8", Label: "DiLoCo ×4, overlapped, int8", Flags: []string{"--overlap"}, Color: "#d62728"},
-	{Name: "blocking-fp32", Label: "DiLoCo ×4, blocking, fp32", Flags: []string{"--fp32"}, Color: "#2ca02c"},
-	{Name: "blocking-int8-ef", Label: "DiLoCo ×4, blocking, int8 + error feedback", Flags: []string{"--error-feedback"}, Color: "#9467bd"},
+	{Name: "blocking-fp32", Label: "DiLoCo ×4, blocking, fp32", Flags: []string{"--overlap=false", "--fp32"}, Color: "#2ca02c"},
+	{Name: "blocking-int8-ef", Label: "DiLoCo ×4, blocking, int8 + error feedback", Flags: []string{"--overlap=false", "--error-feedback"}, Color: "#9467bd"},
 	{Name: "single-4x-batch", Label: "1 node, 4× batch (no DiLoCo)", Single: true, Color: "#7f7f7f"},
 	{Name: "overlap-int8-mu05", Label: "DiLoCo ×4, overlapped, int8, outer momentum 0.5", Flags: []string{"--overlap", "--outer-momentum", "0.5"}, Color: "#ff7f0e"},
 }

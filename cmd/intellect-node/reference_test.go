@@ -59,7 +59,8 @@ func checkReference(t *testing.T, flags []string, set func(*node.Config)) {
 	}
 	args := append([]string{"--run", "reference", "--preset", "tiny", "--inner-steps", fmt.Sprint(inner),
 		"--min-members", fmt.Sprint(nodes), "--max-outer-steps", fmt.Sprint(steps), "--ring-order", "sorted",
-		"--close-fraction", "0"}, flags...) // whole phases: a closed step's weights depend on timing
+		"--close-fraction", "0", // whole phases: a closed step's weights depend on timing
+		"--overlap=false"}, flags...) // blocking unless flags say otherwise: lag −1 depends on timing too
 	var ps []*proc
 	boot := ""
 	for i := range nodes {

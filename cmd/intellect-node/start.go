@@ -52,7 +52,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	f.tokenFile = fs.String("status-token-file", "", "`file` holding a secret (≥ 16 bytes) that opens the status API read-only to other machines (Authorization: Bearer, or the page's URL #token=); needed when --status is not loopback")
 	fs.StringVar(&c.Device, "device", node.DefaultDevice, "compute `device`: cpu; cuda in a binary built with make build-cuda; sim (simulated compute, see --sim-step)")
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
-	fs.BoolVar(&c.Overlap, "overlap", false, "average each outer step's pseudo-gradients while the next inner steps run, and apply the average during that phase (see --overlap-steps)")
+	fs.BoolVar(&c.Overlap, "overlap", node.DefaultOverlap, "average each outer step's pseudo-gradients while the next inner steps run, and apply the average during that phase (see --overlap-steps); --overlap=false waits for the average at each phase's end (blocking)")
 	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
 	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner optimizer steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md); in the run manifest")
 	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov); 1 with --outer-momentum 0 is plain averaging; in the run manifest")

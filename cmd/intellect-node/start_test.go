@@ -20,7 +20,9 @@ func TestStartFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	fromFlags.Home, fromFlags.Listen, fromFlags.OuterLR = home, f.listen, float32(*f.outerLR)
-	zero := node.Config{Home: home}
+	// The command overlaps by default; Config's zero value blocks, the mode
+	// seeded references reproduce.
+	zero := node.Config{Home: home, Overlap: node.DefaultOverlap}
 	for _, c := range []*node.Config{&fromFlags, &zero} {
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)

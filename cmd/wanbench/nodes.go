@@ -300,6 +300,8 @@ func (r *nodeRun) nodeArgs(i int) []string {
 		"--home", r.home(name), "--run", "wan-" + r.n.Profile.Name + "-" + strings.ReplaceAll(r.mode, "+", "-"), "--checkpoint-every", "1000000"}
 	args = append(args, c.NodeFlags...)
 	switch r.mode {
+	case modeBlocking:
+		args = append(args, "--overlap=false")
 	case modeOverlapped:
 		args = append(args, "--overlap")
 	case modeOrder:
