@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +47,13 @@ func TestParseRunPhases(t *testing.T) {
 	t.Setenv("SOAK_MINUTES", "60")
 	if c, err = parseRun([]string{"-dir", t.TempDir()}); err != nil || c.baseline != 5*time.Minute || c.faults != 53*time.Minute+30*time.Second {
 		t.Fatalf("60 min: %v / %v, %v", c.baseline, c.faults, err)
+	}
+	used := t.TempDir()
+	if err := os.Mkdir(filepath.Join(used, "homes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseRun([]string{"-dir", used}); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("a used work dir: %v, want refused", err)
 	}
 	for _, args := range [][]string{{"-minutes", "1"}, {"-max-members", "20"}, {"-members", "13"}} {
 		if _, err := parseRun(append(args, "-dir", t.TempDir())); err == nil {

@@ -62,6 +62,11 @@ func (c *config) fill() error {
 	c.baseline = min(max(total/10, minBaseline), maxBaseline)
 	c.quiet = c.HealWindow + finalStretch
 	c.faults = total - c.baseline - c.quiet
+	// Members resume from their homes: an old run's would be resumed, not
+	// started fresh.
+	if ents, err := os.ReadDir(c.Dir); c.Dir != "" && err == nil && len(ents) > 0 {
+		return fmt.Errorf("soak: -dir %s is not empty: a soak starts its members from fresh homes; remove it or name another", c.Dir)
+	}
 	if c.Max > c.Slots {
 		return fmt.Errorf("soak: -max-members %d over -slots %d", c.Max, c.Slots)
 	}
