@@ -77,10 +77,12 @@ vet-cuda:
 
 # The scale lab (docs/scale.md): K members of one run in one process over
 # go-libp2p's mock network, sim device; prints its table (≈ 8 minutes).
-# SCALE_K picks the member counts.
+# SCALE_K picks the member counts; SCALE_SLOW=3 makes the last member's inner
+# step 3× the others' (the mixed-speed profile, overlapped).
 SCALE_K ?= 4,8,16,32,64
+SCALE_SLOW ?=
 test-scale:
-	INTELLECT_SCALE=$(SCALE_K) INTELLECT_SCALE_OUT=$(CURDIR)/bin/scale.md \
+	INTELLECT_SCALE=$(SCALE_K) INTELLECT_SCALE_SLOW=$(SCALE_SLOW) INTELLECT_SCALE_OUT=$(CURDIR)/bin/scale.md \
 		$(GO) test -count=1 -run TestScaleLab -v -timeout 15m ./node
 
 # On a GPU machine, after vet-cuda (carry bin/): kernels and engine against the

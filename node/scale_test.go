@@ -24,7 +24,11 @@ import (
 // The scale lab (make test-scale, docs/scale.md): K members of one run in
 // this process, each a node of the same code over go-libp2p's in-memory
 // mock network, with the sim device. INTELLECT_SCALE lists the K to run
-// ("4,8,16,32,64"); without it the lab is skipped.
+// ("4,8,16,32,64"); without it the lab is skipped. INTELLECT_SCALE_SLOW=F
+// is the mixed-speed profile: the last member's inner step is F× the
+// others', every member runs the command's default overlapped mode, and
+// the table adds the fast members' utilization and the slow member's share
+// of rings (docs/scale.md).
 //
 // Every member's uplink is scaleRate (the all-reduce's send limiter, which
 // is what a member's link bounds). Links have no delay: the mock network
@@ -48,13 +52,20 @@ func TestScaleLab(t *testing.T) {
 	if spec == "" {
 		t.Skip("the scale lab runs with INTELLECT_SCALE=4,8,… (make test-scale)")
 	}
+	slow := 1.0
+	if s := os.Getenv("INTELLECT_SCALE_SLOW"); s != "" {
+		var err error
+		if slow, err = strconv.ParseFloat(s, 64); err != nil || slow < 1 {
+			t.Fatalf("INTELLECT_SCALE_SLOW: want a factor ≥ 1, got %q", s)
+		}
+	}
 	var rows []scaleRow
 	for _, f := range strings.Split(spec, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || k < 2 {
 			t.Fatalf("INTELLECT_SCALE: bad member count %q", f)
 		}
-		r := runScale(t, k)
+		r := runScale(t, k, slow)
 		rows = append(rows, r)
 		t.Logf("K=%d done in %.1f s", k, r.total.Seconds())
 		// The table so far: a long run's first rows survive its end.
@@ -99,6 +110,9 @@ type scaleRow struct {
 	hashMismatch int     // steps whose model hash differs between members
 	failed       int     // members whose Run failed before the lab's deadline
 	failure      string  // the first such failure
+	slow         float64 // the last member's inner step ÷ the others' (1: all equal)
+	fastUtil     float64 // compute ÷ wall time of the other members over the steps made
+	slowIn       int     // steps whose ring held all k members, the slow one included
 }
 
 // scaleNet is the mock network the lab's members live on: each new host is
@@ -127,7 +141,7 @@ func (s *scaleNet) newHost(key crypto.PrivKey) (host.Host, error) {
 }
 
 // runScale runs k members for scaleSteps outer steps and measures them.
-func runScale(t *testing.T, k int) scaleRow {
+func runScale(t *testing.T, k int, slow float64) scaleRow {
 	ctx, cancel := context.WithTimeout(context.Background(), scaleTimeout(k))
 	defer cancel()
 	probe, load := cpuProbe(), loadAverage()
@@ -140,6 +154,12 @@ func runScale(t *testing.T, k int) scaleRow {
 		cfg := Config{Home: t.TempDir(), Run: "scale", Device: "sim", SimStep: scaleSimStep,
 			StatusAddr: "off", InnerSteps: scaleInner, MinMembers: k, MaxOuterSteps: scaleSteps,
 			MaxSendRate: scaleRate, CheckpointEvery: 1000, Logger: dbgLogger(), Libp2p: net.newHost}
+		if slow > 1 {
+			cfg.Overlap = DefaultOverlap
+			if i == k-1 {
+				cfg.SimStep = time.Duration(slow * float64(scaleSimStep))
+			}
+		}
 		if i > 0 {
 			cfg.Bootstrap = nodes[0].host.Addrs()
 		}
@@ -150,7 +170,7 @@ func runScale(t *testing.T, k int) scaleRow {
 		defer n.host.Close()
 		nodes[i] = n
 	}
-	row := scaleRow{k: k, probe: probe, load: load}
+	row := scaleRow{k: k, probe: probe, load: load, slow: slow}
 	w := watchScale(nodes)
 	var prof bytes.Buffer
 	if err := pprof.StartCPUProfile(&prof); err != nil {
@@ -423,6 +443,7 @@ func (w *scaleWatch) fillSteps(row *scaleRow, nodes []*Node) {
 	}
 	var ar, xfer, wall time.Duration
 	var sent int64
+	var compute, fastWall float64
 	for s := uint64(1); s <= scaleSteps; s++ {
 		hash, all := recs[0][s].ModelHash, true
 		for i, m := range recs {
@@ -443,11 +464,20 @@ func (w *scaleWatch) fillSteps(row *scaleRow, nodes []*Node) {
 			}
 			sent += r.BytesSent
 			row.attempts += r.Attempts
+			if i < k-1 && s > 1 {
+				compute, fastWall = compute+r.ComputeSec, fastWall+r.WallSec
+			}
 		}
 		if !all {
 			break
 		}
 		row.steps++
+		if recs[0][s].Members == k {
+			row.slowIn++
+		}
+	}
+	if fastWall > 0 {
+		row.fastUtil = compute / fastWall
 	}
 	if row.steps == 0 {
 		return
@@ -516,6 +546,12 @@ func scaleTable(rows []scaleRow) string {
 			fmt.Fprintf(&b, " %.1f |", r.parts[p]/float64(max(r.steps, 1)))
 		}
 		fmt.Fprintln(&b)
+	}
+	if rows[0].slow > 1 {
+		fmt.Fprintf(&b, "\nMixed speeds: the last member's inner step %.3g× the others', overlapped (steps after the first):\n\n| K | fast members' utilization | rings with the slow member |\n|---|---|---|\n", rows[0].slow)
+		for _, r := range rows {
+			fmt.Fprintf(&b, "| %d | %.3f | %d of %d |\n", r.k, r.fastUtil, r.slowIn, r.steps)
+		}
 	}
 	return b.String()
 }
