@@ -431,13 +431,15 @@ func (r *nodeRun) fidelity() string {
 func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
 	var hist [][]node.OuterRecord
 	var errs []error
-	for _, h := range r.n.Hosts {
+	slowRead := false // the last host's history is hist's last
+	for i, h := range r.n.Hosts {
 		recs, err := node.ReadHistory(r.home(h.Name))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		hist = append(hist, recs)
+		slowRead = i == len(r.n.Hosts)-1
 	}
 	var rows []tableRow
 	rw, err := summarize(profile, r.mode, hist, r.c.Warmup, len(r.n.Hosts))
@@ -454,6 +456,14 @@ func (r *nodeRun) summarize(profile string) ([]tableRow, error) {
 		rows = append(rows, rw)
 	}
 	errs = append(errs, err)
+	if r.c.SlowStep > 0 && slowRead && len(hist) > 1 {
+		// Mixed speeds: what the others' utilization is beside the slow
+		// member, over the steps whose ring held every member.
+		if fr, err := summarize(profile, r.mode+"-fast", hist[:len(hist)-1], r.c.Warmup, len(r.n.Hosts)); err == nil {
+			fr.Note = fmt.Sprintf("the %d members at -sim-step %v beside one at -slow-step %v, steps with all %d in the ring", len(hist)-1, r.c.SimStep, r.c.SlowStep, len(r.n.Hosts))
+			rows = append(rows, fr)
+		}
+	}
 	if r.nocomm != nil {
 		recs, err := node.ReadHistory(r.home(modeNocomm))
 		if err == nil {
