@@ -19,15 +19,15 @@ const (
 	joinDeadline = 3 * time.Minute
 	// donorRate is a donor-kill joiner's link rate, as a fraction: slow
 	// enough that the model takes several seconds to arrive, fast enough
-	// that it arrives within an outer step's compute. The links are scaled
-	// to the model (wan.RateScale), so the snapshot (θ₀ and v, 8 bytes a
+	// that it arrives well within an outer step. The links are scaled to
+	// the model (wan.RateScale), so the snapshot (θ₀ and v, 8 bytes a
 	// parameter) takes 2.25 s over one path at the full rate whatever the
-	// model: 9 s from one donor at 0.25, 10 s being an outer step's
-	// compute (H = 5 inner steps of 2 s). At 0.03 it took 75 s at best
-	// (73–122 s measured), the line made 3–5 outer steps meanwhile, and
-	// each download of a newer step fell as far behind: the joiner never
-	// trained.
-	donorRate = 0.25
+	// model: 4.5 s at 0.5, an outer step being 10 s of compute (H = 5
+	// inner steps of 2 s), overlapped. A joiner whose download takes
+	// longer than a step never catches up (docs/soak.md): at 0.25 the
+	// downloads took 10–14 s and it fetched step after step for 3 min; at
+	// 0.03, 73–122 s.
+	donorRate = 0.5
 	// fillerName is the file that fills the tmpfs home.
 	fillerName = "soak-filler"
 	// diskCheckpointEvery is the tmpfs member's --checkpoint-every: often
