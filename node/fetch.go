@@ -54,6 +54,12 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) (*diloco.Fe
 		what = "adopting the larger side's model"
 	}
 	n.log.Info(what, "step", f.Step, "hash", short(f.Hash), "donors", len(f.From), "our_step", n.model.Step(), "our_hash", short(n.model.Hash()))
+	if got := n.fetchUpdate(ctx, f); got != nil {
+		return got, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	donors := n.reachableDonors(f.From)
 	start := time.Now()
 	progress := n.fetchProgress()

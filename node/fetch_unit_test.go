@@ -21,17 +21,27 @@ type fetchRig struct {
 	n     *Node
 	donor mesh.PeerID
 	serve *ckpt.Snapshot
+	// serveUpd is the step update the donor serves; srv and srvUpd count
+	// what each protocol served.
+	serveUpd    *ckpt.Snapshot
+	srv, srvUpd *ckpt.Server
 }
 
 func newFetchRig(t *testing.T) *fetchRig {
 	t.Helper()
 	r := &fetchRig{}
 	dh := unitHost(t)
-	srv, err := ckpt.Serve(dh.Libp2p(), func() *ckpt.Snapshot { return r.serve }, ckpt.ServeConfig{Rate: -1, Logger: unitLog})
+	var err error
+	r.srv, err = ckpt.Serve(dh.Libp2p(), func() *ckpt.Snapshot { return r.serve }, ckpt.ServeConfig{Rate: -1, Logger: unitLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { r.srv.Close() })
+	r.srvUpd, err = ckpt.Serve(dh.Libp2p(), func() *ckpt.Snapshot { return r.serveUpd }, ckpt.ServeConfig{Rate: -1, Logger: unitLog, Update: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.srvUpd.Close() })
 	r.donor = mesh.PeerID(dh.ID().String())
 	n := unitMeshNode(unitHost(t))
 	n.cfg.Logger, n.met = unitLog, unitMetrics()

@@ -57,6 +57,7 @@ func (h nodeHooks) Synced(step uint64, hash string) {
 // record, log, checkpoint.
 func (h nodeHooks) Committed(c diloco.Commit) {
 	n := h.n
+	n.keepUpdate(c)
 	n.finishOuter(c)
 	if n.cfg.CheckpointEvery > 0 && c.Step%uint64(n.cfg.CheckpointEvery) == 0 {
 		if err := n.saveCheckpoint(); err != nil {

@@ -47,16 +47,19 @@ type Node struct {
 	// pub publishes on the run's gossip topics: the host.
 	pub publisher
 
-	ckpt   *ckpt.Server
-	engine train.Engine
-	data   train.Source
-	run    *runManifest  // the run manifest, fixed by New
-	opts   train.Options // the manifest's training options (Worker: 0)
-	mserv  *p2p.ManifestServer
-	board  board
-	api    *api
-	met    *metrics
-	self   mesh.PeerID
+	ckpt *ckpt.Server
+	// ckptUpd serves the last step's update (update.go).
+	ckptUpd *ckpt.Server
+	upd     stepUpdate
+	engine  train.Engine
+	data    train.Source
+	run     *runManifest  // the run manifest, fixed by New
+	opts    train.Options // the manifest's training options (Worker: 0)
+	mserv   *p2p.ManifestServer
+	board   board
+	api     *api
+	met     *metrics
+	self    mesh.PeerID
 
 	cred credentials // the key or ticket this node joins its run with (admission.go)
 
@@ -313,6 +316,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.ar.Close()
 	n.sc.Close()
 	n.ckpt.Close()
+	n.ckptUpd.Close()
 	n.mserv.Close()
 	n.wg.Wait()
 	if err == nil || errors.Is(err, diloco.ErrDone) || errors.Is(err, context.Canceled) {
@@ -390,8 +394,12 @@ func (n *Node) startServices() error {
 		IOTimeout: n.cfg.AllReduceTimeout, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
 		return err
 	}
-	n.ckpt, err = ckpt.Serve(n.host.Libp2p(), n.snapshot, ckpt.ServeConfig{
-		Rate: n.cfg.DonorRate, Run: n.run.key, Logger: n.cfg.Logger})
+	if n.ckpt, err = ckpt.Serve(n.host.Libp2p(), n.snapshot, ckpt.ServeConfig{
+		Rate: n.cfg.DonorRate, Run: n.run.key, Logger: n.cfg.Logger}); err != nil {
+		return err
+	}
+	n.ckptUpd, err = ckpt.Serve(n.host.Libp2p(), n.updateSnapshot, ckpt.ServeConfig{
+		Rate: n.cfg.DonorRate, Run: n.run.key, Logger: n.cfg.Logger, Update: true})
 	return err
 }
 

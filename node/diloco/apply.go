@@ -37,7 +37,7 @@ func (l *Loop) apply(ctx context.Context, ot *times, p *pending, rebase bool) (*
 	hash := l.model.hash // this goroutine is the model's one writer
 	l.port.Completed(out.step, hash)
 	c := Commit{Step: out.step + 1, Hash: hash, Ring: out.ring, Stats: out.stats, Attempts: out.attempts, Took: out.took,
-		Tokens: out.tokens, Start: ot.start, Compute: ot.compute, Steps: ot.steps, Eval: eval}
+		Tokens: out.tokens, Start: ot.start, Compute: ot.compute, Steps: ot.steps, Eval: eval, Update: l.avg}
 	if ot.steps > 0 {
 		c.Loss = ot.loss / float64(ot.steps)
 	}

@@ -118,4 +118,7 @@ type Commit struct {
 	// Eval is the held-out loss of the new model, when Config.Eval is set
 	// (else 0).
 	Eval float64
+	// Update is the averaged pseudo-gradient Δ̄ that made this model of the
+	// last one; valid only during Hooks.Committed (copy it to keep it).
+	Update []float32
 }

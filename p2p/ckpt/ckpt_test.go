@@ -570,3 +570,36 @@ func TestCkptYieldNests(t *testing.T) {
 		t.Fatal("an unlimited donor counted a yield")
 	}
 }
+
+// A step update travels on its own protocol, named by the hash of the model
+// it makes; its Δ̄ is not checked against that hash (the caller applies it
+// and checks the result), and a snapshot donor does not answer for it.
+func TestCkptUpdate(t *testing.T) {
+	avg := ckptFloats(1<<18, 3)
+	makes := ckptTestSnapshot(8, 1<<20, 128<<10, 4).Hash // any model hash
+	up := EncodeUpdate(7, makes, avg, []byte(`{"step":8}`))
+	up.ChunkSize = 128 << 10
+	j := ckptHost(t)
+	h, _ := ckptServe(t, up, ServeConfig{Update: true})
+	snapDonor, _ := ckptServe(t, up, ServeConfig{})
+	ids := ckptConnect(t, j, h, snapDonor)
+	data, bad, err := ckptFetch(t, j, ids[:1], up, FetchConfig{Update: true}, nil)
+	if err != nil || len(bad) > 0 {
+		t.Fatalf("fetch update: %v, bad %v", err, bad)
+	}
+	got, state, err := DecodeUpdate(data)
+	if err != nil || !slices.Equal(got, avg) || string(state) != `{"step":8}` {
+		t.Fatalf("decoded update: %v, %d values, state %q", err, len(got), state)
+	}
+	// Without Update the θ₀ region must hash to the name: refused.
+	if _, _, err := ckptFetch(t, j, ids[1:], up, FetchConfig{}, nil); !errors.Is(err, ErrNoDonors) {
+		t.Fatalf("an update fetched as a snapshot: %v", err)
+	}
+	// An update donor does not speak the snapshot protocol, nor the reverse.
+	if _, _, err := ckptFetch(t, j, ids[:1], up, FetchConfig{}, nil); !errors.Is(err, ErrNoDonors) {
+		t.Fatalf("snapshot fetch from an update donor: %v", err)
+	}
+	if _, _, err := DecodeUpdate(ckptTestSnapshot(1, 1<<16, 64<<10, 5).Data); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("a snapshot decoded as an update: %v", err)
+	}
+}

@@ -52,6 +52,10 @@ type ServeConfig struct {
 	// Run is the run manifest's id: requests naming another run get
 	// nothing. Zero in tests.
 	Run [32]byte
+	// Update serves step updates on UpdateProtocolID instead of snapshots
+	// on ProtocolID: the getter returns an update container whose Hash is
+	// the hash of the model the update makes.
+	Update bool
 	// Logger receives the donor's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -143,7 +147,7 @@ func Serve(h host.Host, get func() *Snapshot, cfg ServeConfig) (*Server, error) 
 		cs.bucket = p2p.NewLimiter(cfg.Rate, cfg.Burst)
 	}
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
-	h.SetStreamHandler(ProtocolID, cs.handle)
+	h.SetStreamHandler(protocolOf(cfg.Update), cs.handle)
 	return cs, nil
 }
 
@@ -195,7 +199,7 @@ func (cs *Server) Prepare() error {
 // Close unregisters the protocol, resets the streams being served and waits
 // for their handlers to return.
 func (cs *Server) Close() error {
-	cs.h.RemoveStreamHandler(ProtocolID)
+	cs.h.RemoveStreamHandler(protocolOf(cs.cfg.Update))
 	cs.mu.Lock()
 	cs.closed = true
 	for s := range cs.streams {

@@ -84,6 +84,26 @@ func DecodeSnapshot(data []byte) (theta0, v []float32, state []byte, err error) 
 	return theta0, v, state, nil
 }
 
+// EncodeUpdate serializes the update of outer step t — the averaged
+// pseudo-gradient avg, and the state JSON of step t+1 — into a container
+// served on UpdateProtocolID, named by t and makes, the hash of the model
+// G_{t+1} the update makes of G_t.
+func EncodeUpdate(t uint64, makes string, avg []float32, state []byte) *Snapshot {
+	s := EncodeSnapshot(t, avg, nil, state)
+	s.Hash = makes
+	return s
+}
+
+// DecodeUpdate parses an update container and returns copies of Δ̄ and
+// the state JSON.
+func DecodeUpdate(data []byte) (avg []float32, state []byte, err error) {
+	avg, v, state, err := DecodeSnapshot(data)
+	if err == nil && len(v) != 0 {
+		err = fmt.Errorf("%w: an update with %d momentum values", ErrSnapshot, len(v))
+	}
+	return avg, state, err
+}
+
 // SnapshotStep returns the outer step recorded in a snapshot container.
 func SnapshotStep(data []byte) (uint64, error) {
 	if _, err := ckptParseHeader(data); err != nil {
