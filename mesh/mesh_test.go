@@ -435,3 +435,43 @@ func TestAloneMemberIgnoresInitialModelHolders(t *testing.T) {
 		t.Fatalf("model step %d %s, want 64 x64", step, hash)
 	}
 }
+
+// A member past step 0 whose fetch failed while only new nodes holding the
+// run's initial model are left in sight goes on with its own model: it
+// does not fetch step 0 back (60-minute soak, seed 1: a member at step 117,
+// its donors gone in a storm, fetched the initial model and followed the
+// storm's joiners on a new line from it).
+func TestJoiningMemberIgnoresInitialModelHolders(t *testing.T) {
+	m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50, SyncTimeoutTicks: 1000}, 64, "x64")
+	drain(m)
+	if err := m.Step(Message{Type: MsgHeartbeat, From: "a", State: StateTraining, Step: 65, Hash: "x65", PrevHash: "x64"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		m.Tick()
+	}
+	if st := m.Status().State; st != StateSyncing {
+		t.Fatalf("state %v, want syncing step 65 from a", st)
+	}
+	drain(m)
+	if err := m.Step(Message{Type: MsgLeave, From: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []PeerID{"j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8", "j9", "j10"} {
+		if err := m.Step(Message{Type: MsgHeartbeat, From: j, State: StateTraining, Step: 0, Hash: "genesis"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.SyncFailed()
+	for range 6 {
+		m.Tick()
+	}
+	for _, rd := range drain(m) {
+		if f := cmp.Or(rd.Adopt, rd.Fetch); f != nil && f.Step == 0 {
+			t.Fatalf("asked to fetch step 0 %s while holding step 64", f.Hash)
+		}
+	}
+	if step, hash := m.Model(); step != 64 || hash != "x64" {
+		t.Fatalf("model step %d %s, want 64 x64", step, hash)
+	}
+}
