@@ -26,7 +26,8 @@ import (
 // mock network, with the sim device. INTELLECT_SCALE lists the K to run
 // ("4,8,16,32,64"); without it the lab is skipped. INTELLECT_SCALE_SLOW=F
 // is the mixed-speed profile: the last member's inner step is F× the
-// others', every member runs the command's default overlapped mode, and
+// others' (F = 1: the same members at one speed, its baseline), every
+// member runs the command's default overlapped mode, and
 // the table adds the fast members' utilization and the slow member's share
 // of rings (docs/scale.md).
 //
@@ -52,7 +53,7 @@ func TestScaleLab(t *testing.T) {
 	if spec == "" {
 		t.Skip("the scale lab runs with INTELLECT_SCALE=4,8,… (make test-scale)")
 	}
-	slow := 1.0
+	slow := 0.0 // no mixed-speed profile
 	if s := os.Getenv("INTELLECT_SCALE_SLOW"); s != "" {
 		var err error
 		if slow, err = strconv.ParseFloat(s, 64); err != nil || slow < 1 {
@@ -110,7 +111,7 @@ type scaleRow struct {
 	hashMismatch int     // steps whose model hash differs between members
 	failed       int     // members whose Run failed before the lab's deadline
 	failure      string  // the first such failure
-	slow         float64 // the last member's inner step ÷ the others' (1: all equal)
+	slow         float64 // the last member's inner step ÷ the others' (0: no mixed-speed profile)
 	fastUtil     float64 // compute ÷ wall time of the other members over the steps made
 	slowIn       int     // steps whose ring held all k members, the slow one included
 }
@@ -154,7 +155,7 @@ func runScale(t *testing.T, k int, slow float64) scaleRow {
 		cfg := Config{Home: t.TempDir(), Run: "scale", Device: "sim", SimStep: scaleSimStep,
 			StatusAddr: "off", InnerSteps: scaleInner, MinMembers: k, MaxOuterSteps: scaleSteps,
 			MaxSendRate: scaleRate, CheckpointEvery: 1000, Logger: dbgLogger(), Libp2p: net.newHost}
-		if slow > 1 {
+		if slow >= 1 {
 			cfg.Overlap = DefaultOverlap
 			if i == k-1 {
 				cfg.SimStep = time.Duration(slow * float64(scaleSimStep))
@@ -547,7 +548,7 @@ func scaleTable(rows []scaleRow) string {
 		}
 		fmt.Fprintln(&b)
 	}
-	if rows[0].slow > 1 {
+	if rows[0].slow >= 1 {
 		fmt.Fprintf(&b, "\nMixed speeds: the last member's inner step %.3g× the others', overlapped (steps after the first):\n\n| K | fast members' utilization | rings with the slow member |\n|---|---|---|\n", rows[0].slow)
 		for _, r := range rows {
 			fmt.Fprintf(&b, "| %d | %.3f | %d of %d |\n", r.k, r.fastUtil, r.slowIn, r.steps)
