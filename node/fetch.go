@@ -83,6 +83,15 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) (*diloco.Fe
 	if err != nil {
 		return nil, n.fetchFailed(ctx, f, "unusable", "fetched model unusable", err)
 	}
+	hist := n.fetchSucceeded(f, state, start)
+	n.log.Info("model synced", "step", f.Step, "hash", short(f.Hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
+	return &diloco.Fetched{Step: f.Step, Theta0: theta0, Momentum: v, History: hist}, nil
+}
+
+// fetchSucceeded reads the line history that came with a verified model
+// (the snapshot's or the step update's state JSON), resets the backoff and
+// counts the fetch's time.
+func (n *Node) fetchSucceeded(f *mesh.Fetch, state []byte, start time.Time) []mesh.Made {
 	hist, herr := fetchedHistory(state, f.Step)
 	if herr != nil {
 		// The model is verified; its history is the donor's word. Without
@@ -91,8 +100,7 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) (*diloco.Fe
 	}
 	n.retry.succeeded()
 	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
-	n.log.Info("model synced", "step", f.Step, "hash", short(f.Hash), "took", fmtDur(time.Since(start)), "adopted", adopt)
-	return &diloco.Fetched{Step: f.Step, Theta0: theta0, Momentum: v, History: hist}, nil
+	return hist
 }
 
 // reachableDonors returns the donors of from (this node excluded) that it

@@ -89,12 +89,7 @@ func (n *Node) fetchUpdate(ctx context.Context, f *mesh.Fetch) *diloco.Fetched {
 		n.log.Info("no step update; fetching the snapshot", "step", f.Step, "err", err, "bad_donors", len(bad))
 		return nil
 	}
-	hist, herr := fetchedHistory(state, f.Step)
-	if herr != nil {
-		n.log.Warn("the donors' line history is unusable; newcomers are judged without it", "step", f.Step, "err", herr)
-	}
-	n.retry.succeeded()
-	n.met.fetchSeconds.Observe(time.Since(start).Seconds())
+	hist := n.fetchSucceeded(f, state, start)
 	n.log.Info("model synced by the step's update", "step", f.Step, "hash", short(f.Hash), "bytes", len(data), "took", fmtDur(time.Since(start)))
 	return &diloco.Fetched{Step: f.Step, Theta0: theta0, Momentum: v, History: hist}
 }
