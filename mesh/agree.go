@@ -378,8 +378,12 @@ func (m *Mesh) progress() {
 		}
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
-		// (a contest's vote may be below the minimum: never decided)
-		if m.decidable() && !m.belowMinimum(len(m.ag.vote)) {
+		// (a contest's vote may be below the minimum: never decided; nor is
+		// a vote that names a member excluded since: a node held to the
+		// minimum whose ring failed casts no vote without the culprit, and
+		// deciding the old one again retried the failed ring at once, a
+		// thousand times a second, until its step restarted)
+		if m.decidable() && !m.refuted() && !m.belowMinimum(len(m.ag.vote)) {
 			if i, ok := meshUnreachableMember(len(m.ag.vote), m.voteLinks(), m.cfg.AllDirect); ok {
 				if m.waitForLinks() {
 					return

@@ -269,3 +269,42 @@ func TestSimPartitionHealAtSize(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedFirstRingIsNotDecidedAgain: the first rings of a run held to
+// its minimum fail at once on some members (their all-reduce names
+// another member: a dial in backoff). No node may decide a ring it decided
+// before (simNet.flush checks it): each time one did, the attempt failed at
+// once (the scatter refuses an attempt id it ran), and the node retried
+// the same ring thousands of times a second.
+func TestFailedFirstRingIsNotDecidedAgain(t *testing.T) {
+	const k = 4
+	for seed := range uint64(200) {
+		s := newSimNet(t, seed)
+		s.reduceTicks = 6
+		if os.Getenv("SIM_TRACE") != "" {
+			s.trace = func(l string) { t.Log(l) }
+		}
+		s.addN(k, func(c *Config) { c.MinMembers, c.AllDirect = k, true })
+		fails := 0
+		for range 600 {
+			s.tick()
+			for _, id := range s.ids {
+				n := s.nodes[id]
+				if n.ring == nil || n.ring.Step > 0 || n.ringAt != s.now || fails >= 6 || s.rng.IntN(2) == 0 {
+					continue
+				}
+				r := n.ring
+				bad := r.Members[s.rng.IntN(len(r.Members))]
+				if bad == id {
+					continue
+				}
+				fails++
+				s.logf("%s all-reduce of ring %s fails at once on %s", id, r.ID[:8], bad)
+				n.ring = nil
+				n.m.ReportFailure(r.Step, bad)
+				s.flush(n)
+			}
+		}
+		s.checkFirstRings(k)
+	}
+}

@@ -43,7 +43,8 @@ type simNode struct {
 
 	ring    *Ring
 	ringAt  uint64
-	readyAt uint64 // tick of the last SetReady
+	decided map[string]bool // ids of the rings it decided: never one twice
+	readyAt uint64          // tick of the last SetReady
 
 	fetch     *Fetch
 	fetchDone uint64
@@ -169,7 +170,8 @@ func (s *simNet) restart(id PeerID) {
 		s.t.Fatal(err)
 	}
 	n.m, n.up, n.trainKey, n.ring, n.fetch = m, true, meshKey{}, nil, nil
-	n.syncs++ // what it completed after its checkpoint is gone
+	n.decided = nil // a new process: the rings it ran are forgotten with it
+	n.syncs++       // what it completed after its checkpoint is gone
 	s.logf("%s restarts at step %d", id, n.ckStep)
 	s.flush(n)
 }
@@ -364,6 +366,13 @@ func (s *simNet) flush(n *simNode) {
 			s.logf("%s closes step %d", n.id, c.Step)
 		}
 		if rd.Ring != nil {
+			if n.decided[rd.Ring.ID] {
+				s.t.Fatalf("%s decided ring %s (step %d round %d) twice", n.id, rd.Ring.ID[:8], rd.Ring.Step, rd.Ring.Round)
+			}
+			if n.decided == nil {
+				n.decided = map[string]bool{}
+			}
+			n.decided[rd.Ring.ID] = true
 			n.ring, n.ringAt = rd.Ring, s.now
 			s.logf("%s decides ring %s step %d round %d %v", n.id, rd.Ring.ID[:8], rd.Ring.Step, rd.Ring.Round, rd.Ring.Members)
 		}
