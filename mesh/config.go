@@ -74,6 +74,14 @@ type Config struct {
 	// History is the membership history of the model passed to New (a
 	// checkpoint's Mesh.History); nil if unknown.
 	History []Made
+	// PastInitial says this node held a model past the run's initial one
+	// (outer step 0) before it started, and has no checkpoint of it (its
+	// home says so): passed step 0, it does not train the initial model
+	// again — no ring of step 0, no fetch of it — but waits, joining, for a
+	// peer past step 0 to fetch from. Else nodes restarted without a
+	// checkpoint, seeing only each other, trained a line of their own from
+	// step 0 that members left alone later adopted.
+	PastInitial bool
 	// Incarnation must grow each time this peer id restarts (node uses the
 	// process start time in ns). Peers then drop what they knew of the
 	// previous run — its votes and its Ready for the current step — and

@@ -136,12 +136,14 @@ func (m *Mesh) chooseFetch() {
 	var best meshKey
 	bestC := 0
 	keys := meshSortedKeys(l.at)
-	if n := len(keys); n > 0 && (keys[n-1].step > 0 || m.step > 0 && m.hash != "") {
+	if n := len(keys); n > 0 && (keys[n-1].step > 0 || m.step > 0 && m.hash != "" || m.cfg.PastInitial) {
 		// Peers at step 0 hold the run's initial model, where every line
 		// starts: they made no step and are no side to follow while anybody
 		// — this node included — holds a later model. Counted by heads, a
 		// storm of new nodes made a member whose fetch had failed fetch the
-		// initial model back, and one whose donors had all gone too.
+		// initial model back, and one whose donors had all gone too. A node
+		// past step 0 before it started (Config.PastInitial) waits for a
+		// later model.
 		keys = slices.DeleteFunc(keys, func(k meshKey) bool { return k.step == 0 })
 	}
 	for _, k := range keys {

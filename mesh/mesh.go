@@ -168,7 +168,10 @@ func New(cfg Config, step uint64, modelHash string) (*Mesh, error) {
 	}
 	m.hbDue = 1 + uint64(m.rng.IntN(cfg.HeartbeatTicks))
 	m.resetAgreement()
-	if modelHash == "" {
+	if step == 0 && cfg.PastInitial {
+		m.hash = "" // the initial model is no model to go on with
+	}
+	if m.hash == "" {
 		m.state = StateJoining
 		m.send(Message{Type: MsgJoin, From: cfg.ID, State: StateJoining, Addrs: slices.Clone(cfg.Addrs)})
 	} else {

@@ -475,3 +475,64 @@ func TestJoiningMemberIgnoresInitialModelHolders(t *testing.T) {
 		t.Fatalf("model step %d %s, want 64 x64", step, hash)
 	}
 }
+
+// TestPastInitialNodeWaitsForLaterModel: a node restarted without a
+// checkpoint whose home says it held a model past step 0 sees only peers
+// with the run's initial model: it makes no ring of step 0 with them and
+// fetches nothing, and it fetches the first later model a peer holds.
+// Without Config.PastInitial the four would train a line of their own from
+// step 0 (as the control shows).
+func TestPastInitialNodeWaitsForLaterModel(t *testing.T) {
+	run := func(past bool) (rings int, fetched []uint64, m *Mesh) {
+		m, err := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50, StragglerTicks: 5, SyncTimeoutTicks: 1000, PastInitial: past}, 0, "genesis")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 40 {
+			for _, j := range []PeerID{"j1", "j2", "j3"} {
+				if err := m.Step(Message{Type: MsgHeartbeat, From: j, State: StateReady, Step: 0, Hash: "genesis"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.Tick()
+			for _, rd := range drain(m) {
+				if f := cmp.Or(rd.Adopt, rd.Fetch); f != nil {
+					fetched = append(fetched, f.Step)
+				}
+				for _, msg := range rd.Messages {
+					if msg.Type == MsgPropose {
+						rings++
+					}
+				}
+				if rd.Ring != nil || rd.Close != nil {
+					rings++
+				}
+			}
+			if m.State() == StateTraining {
+				m.SetReady(0, 2)
+			}
+		}
+		return rings, fetched, m
+	}
+	if rings, _, _ := run(false); rings == 0 {
+		t.Fatal("control: a node without PastInitial voted no ring of step 0 with three Ready peers")
+	}
+	rings, fetched, m := run(true)
+	if rings != 0 || len(fetched) != 0 || m.State() != StateJoining {
+		t.Fatalf("past step 0: %d proposals or rings, fetches of steps %v, state %v; want none, none, joining", rings, fetched, m.State())
+	}
+	if err := m.Step(Message{Type: MsgHeartbeat, From: "a", State: StateTraining, Step: 7, Hash: "x7", PrevHash: "x6"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		m.Tick()
+	}
+	for _, rd := range drain(m) {
+		if f := cmp.Or(rd.Adopt, rd.Fetch); f != nil {
+			fetched = append(fetched, f.Step)
+		}
+	}
+	if !slices.Equal(fetched, []uint64{7}) {
+		t.Fatalf("fetched steps %v once a peer held step 7, want [7]", fetched)
+	}
+}

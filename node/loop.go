@@ -51,6 +51,7 @@ func (h nodeHooks) InnerDone(inner int, st train.StepStats) {
 // Synced shows a fetched model on the board.
 func (h nodeHooks) Synced(step uint64, hash string) {
 	h.n.board.update(func(s *Status) { s.OuterStep, s.ModelHash, s.InnerStep = step, hash, 0 })
+	h.n.notePastInitial(step, hash)
 }
 
 // Committed records that the global model of c.Step is this node's:
@@ -59,6 +60,7 @@ func (h nodeHooks) Committed(c diloco.Commit) {
 	n := h.n
 	n.keepUpdate(c)
 	n.finishOuter(c)
+	n.notePastInitial(c.Step, c.Hash)
 	if n.cfg.CheckpointEvery > 0 && c.Step%uint64(n.cfg.CheckpointEvery) == 0 {
 		if err := n.saveCheckpoint(); err != nil {
 			n.log.Error("checkpoint", "err", err)

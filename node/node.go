@@ -82,6 +82,7 @@ type Node struct {
 	history     lineHistory // who made the line's last models (lineage.go)
 	resumedHist []mesh.Made // the checkpoint's history, for the mesh's start
 	resumedRes  []float32   // the checkpoint's error-feedback residual, for the loop's start
+	pastInitial bool        // the home holds PastInitialFile (training goroutine after start)
 
 	awaitingAdmission bool // a newcomer left out of a step, not yet in a ring (mesh goroutine)
 	waitingHave       int  // members counted in the last "waiting for members" log line, 0 when not waiting (mesh goroutine)
@@ -274,6 +275,14 @@ func (n *Node) initModel() error {
 		n.model = diloco.NewModel(0, theta0, diloco.NewOuter(len(theta0), n.cfg.OuterLR, *n.cfg.OuterMomentum))
 	}
 	n.params = int64(n.model.Len())
+	if n.pastInitial, err = hasPastInitial(n.cfg.Home); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.pastInitial && n.model.Step() == 0 {
+		n.log.Warn("this node held a model past the run's initial one but has no checkpoint of it: "+
+			"it waits for a peer past step 0 to fetch from, instead of training the initial model again",
+			"file", filepath.Join(n.cfg.Home, PastInitialFile), "to start from the initial model", "delete the file")
+	}
 	n.log.Info("model ready", "preset", opts.Model.Name, "params", n.params, "device", n.cfg.Device,
 		"data", n.data.String(), "outer_step", n.model.Step(), "hash", short(n.model.Hash()), "resumed", resumed)
 	return nil
@@ -364,6 +373,7 @@ func (n *Node) start(ctx context.Context) error {
 		Incarnation: uint64(time.Now().UnixNano()),
 		AdmitRate:   n.run.admitRate(),
 		History:     n.resumedHist,
+		PastInitial: n.pastInitial && n.model.Step() == 0,
 	}, n.model.Step(), n.model.Hash())
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -101,5 +103,62 @@ func TestSlowMemberCloses(t *testing.T) {
 	t.Logf("the slow member computed %.2f s over %d steps; whole phases take %.2f s", compute, steps, whole)
 	if compute > 0.75*whole {
 		t.Errorf("the slow member computed %.2f s over %d steps, whole phases take %.2f s", compute, steps, whole)
+	}
+}
+
+// TestRestartPastInitialWaitsForTheLine: a member killed before its first
+// checkpoint restarts with the run's initial model beside a fresh node,
+// the two seeing nobody else. Its home says it was past step 0, so the two
+// make no step from the initial model (a line of their own); once a member
+// of the run's line is back they fetch its model and train on it with it.
+func TestRestartPastInitialWaitsForTheLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three restarts")
+	}
+	c := newCluster(t, "past-initial")
+	ca := c.config(2)
+	a := c.add(ca)
+	cb := c.config(2)
+	c.runAll(a, c.add(cb))
+	if ok, err := hasPastInitial(cb.Home); !ok {
+		t.Fatalf("no %s after two steps (%v)", PastInitialFile, err)
+	}
+	// Killed before its first checkpoint: the home keeps the manifest and
+	// the record, not the model.
+	if err := os.RemoveAll(filepath.Join(cb.Home, checkpointDir)); err != nil {
+		t.Fatal(err)
+	}
+	cb.MaxOuterSteps = 4
+	b := c.add(cb)
+	ctx, stop := context.WithCancel(c.ctx)
+	defer stop()
+	waitB := c.start(ctx, nil, b)
+	c.await("the restarted member's start", func() bool { return b.board.snapshot().PeerID != "" })
+	cf := c.config(4)
+	cf.Bootstrap = b.host.Addrs()
+	f := c.add(cf)
+	waitF := c.start(ctx, nil, f)
+	c.await("the fresh node waiting for a second member", func() bool {
+		s := f.board.snapshot()
+		return s.Waiting != nil || s.OuterStep > 0
+	})
+	time.Sleep(time.Second) // a second of the two together: long enough for a step of 2 ms
+	if s := b.board.snapshot(); s.OuterStep != 0 || s.State != "joining" {
+		t.Fatalf("the restarted member is at step %d, %s; want 0, joining", s.OuterStep, s.State)
+	}
+	ca.MaxOuterSteps, ca.Bootstrap = 4, b.host.Addrs()
+	a = c.add(ca)
+	c.start(ctx, nil, a)()
+	waitB()
+	waitF()
+	for _, n := range []*Node{a, b, f} {
+		if n.model.Step() != 4 || n.model.Hash() != a.model.Hash() {
+			t.Fatalf("%s ends at step %d %s, want 4 %s", n.self, n.model.Step(), short(n.model.Hash()), short(a.model.Hash()))
+		}
+		for _, r := range n.board.historyList() {
+			if r.Step == 1 {
+				t.Fatalf("%s made a step 1 after the restart (a line from the initial model)", n.self)
+			}
+		}
 	}
 }
