@@ -673,7 +673,7 @@ func (m *Mesh) decide() {
 			p.noWaitEnd = m.ag.step + 1 + 1<<(p.disputeRun-1)
 		}
 	}
-	r := meshNewRing(m.ag.step, m.ag.round, m.ag.vote, m.voteLinks(), m.cfg.AllDirect)
+	r := meshNewRing(m.ag.step, m.ag.hash, m.ag.round, m.ag.vote, m.voteLinks(), m.cfg.AllDirect)
 	m.ring, m.last = &r, &r
 	m.out.Ring = &r
 	m.setState(StateReducing)

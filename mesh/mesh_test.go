@@ -40,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestRingRankAndID(t *testing.T) {
 	ms := []Member{{"a", 10}, {"c", 5}, {"d", 7}}
-	r := meshNewRing(3, 1, ms, nil, false)
+	r := meshNewRing(3, "h", 1, ms, nil, false)
 	for i, id := range []PeerID{"a", "c", "d"} {
 		if r.Rank(id) != i {
 			t.Errorf("Rank(%s) = %d, want %d", id, r.Rank(id), i)
@@ -52,19 +52,20 @@ func TestRingRankAndID(t *testing.T) {
 	if !slices.Equal(r.Weights, []float32{10, 5, 7}) {
 		t.Errorf("weights %v", r.Weights)
 	}
-	// The id binds step, round, members and weights.
+	// The id binds step, the model's hash, round, members and weights.
 	variants := []Ring{
-		meshNewRing(4, 1, ms, nil, false),
-		meshNewRing(3, 2, ms, nil, false),
-		meshNewRing(3, 1, ms[:2], nil, false),
-		meshNewRing(3, 1, []Member{{"a", 10}, {"c", 5}, {"d", 8}}, nil, false),
+		meshNewRing(4, "h", 1, ms, nil, false),
+		meshNewRing(3, "h'", 1, ms, nil, false),
+		meshNewRing(3, "h", 2, ms, nil, false),
+		meshNewRing(3, "h", 1, ms[:2], nil, false),
+		meshNewRing(3, "h", 1, []Member{{"a", 10}, {"c", 5}, {"d", 8}}, nil, false),
 	}
 	for i, v := range variants {
 		if v.ID == r.ID {
 			t.Errorf("variant %d has the same ring id", i)
 		}
 	}
-	if again := meshNewRing(3, 1, ms, nil, false); again.ID != r.ID || len(r.ID) != 32 {
+	if again := meshNewRing(3, "h", 1, ms, nil, false); again.ID != r.ID || len(r.ID) != 32 {
 		t.Errorf("ring id not deterministic or not 32 hex digits: %q %q", r.ID, again.ID)
 	}
 }

@@ -358,7 +358,7 @@ func TestSimAllDirect(t *testing.T) {
 func TestNewRingOwners(t *testing.T) {
 	ms := []Member{{"a", 5}, {"b", 5}, {"c", 5}, {"d", 5}}
 	rows := natRows([2]int{1, 3})
-	r := meshNewRing(2, 1, ms, rows, true)
+	r := meshNewRing(2, "h", 1, ms, rows, true)
 	var owners []PeerID
 	for _, o := range r.Owners {
 		owners = append(owners, r.Members[o])
@@ -367,11 +367,11 @@ func TestNewRingOwners(t *testing.T) {
 	if !slices.Equal(owners, []PeerID{"a", "c"}) || !slices.IsSorted(r.Owners) {
 		t.Fatalf("owners %v (ranks %v of %v), want a and c", owners, r.Owners, r.Members)
 	}
-	plain := meshNewRing(2, 1, ms, rows, false)
+	plain := meshNewRing(2, "h", 1, ms, rows, false)
 	if plain.Owners != nil || plain.ID == r.ID || !slices.Equal(plain.Members, r.Members) {
 		t.Fatalf("without allDirect: owners %v, id %s vs %s", plain.Owners, plain.ID, r.ID)
 	}
-	if all := meshNewRing(2, 1, ms, natRows(), true); all.Owners != nil || all.ID != meshNewRing(2, 1, ms, natRows(), false).ID {
+	if all := meshNewRing(2, "h", 1, ms, natRows(), true); all.Owners != nil || all.ID != meshNewRing(2, "h", 1, ms, natRows(), false).ID {
 		t.Fatalf("all direct: owners %v", all.Owners)
 	}
 }

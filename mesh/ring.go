@@ -39,10 +39,10 @@ func (r Ring) Rank(id PeerID) int {
 // meshNewRing builds the ring of a decided vote. members are sorted; links[i]
 // is member i's row of link costs (nil if unknown). The ring's order is
 // meshRingOrder of those rows: the identity when nothing is known, and then
-// the id is hash(step, round, sorted members) as before. With allDirect,
+// the id is meshRingID of the sorted members. With allDirect,
 // Owners are the ranks of the members meshOwnerIndexes finds (nil when all
 // are); they are part of the id.
-func meshNewRing(step uint64, round uint32, members []Member, links [][]uint32, allDirect bool) Ring {
+func meshNewRing(step uint64, hash string, round uint32, members []Member, links [][]uint32, allDirect bool) Ring {
 	order := meshRingOrder(len(members), links)
 	ordered := make([]Member, len(members))
 	for pos, i := range order {
@@ -62,17 +62,23 @@ func meshNewRing(step uint64, round uint32, members []Member, links [][]uint32, 
 			}
 		}
 	}
-	r.ID = meshRingID(step, round, ordered, r.Owners)
+	r.ID = meshRingID(step, hash, round, ordered, r.Owners)
 	return r
 }
 
 // meshRingID is the hex of the first 16 bytes of SHA-256 over a domain tag,
-// step, round and the length-prefixed members (in ring order) with their
-// weights, then the owners' ranks if any.
-func meshRingID(step uint64, round uint32, members []Member, owners []int) string {
+// step, the hash of the model the ring averages from (θ₀ of step), round
+// and the length-prefixed members (in ring order) with their weights, then
+// the owners' ranks if any. The model's hash makes a ring of one step,
+// round and members on another line another ring: a member that adopted a
+// line and reached the same step with the same peers ran an attempt id it
+// had run before, which the all-reduce services refuse.
+func meshRingID(step uint64, hash string, round uint32, members []Member, owners []int) string {
 	h := sha256.New()
-	b := []byte("intellect/mesh/ring/1\x00")
+	b := []byte("intellect/mesh/ring/2\x00")
 	b = binary.BigEndian.AppendUint64(b, step)
+	b = binary.AppendUvarint(b, uint64(len(hash)))
+	b = append(b, hash...)
 	b = binary.BigEndian.AppendUint32(b, round)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(members)))
 	for _, mb := range members {
