@@ -18,8 +18,9 @@ import (
 // stepUpdate is the update of the last outer step this member made: the
 // averaged pseudo-gradient Δ̄_t that took G_t to G_{t+1}. A member one step
 // behind — it synced G_t while the line made G_{t+1}, or sat the step out —
-// fetches it instead of the whole snapshot: 4 bytes a parameter instead of
-// 8, and no wait for a full download to fall behind again. It applies the
+// fetches it instead of the whole snapshot: about a byte a parameter,
+// packed (ckpt.EncodeUpdate), instead of 8, and no wait for a full download
+// to fall behind again. It applies the
 // outer step itself and keeps the result only if it hashes to the line's
 // G_{t+1} (a donor's wrong Δ̄ costs a fallback to the snapshot, nothing
 // else).
@@ -78,6 +79,7 @@ func (n *Node) fetchUpdate(ctx context.Context, f *mesh.Fetch) *diloco.Fetched {
 		return nil
 	}
 	start := time.Now()
+	// Packed, Δ̄ takes at most 4n+5 bytes; the state JSON fits the MiB.
 	data, bad, err := ckpt.Fetch(ctx, n.host.Libp2p(), n.reachableDonors(f.From),
 		ckpt.FetchSpec{Step: f.Step - 1, Hash: f.Hash, Run: n.runKey()},
 		ckpt.FetchConfig{MaxBytes: 4*n.params + 1<<20, Logger: n.cfg.Logger, Update: true, BusyRetries: -1}, n.fetchProgress())

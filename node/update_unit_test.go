@@ -60,3 +60,27 @@ func TestFetchByStepUpdate(t *testing.T) {
 		t.Fatalf("fetching changed the model to step %d; the loop applies it", got)
 	}
 }
+
+// TestStepUpdatePacked: the update two members serve after a step of the
+// shipped averaging (robust, int8) packs to under 1.5 bytes a parameter —
+// its values come from the codec's tables — where the snapshot takes 8.
+func TestStepUpdatePacked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two nodes")
+	}
+	c := newCluster(t, "update-packed")
+	a := c.add(c.config(2))
+	b := c.add(c.config(2))
+	c.runAll(a, b)
+	for _, n := range []*Node{a, b} {
+		s := n.updateSnapshot()
+		if s == nil {
+			t.Fatalf("%s serves no update", n.self)
+		}
+		per := float64(len(s.Data)) / float64(n.params)
+		t.Logf("%s: update of step %d in %d bytes, %.3f a parameter", n.self, s.Step, len(s.Data), per)
+		if per > 1.5 {
+			t.Fatalf("%s: update takes %.2f bytes a parameter, want ≤ 1.5", n.self, per)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"github.com/intellect-node/intellect-node/p2p"
 	"github.com/intellect-node/intellect-node/p2p/internal/p2ptest"
 	"io"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -602,4 +604,88 @@ func TestCkptUpdate(t *testing.T) {
 	if _, _, err := DecodeUpdate(ckptTestSnapshot(1, 1<<16, 64<<10, 5).Data); !errors.Is(err, ErrSnapshot) {
 		t.Fatalf("a snapshot decoded as an update: %v", err)
 	}
+}
+
+// A step update packs Δ̄ losslessly: runs of values from small tables (an
+// int8 codec's chunks) take about a byte a value, others four, and decoding
+// gives back every bit, NaN payloads and signed zeros included.
+func TestCkptUpdatePacking(t *testing.T) {
+	const chunk = 64 << 10
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 5*chunk + 123
+	avg := make([]float32, n)
+	table := make([]float32, 256)
+	for i := range avg {
+		if i%chunk == 0 { // each chunk its own table
+			for j := range table {
+				table[j] = float32(rng.NormFloat64())
+			}
+		}
+		avg[i] = table[rng.IntN(len(table))]
+	}
+	avg[5] = float32(math.Copysign(0, -1))
+	avg[6] = math.Float32frombits(0x7fc00123) // a NaN with a payload
+	raw := 3*chunk + 7
+	for i := raw; i < raw+1000; i++ { // a run of distinct values
+		avg[i] = float32(i) * 1e-3
+	}
+	up := EncodeUpdate(3, "h", avg, []byte(`{}`))
+	got, state, err := DecodeUpdate(up.Data)
+	if err != nil || string(state) != `{}` || len(got) != n {
+		t.Fatalf("decode: %v, %d values, state %q", err, len(got), state)
+	}
+	for i := range avg {
+		if math.Float32bits(got[i]) != math.Float32bits(avg[i]) {
+			t.Fatalf("value %d: %08x, want %08x", i, math.Float32bits(got[i]), math.Float32bits(avg[i]))
+		}
+	}
+	per := float64(len(up.Data)) / float64(n)
+	t.Logf("%d values in %d bytes (%.3f a value)", n, len(up.Data), per)
+	if per > 1.15 {
+		t.Fatalf("%.3f bytes a value, want ≤ 1.15", per)
+	}
+	for _, c := range [][]byte{
+		up.Data[:len(up.Data)-3], // cut
+		append(slices.Clone(up.Data), 0),
+		ckptTestSnapshot(1, 1<<16, 64<<10, 5).Data, // a snapshot
+	} {
+		if _, _, err := DecodeUpdate(c); !errors.Is(err, ErrSnapshot) {
+			t.Fatalf("bad container decoded: %v", err)
+		}
+	}
+	if _, _, _, err := DecodeSnapshot(up.Data); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("an update decoded as a snapshot: %v", err)
+	}
+	// Values without a small table go raw: no more than 4 bytes and a bit.
+	fp := ckptFloats(100_000, 4)
+	if u := EncodeUpdate(1, "h", fp, nil); len(u.Data) > ckptHeaderSize+4*len(fp)+5 {
+		t.Fatalf("%d distinct-ish values packed into %d bytes", len(fp), len(u.Data))
+	}
+}
+
+// FuzzCkptDecodeUpdate: no input makes DecodeUpdate panic or return values
+// it did not find in the input, and what it decodes packs back to a
+// container that decodes to the same values.
+func FuzzCkptDecodeUpdate(f *testing.F) {
+	f.Add(EncodeUpdate(1, "h", []float32{1, 2, 2, 1, 0}, []byte(`{}`)).Data)
+	f.Add(EncodeUpdate(1, "h", ckptFloats(5000, 9), nil).Data)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		avg, state, err := DecodeUpdate(data)
+		if err != nil {
+			return
+		}
+		up := EncodeUpdate(0, "", avg, state)
+		if len(up.Data) > ckptHeaderSize+4*len(avg)+5+len(state) {
+			t.Fatalf("%d values packed into %d bytes", len(avg), len(up.Data))
+		}
+		again, state2, err := DecodeUpdate(up.Data)
+		if err != nil || len(again) != len(avg) || string(state2) != string(state) {
+			t.Fatalf("re-encoded: %v", err)
+		}
+		for i := range avg {
+			if math.Float32bits(again[i]) != math.Float32bits(avg[i]) {
+				t.Fatalf("value %d changed", i)
+			}
+		}
+	})
 }

@@ -445,6 +445,9 @@ func (f *ckptFetcher) verify(data []byte, theta ckptThetaSum) error {
 	if _, err := ckptParseHeader(data); err != nil {
 		return err
 	}
+	if want := map[bool]string{false: ckptMagic, true: updateMagic}[f.cfg.Update]; string(data[:4]) != want {
+		return fmt.Errorf("%w: magic %q, want %q", ErrSnapshot, data[:4], want)
+	}
 	if st := binary.LittleEndian.Uint64(data[8:]); st != f.want.Step {
 		return fmt.Errorf("%w: container holds step %d, want %d", ErrSnapshot, st, f.want.Step)
 	}

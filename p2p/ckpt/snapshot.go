@@ -78,30 +78,13 @@ func DecodeSnapshot(data []byte) (theta0, v []float32, state []byte, err error) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if string(data[:4]) != ckptMagic {
+		return nil, nil, nil, fmt.Errorf("%w: magic %q, not a snapshot", ErrSnapshot, data[:4])
+	}
 	theta0 = ckptGetFloats(data[l.thetaOff:l.vOff])
 	v = ckptGetFloats(data[l.vOff:l.stateOff])
 	state = append([]byte(nil), data[l.stateOff:]...)
 	return theta0, v, state, nil
-}
-
-// EncodeUpdate serializes the update of outer step t — the averaged
-// pseudo-gradient avg, and the state JSON of step t+1 — into a container
-// served on UpdateProtocolID, named by t and makes, the hash of the model
-// G_{t+1} the update makes of G_t.
-func EncodeUpdate(t uint64, makes string, avg []float32, state []byte) *Snapshot {
-	s := EncodeSnapshot(t, avg, nil, state)
-	s.Hash = makes
-	return s
-}
-
-// DecodeUpdate parses an update container and returns copies of Δ̄ and
-// the state JSON.
-func DecodeUpdate(data []byte) (avg []float32, state []byte, err error) {
-	avg, v, state, err := DecodeSnapshot(data)
-	if err == nil && len(v) != 0 {
-		err = fmt.Errorf("%w: an update with %d momentum values", ErrSnapshot, len(v))
-	}
-	return avg, state, err
 }
 
 // SnapshotStep returns the outer step recorded in a snapshot container.
@@ -115,6 +98,7 @@ func SnapshotStep(data []byte) (uint64, error) {
 // ckptLayout holds the byte offsets of the parts of a container.
 type ckptLayout struct {
 	thetaOff, vOff, stateOff int
+	values                   int // an update's values (its θ₀ region is them packed)
 }
 
 // ckptParseHeader checks the header of a container against len(data) and
@@ -123,13 +107,21 @@ func ckptParseHeader(data []byte) (ckptLayout, error) {
 	if len(data) < ckptHeaderSize {
 		return ckptLayout{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrSnapshot, len(data), ckptHeaderSize)
 	}
-	if string(data[:4]) != ckptMagic || binary.LittleEndian.Uint32(data[4:]) != 0 {
+	if magic := string(data[:4]); magic != ckptMagic && magic != updateMagic || binary.LittleEndian.Uint32(data[4:]) != 0 {
 		return ckptLayout{}, fmt.Errorf("%w: bad magic %q", ErrSnapshot, data[:4])
 	}
 	nTheta := binary.LittleEndian.Uint64(data[16:])
 	nV := binary.LittleEndian.Uint64(data[24:])
 	nState := binary.LittleEndian.Uint64(data[32:])
 	rest := uint64(len(data) - ckptHeaderSize)
+	if string(data[:4]) == updateMagic { // nTheta values packed in nV bytes
+		if nV > rest || nState != rest-nV || nTheta > nV {
+			return ckptLayout{}, fmt.Errorf("%w: update lengths: %d values packed in %d bytes, state %d, in %d bytes",
+				ErrSnapshot, nTheta, nV, nState, rest)
+		}
+		off := ckptHeaderSize + int(nV)
+		return ckptLayout{thetaOff: ckptHeaderSize, vOff: off, stateOff: off, values: int(nTheta)}, nil
+	}
 	// Each term is compared with rest before it is multiplied or added, so
 	// nothing overflows.
 	if nTheta > rest/4 || nV > rest/4 || nState > rest ||

@@ -32,15 +32,16 @@ import (
 // nothing else, so a node of another manifest is never a donor.
 const ProtocolID = "/intellect/ckpt/1.0.0"
 
-// UpdateProtocolID is the same protocol for a step's update: the container
-// holds the averaged pseudo-gradient Δ̄ of outer step t where a snapshot
-// holds θ₀ (and no momentum), and is named by t and the hash of the model
-// G_{t+1} that Δ̄ makes of G_t. A member one step behind fetches it instead
-// of the whole snapshot (a quarter of its bytes in fp32 and no momentum),
+// UpdateProtocolID is the same protocol for a step's update: its container
+// (EncodeUpdate) holds the averaged pseudo-gradient Δ̄ of outer step t,
+// packed, where a snapshot holds θ₀ and the momentum, and is named by t and
+// the hash of the model G_{t+1} that Δ̄ makes of G_t. A member one step
+// behind fetches it instead of the whole snapshot (about one byte a
+// parameter against eight),
 // applies the outer step itself and checks the model it made against the
 // hash: the fetcher does not check the θ₀ region (ServeConfig.Update,
 // FetchConfig.Update).
-const UpdateProtocolID = "/intellect/ckpt-update/1.0.0"
+const UpdateProtocolID = "/intellect/ckpt-update/2.0.0"
 
 // protocolOf is the protocol of snapshots (update false) or updates.
 func protocolOf(update bool) protocol.ID {
