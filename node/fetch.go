@@ -54,6 +54,10 @@ func (n *Node) fetch(ctx context.Context, f *mesh.Fetch, adopt bool) (*diloco.Fe
 		what = "adopting the larger side's model"
 	}
 	n.log.Info(what, "step", f.Step, "hash", short(f.Hash), "donors", len(f.From), "our_step", n.model.Step(), "our_hash", short(n.model.Hash()))
+	// The board's download is the one running: none once this one ended,
+	// whichever way (a reader took a download that had failed half-way
+	// for one still running, for good).
+	defer n.board.update(func(s *Status) { s.Download = nil })
 	if got := n.fetchUpdate(ctx, f); got != nil {
 		return got, nil
 	}

@@ -59,7 +59,9 @@ type Waiting struct {
 	Have    int `json:"have"`
 }
 
-// Download is the progress of a model fetch from peers (joining or adopting).
+// Download is the progress of the model fetch from peers that is running
+// (joining, adopting, or one step behind); Status.Download is nil when none
+// runs.
 type Download struct {
 	Step       uint64 `json:"step"`
 	BytesDone  int64  `json:"bytes_done"`

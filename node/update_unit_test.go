@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,5 +83,36 @@ func TestStepUpdatePacked(t *testing.T) {
 		if per > 1.5 {
 			t.Fatalf("%s: update takes %.2f bytes a parameter, want ≤ 1.5", n.self, per)
 		}
+	}
+}
+
+// TestDownloadClearedWhenFetchEnds: the board shows a download while one
+// runs and none once it ended, succeeded or failed (a reader took a fetch
+// that failed half-way for one still running).
+func TestDownloadClearedWhenFetchEnds(t *testing.T) {
+	r := newFetchRig(t)
+	p := int(r.n.params)
+	g, v := unitVec(61, p, 1), unitVec(62, p, 0.1)
+	r.serve = ckpt.EncodeSnapshot(3, g, v, []byte(`{}`))
+	var seen atomic.Bool
+	r.n.cfg.OnProgress = func(Progress) {
+		if r.n.board.snapshot().Download != nil {
+			seen.Store(true)
+		}
+	}
+	for _, hash := range []string{r.serve.Hash, train.Hash(v)} { // the second: no donor has it
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		r.n.wanted.Store(&fetchKey{3, hash})
+		got, err := r.n.fetch(ctx, &mesh.Fetch{Step: 3, Hash: hash, From: []mesh.PeerID{r.donor}}, false)
+		cancel()
+		if ok := hash == r.serve.Hash; err != nil || (got != nil) != ok {
+			t.Fatalf("fetch of %.8s: %v, got a model %v, want %v", hash, err, got != nil, ok)
+		}
+		if d := r.n.board.snapshot().Download; d != nil {
+			t.Fatalf("after the fetch of %.8s the board shows a download: %+v", hash, d)
+		}
+	}
+	if !seen.Load() {
+		t.Fatal("the board showed no download while one ran")
 	}
 }
