@@ -222,9 +222,22 @@ func (r *runner) exitedOnItsOwn(s *slot, err error) {
 	s.state, s.log, s.proc, s.id = empty, nil, nil, ""
 }
 
+// dropResume marks the resume slot s's member has yet to show as
+// unchecked: the harness stops or kills it before its first status. Left
+// pending, the slot's next member — a fresh joiner at step 0 — settled it,
+// a restart read at step 0 although it resumed from its checkpoint. Lock
+// held.
+func (r *runner) dropResume(s *slot) {
+	if s.resume >= 0 {
+		r.rep.Resumes[s.resume].Unchecked = true
+		s.resume = -1
+	}
+}
+
 // kill sends SIGKILL to slot s's member and waits for it to exit. Called
 // with the lock held; it is released while waiting.
 func (r *runner) kill(s *slot) {
+	r.dropResume(s)
 	s.expectExit, s.state = true, down
 	p := s.proc
 	syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
@@ -259,6 +272,7 @@ func (r *runner) stop(s *slot) {
 // free removes slot s's stopped member: its home (and mount) goes, its log
 // stays. Called with the lock held.
 func (r *runner) free(s *slot) {
+	r.dropResume(s)
 	if s.tmpfs {
 		if err := soak.Unmount(s.home); err != nil {
 			r.note("%v", err)

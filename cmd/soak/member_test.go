@@ -48,6 +48,28 @@ func TestResumeSettlesItsOwnKill(t *testing.T) {
 	}
 }
 
+// TestResumeDroppedWhenStoppedFirst: a member restarted from its step-160
+// checkpoint leaves (the harness stops it) before it served a status; the
+// fresh member started next on its slot, at step 0, does not settle that
+// resume: it is counted as stopped before its first status, not as a
+// restart that lost its checkpoint (60 minutes, seed 1, 1d761cf: nyc.12).
+func TestResumeDroppedWhenStoppedFirst(t *testing.T) {
+	r := testRunner(t, 1)
+	s := r.slots[0]
+	i := r.noteKill(s)
+	r.rep.Resumes[i].Checkpoint, r.rep.Resumes[i].HasCheckpoint = 160, true
+	r.awaitResume(s, i)
+	r.free(s) // stopped by a leave before any status read
+	s.status.OuterStep = 0
+	r.settleResume(s) // the slot's next member's first status
+	if got := r.rep.Resumes[i]; got.Err != "" || !got.Unchecked {
+		t.Fatalf("resume entry %+v, want unchecked and no error", got)
+	}
+	if v := r.rep.Verdict(); len(v) != 0 {
+		t.Fatalf("verdict %q", v)
+	}
+}
+
 // TestUnexpectedExitClosesLog: a member that exits unasked leaves its
 // slot empty with its log closed, so that the slot's next member gets a
 // log of its own instead of appending to (and being reported with) the

@@ -62,6 +62,9 @@ type Resume struct {
 	HasCheckpoint bool
 	// FirstStep is the step of its first status after the restart.
 	FirstStep uint64
+	// Unchecked: the harness stopped or killed the restarted member
+	// before it served a status, so nothing was checked.
+	Unchecked bool
 	// Err says why it did not resume (empty when it did).
 	Err string
 }
@@ -256,18 +259,21 @@ func (r *Report) splitLine() string {
 }
 
 func (r *Report) resumeLine() string {
-	var fromCkpt, fresh, failed int
+	var fromCkpt, fresh, failed, unchecked int
 	for _, rs := range r.Resumes {
 		switch {
 		case rs.Err != "":
 			failed++
+		case rs.Unchecked:
+			unchecked++
 		case rs.HasCheckpoint:
 			fromCkpt++
 		default:
 			fresh++
 		}
 	}
-	return fmt.Sprintf("%d; %d from their newest checkpoint, %d before their first checkpoint, %d failed", len(r.Resumes), fromCkpt, fresh, failed)
+	return fmt.Sprintf("%d; %d from their newest checkpoint, %d before their first checkpoint, %d stopped before their first status, %d failed",
+		len(r.Resumes), fromCkpt, fresh, unchecked, failed)
 }
 
 func (r *Report) writeSlopes(w io.Writer) {
