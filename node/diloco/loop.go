@@ -147,7 +147,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		inner, fetch, err := l.phase(ctx, &ot, &p)
+		inner, fetch, err := l.phase(ctx, w, &ot, &p)
 		if err == nil && fetch == nil && !l.done() {
 			p = l.startReduce(w, inner, &phaseStart)
 			if l.cfg.Lag == 0 {
@@ -176,8 +176,13 @@ func (l *Loop) done() bool { return l.cfg.MaxOuter > 0 && l.model.Step() >= l.cf
 // average) at its lag, or at the phase's end. It returns the inner steps run
 // and the fetch the pending all-reduce asked for instead, if it did (the
 // phase is then cut short). Reaching MaxOuter also cuts it short, and so
-// does the step's close (close.go) once no average is pending.
-func (l *Loop) phase(ctx context.Context, ot *times, p **pending) (int, *Event, error) {
+// does the step's close (close.go) once no average is pending, and so does
+// a fetch the mesh asks for meanwhile: the fetched model replaces this
+// phase's work, so it is taken up at the next inner step, not at the
+// phase's end (a joiner training the initial model while it waited for a
+// fetch took it up a whole phase late, 10 s on the soak's sim device, and
+// found the donors a step further on, again and again).
+func (l *Loop) phase(ctx context.Context, w *worker, ot *times, p **pending) (int, *Event, error) {
 	inner := 0
 	for inner < l.cfg.Inner {
 		if err := l.innerStep(ctx, ot, inner+1); err != nil {
@@ -189,6 +194,11 @@ func (l *Loop) phase(ctx context.Context, ot *times, p **pending) (int, *Event, 
 			*p = nil
 			if err != nil || fetch != nil || l.done() {
 				return inner, fetch, err
+			}
+		}
+		if *p == nil && inner < l.cfg.Inner {
+			if ev := w.pollFetch(); ev != nil {
+				return inner, ev, nil
 			}
 		}
 		if *p == nil && l.closes(inner) {

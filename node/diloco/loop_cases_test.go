@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -334,5 +335,41 @@ func TestLoopCloses(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLoopFetchMidPhase: a fetch the mesh asks for while a member trains
+// its phase is taken up at the next inner step boundary, not at the
+// phase's end: the fetched model replaces the phase's work anyway (a
+// joiner training the initial model took its fetch up a phase late and
+// found the donors a step further on, again and again).
+func TestLoopFetchMidPhase(t *testing.T) {
+	const inner = 8
+	g := newGroup(t, groupConfig{k: 2, inner: inner, lag: 0, maxOuter: 2, codec: collective.CodecInt8})
+	m1 := g.members[1]
+	var mu sync.Mutex
+	trained, synced := 0, false
+	m1.innerDone = func(n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if synced {
+			return
+		}
+		trained++
+		if trained == 2 { // the mesh leaves it out of step 0 and asks for step 1
+			g.f.tellFetch(1, 1)
+		}
+	}
+	g.f.onSynced = func(rank int) {
+		mu.Lock()
+		defer mu.Unlock()
+		synced = synced || rank == 1
+	}
+	errs := g.run(t)
+	if !errors.Is(errs[1], ErrDone) || g.f.fetches[1] != 1 {
+		t.Fatalf("member 1: %v after %d fetches", errs[1], g.f.fetches[1])
+	}
+	if trained > 4 {
+		t.Fatalf("member 1 ran %d inner steps of the phase it was asked to fetch in at its 2nd, want ≤ 4", trained)
 	}
 }
