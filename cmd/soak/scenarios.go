@@ -319,7 +319,17 @@ func (r *runner) diskFull(ctx context.Context, s *slot) error {
 	r.locked(func() {
 		r.note("disk full: %s's home filled (%d MiB) to leave half a checkpoint (%d MiB) at outer step %d", s.member(), filled>>20, size>>21, s.status.OuterStep)
 	})
-	if !r.until(ctx, 2*joinDeadline/3, func() bool { return r.memberMetricLocked(s, "intellect_checkpoint_failures_total") > fails0 }) {
+	// Topped up at each look: a member that pruned its oldest checkpoint
+	// after a write finished just after the fill would have the room for
+	// every later write (60 minutes, seed 1, ab015fe).
+	topUpFailed := false
+	if !r.until(ctx, 2*joinDeadline/3, func() bool {
+		if _, err := soak.Fill(s.home, fillerName, size/2); err != nil && !topUpFailed {
+			topUpFailed = true
+			r.note("disk full: top-up of %s: %v", s.member(), err)
+		}
+		return r.memberMetricLocked(s, "intellect_checkpoint_failures_total") > fails0
+	}) {
 		return fmt.Errorf("no checkpoint failure counted within %v of filling the disk", 2*joinDeadline/3)
 	}
 	r.mu.Lock()

@@ -42,20 +42,25 @@ func Unmount(dir string) error {
 	return nil
 }
 
-// Fill allocates the file dir/name so that it leaves free bytes available
-// on dir's file system (nothing if less is available already) and returns
-// its size.
+// Fill grows the file dir/name so that it leaves free bytes available on
+// dir's file system (nothing if less is available already) and returns its
+// size. Called again, it tops the file up: space freed since (a member
+// pruning its oldest checkpoint after a write) is taken again.
 func Fill(dir, name string, free int64) (int64, error) {
-	size, err := Available(dir)
-	if size -= free; err != nil || size <= 0 {
-		return 0, err
-	}
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return 0, err
 	}
-	err = syscall.Fallocate(int(f.Fd()), 0, 0, size)
-	return size, errors.Join(err, f.Close())
+	st, err := f.Stat()
+	if err != nil {
+		return 0, errors.Join(err, f.Close())
+	}
+	grow, err := Available(dir)
+	if grow -= free; err != nil || grow <= 0 {
+		return st.Size(), errors.Join(err, f.Close())
+	}
+	err = syscall.Fallocate(int(f.Fd()), 0, st.Size(), grow)
+	return st.Size() + grow, errors.Join(err, f.Close())
 }
 
 // Available returns the bytes available on dir's file system.

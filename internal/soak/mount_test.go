@@ -53,6 +53,29 @@ func TestTmpfsFill(t *testing.T) {
 	if !errorsIsNoSpace(err) {
 		t.Fatalf("writing 2 MiB into 1 MiB: %v, want ENOSPC", err)
 	}
+	// Space freed since (a pruned checkpoint) is taken again by a top-up.
+	if err := os.Remove(filepath.Join(dir, "big")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "old"), make([]byte, 512<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "old")); err != nil {
+		t.Fatal(err)
+	}
+	if avail, _ := Available(dir); avail < 1<<20-4096 {
+		t.Fatalf("available after a write and its removal: %d", avail)
+	}
+	if err := os.Truncate(filepath.Join(dir, "filler"), n-(2<<20)); err != nil { // 2 MiB freed
+		t.Fatal(err)
+	}
+	m, err := Fill(dir, "filler", 1<<20)
+	if err != nil || m <= n-(2<<20) {
+		t.Fatalf("top-up: %d (was %d), %v", m, n-(2<<20), err)
+	}
+	if avail, err := Available(dir); err != nil || avail > 1<<20+4096 {
+		t.Fatalf("available after the top-up: %d, %v, want 1 MiB", avail, err)
+	}
 }
 
 func errorsIsNoSpace(err error) bool {
