@@ -146,6 +146,13 @@ func (m *Mesh) chooseFetch() {
 		// later model.
 		keys = slices.DeleteFunc(keys, func(k meshKey) bool { return k.step == 0 })
 	}
+	if m.hash != "" {
+		// Peers behind on this node's own line (restarted from older
+		// checkpoints) are no side to fetch: they catch up from it. Counted
+		// by heads, three restarted at step 160 drew two members whose
+		// adoption had failed back from their own 161 (soak seed 1).
+		keys = slices.DeleteFunc(keys, func(k meshKey) bool { return k.step < m.step && m.line[k.step] == k.hash })
+	}
 	for _, k := range keys {
 		if c := len(l.side(k)); bestC == 0 || meshBetter(c, k, bestC, best) {
 			best, bestC = k, c

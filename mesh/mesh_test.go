@@ -537,3 +537,61 @@ func TestPastInitialNodeWaitsForLaterModel(t *testing.T) {
 		t.Fatalf("fetched steps %v once a peer held step 7, want [7]", fetched)
 	}
 }
+
+// TestFailedFetchIgnoresPeersBehindOnOwnLine: a member at step 5 of its
+// line, whose adoption of another line failed, sees three peers restarted
+// at step 4 of its own line (older checkpoints): it goes on with its own
+// step 5 — they catch up from it — instead of fetching step 4 back.
+func TestFailedFetchIgnoresPeersBehindOnOwnLine(t *testing.T) {
+	m, _ := New(Config{ID: "me", HeartbeatTicks: 2, DeadTicks: 50, SyncTimeoutTicks: 1000}, 4, "x4")
+	drain(m)
+	hb := func(from PeerID, step uint64, hash, prev string) {
+		t.Helper()
+		if err := m.Step(Message{Type: MsgHeartbeat, From: from, State: StateTraining, Step: step, Hash: hash, PrevHash: prev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb("a", 5, "x5", "x4")
+	for range 4 {
+		m.Tick()
+	}
+	drain(m)
+	m.Synced(5, "x5", nil) // its line: x4 → x5
+	drain(m)
+	if err := m.Step(Message{Type: MsgLeave, From: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []PeerID{"r1", "r2", "r3"} {
+		hb(id, 4, "x4", "x3")
+	}
+	for _, id := range []PeerID{"o1", "o2", "o3", "o4"} { // another line, larger
+		hb(id, 6, "y6", "y5")
+	}
+	adopted := false
+	for range 6 {
+		m.Tick()
+		for _, rd := range drain(m) {
+			adopted = adopted || rd.Adopt != nil && rd.Adopt.Step == 6
+		}
+	}
+	if !adopted {
+		t.Fatal("the member did not adopt the larger line")
+	}
+	for _, id := range []PeerID{"o1", "o2", "o3", "o4"} { // its donors go
+		if err := m.Step(Message{Type: MsgLeave, From: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.SyncFailed()
+	for range 6 {
+		m.Tick()
+		for _, rd := range drain(m) {
+			if f := cmp.Or(rd.Adopt, rd.Fetch); f != nil && f.Step < 5 {
+				t.Fatalf("fetched step %d %s back from peers behind on its own line", f.Step, f.Hash)
+			}
+		}
+	}
+	if step, hash := m.Model(); step != 5 || hash != "x5" {
+		t.Fatalf("model step %d %s, want its own 5 x5", step, hash)
+	}
+}
