@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -113,5 +114,19 @@ func TestBootstrapSkipsCutOffMembers(t *testing.T) {
 	r.links.cut[pair(joiner.i, 4)]++
 	if got := r.bootstrapSlots(joiner); !slices.Equal(got, []int{0, 1, 2}) {
 		t.Errorf("with every member cut off: %v, want the first three, [0 1 2]", got)
+	}
+}
+
+// TestKilledByInterrupt: a process that SIGINT's default action ended is
+// told apart from one that exited with a status, or by another signal.
+func TestKilledByInterrupt(t *testing.T) {
+	run := func(script string) error { return exec.Command("sh", "-c", script).Run() }
+	if err := run("kill -INT $$"); !killedByInterrupt(err) {
+		t.Fatalf("SIGINT: %v not seen as one", err)
+	}
+	for _, script := range []string{"exit 1", "kill -TERM $$", "true"} {
+		if err := run(script); killedByInterrupt(err) {
+			t.Fatalf("%q: %v seen as SIGINT", script, err)
+		}
 	}
 }
