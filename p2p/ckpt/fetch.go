@@ -442,11 +442,12 @@ func (f *ckptFetcher) verify(data []byte, theta ckptThetaSum) error {
 	if theta.err != nil {
 		return theta.err
 	}
-	if _, err := ckptParseHeader(data); err != nil {
+	l, err := ckptParseHeader(data)
+	if err != nil {
 		return err
 	}
-	if want := map[bool]string{false: ckptMagic, true: updateMagic}[f.cfg.Update]; string(data[:4]) != want {
-		return fmt.Errorf("%w: magic %q, want %q", ErrSnapshot, data[:4], want)
+	if l.update != f.cfg.Update {
+		return fmt.Errorf("%w: magic %q on the %s protocol", ErrSnapshot, data[:4], protocolOf(f.cfg.Update))
 	}
 	if st := binary.LittleEndian.Uint64(data[8:]); st != f.want.Step {
 		return fmt.Errorf("%w: container holds step %d, want %d", ErrSnapshot, st, f.want.Step)

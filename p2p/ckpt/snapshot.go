@@ -78,7 +78,7 @@ func DecodeSnapshot(data []byte) (theta0, v []float32, state []byte, err error) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if string(data[:4]) != ckptMagic {
+	if l.update {
 		return nil, nil, nil, fmt.Errorf("%w: magic %q, not a snapshot", ErrSnapshot, data[:4])
 	}
 	theta0 = ckptGetFloats(data[l.thetaOff:l.vOff])
@@ -98,7 +98,8 @@ func SnapshotStep(data []byte) (uint64, error) {
 // ckptLayout holds the byte offsets of the parts of a container.
 type ckptLayout struct {
 	thetaOff, vOff, stateOff int
-	values                   int // an update's values (its θ₀ region is them packed)
+	update                   bool // a step update (magic IUP1): its θ₀ region is values packed
+	values                   int  // an update's values
 }
 
 // ckptParseHeader checks the header of a container against len(data) and
@@ -120,7 +121,7 @@ func ckptParseHeader(data []byte) (ckptLayout, error) {
 				ErrSnapshot, nTheta, nV, nState, rest)
 		}
 		off := ckptHeaderSize + int(nV)
-		return ckptLayout{thetaOff: ckptHeaderSize, vOff: off, stateOff: off, values: int(nTheta)}, nil
+		return ckptLayout{thetaOff: ckptHeaderSize, vOff: off, stateOff: off, update: true, values: int(nTheta)}, nil
 	}
 	// Each term is compared with rest before it is multiplied or added, so
 	// nothing overflows.

@@ -63,7 +63,7 @@ func DecodeUpdate(data []byte) (avg []float32, state []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if string(data[:4]) != updateMagic {
+	if !l.update {
 		return nil, nil, fmt.Errorf("%w: magic %q, not an update", ErrSnapshot, data[:4])
 	}
 	avg, err = unpackUpdate(data[l.thetaOff:l.vOff], l.values)
