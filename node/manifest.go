@@ -341,13 +341,22 @@ func readManifestFile(home string) (*Manifest, string, error) {
 }
 
 // writeManifestFile writes the canonical bytes to <home>/manifest.json
-// durably (temp file, fsync, rename).
+// durably (writeFileAtomic).
 func writeManifestFile(home string, b []byte) error {
-	path := filepath.Join(home, ManifestFile)
+	if err := writeFileAtomic(filepath.Join(home, ManifestFile), b); err != nil {
+		return fmt.Errorf("node: write manifest: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes b to path durably: a temp file beside it,
+// fsynced, then renamed over path, so that a crash leaves the old file or
+// the new one.
+func writeFileAtomic(path string, b []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("node: write manifest: %w", err)
+		return err
 	}
 	_, err = f.Write(b)
 	if err == nil {
@@ -359,8 +368,5 @@ func writeManifestFile(home string, b []byte) error {
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
-	if err != nil {
-		return fmt.Errorf("node: write manifest: %w", err)
-	}
-	return nil
+	return err
 }

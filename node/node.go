@@ -373,7 +373,7 @@ func (n *Node) start(ctx context.Context) error {
 		Incarnation: uint64(time.Now().UnixNano()),
 		AdmitRate:   n.run.admitRate(),
 		History:     n.resumedHist,
-		PastInitial: n.pastInitial && n.model.Step() == 0,
+		PastInitial: n.pastInitial,
 	}, n.model.Step(), n.model.Hash())
 	if err != nil {
 		return err

@@ -43,12 +43,7 @@ func (n *Node) notePastInitial(step uint64, hash string) {
 	}
 	b, _ := json.Marshal(pastInitial{Step: step, Hash: hash})
 	path := filepath.Join(n.cfg.Home, PastInitialFile)
-	tmp := path + ".tmp"
-	err := os.WriteFile(tmp, append(b, '\n'), 0o600)
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
+	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
 		n.log.Warn("could not record that this node is past the initial model", "file", path, "err", err)
 		return
 	}
