@@ -106,10 +106,12 @@ generate:
 # run for every seed of MESH_SWEEP (FIRST-LAST:MIN-MAX members), in parallel
 # across the cores, progress every 100 seeds, the failing seeds listed at the
 # end; then the 64-member overload and partition runs. Hours on 2 cores.
+# MESH_SWEEP_REDUCE=N makes every all-reduce last N ticks (default 4).
 MESH_SWEEP ?= 0-9999:4-64
+MESH_SWEEP_REDUCE ?=
 test-sim:
 	$(GO) test -c -o $(BIN)/mesh.test ./mesh
-	MESH_SWEEP=$(MESH_SWEEP) $(BIN)/mesh.test -test.run 'TestSimRandomFaultsSweep' -test.timeout 0
+	MESH_SWEEP=$(MESH_SWEEP) MESH_SWEEP_REDUCE=$(MESH_SWEEP_REDUCE) $(BIN)/mesh.test -test.run 'TestSimRandomFaultsSweep' -test.timeout 0
 	MESH_SIM_LARGE=1 $(BIN)/mesh.test -test.run 'TestSimFirstRingNotBelowMinimum|TestSimPartitionHealAtSize' -test.timeout 0 -test.v
 
 # The quick subset (skips multi-process and long numeric checks).

@@ -35,6 +35,7 @@ type meshAgreement struct {
 	peersGen  uint64      // Mesh.peersGen when votePeers was made
 	links     []uint32    // this node's link costs to the members of vote
 	roundAt   uint64
+	reduceHBs uint32 // heartbeats since the ring was decided (proposalDue)
 }
 
 // resetAgreement starts the agreement of (m.step, m.hash), seeded with what
@@ -676,8 +677,48 @@ func (m *Mesh) decide() {
 	r := meshNewRing(m.ag.step, m.ag.hash, m.ag.round, m.ag.vote, m.voteLinks(), m.cfg.AllDirect)
 	m.ring, m.last = &r, &r
 	m.out.Ring = &r
+	m.ag.reduceHBs = 0
 	m.setState(StateReducing)
 }
+
+// proposalDue says whether this heartbeat re-sends the node's vote. While
+// agreeing, every heartbeat does: a peer that lost the vote cannot decide
+// without it. Once the ring is decided the re-sends serve only a member
+// that lost the vote (it holds the ring's all-reduce until it decides): they
+// go on at every heartbeat while a member of the ring is heard undecided,
+// and otherwise thin out — the 1st, 2nd, 4th and 8th heartbeat after the
+// decision, then every 8th, for a laggard whose own messages were lost too.
+// A long all-reduce no longer carries a vote of O(K) bytes from each of K
+// members every heartbeat (docs/scale.md, "Agreement").
+func (m *Mesh) proposalDue() bool {
+	if !m.ag.voted || m.ag.roundAt == m.tick {
+		return false
+	}
+	switch m.state {
+	case StateAgreeing:
+		return true
+	case StateReducing:
+		m.ag.reduceHBs++
+		n := m.ag.reduceHBs
+		return n&(n-1) == 0 && n <= meshResendCap || n%meshResendCap == 0 || m.ringUndecided()
+	}
+	return false
+}
+
+// ringUndecided: a live member of the decided ring is last heard Ready or
+// agreeing in this step, so it may lack this node's vote.
+func (m *Mesh) ringUndecided() bool {
+	for _, p := range m.votePeers() {
+		if p != nil && !p.dead && p.step == m.ag.step && (p.state == StateReady || p.state == StateAgreeing) {
+			return true
+		}
+	}
+	return false
+}
+
+// meshResendCap is the largest gap, in heartbeats, between re-sends of a
+// decided vote (proposalDue).
+const meshResendCap = 8
 
 // roundTimeout: a round undecided for ProposeTimeoutTicks excludes the
 // members that did not vote for it (unless they are busy reducing another

@@ -192,7 +192,7 @@ func (m *Mesh) Tick() {
 	m.detectDead()
 	if m.tick >= m.hbDue {
 		m.heartbeat()
-		if m.ag.voted && m.ag.roundAt != m.tick && (m.state == StateAgreeing || m.state == StateReducing) {
+		if m.proposalDue() {
 			m.send(m.proposeMsg())
 		}
 	}

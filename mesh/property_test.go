@@ -34,7 +34,7 @@ func TestSimRandomFaultsLarge(t *testing.T) {
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			simRandomRunSized(t, 20000+seed, 17, 64, nil)
+			simRandomRunSized(t, 20000+seed, 17, 64, 0, nil)
 		})
 	}
 }
@@ -80,17 +80,20 @@ func TestSimRandomFaultsFound(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("seed=%d/members=%d-%d", tc.seed, tc.lo, tc.hi), func(t *testing.T) {
 			t.Parallel()
-			simRandomRunSized(t, tc.seed, tc.lo, tc.hi, nil)
+			simRandomRunSized(t, tc.seed, tc.lo, tc.hi, 0, nil)
 		})
 	}
 }
 
-func simRandomRun(t *testing.T, seed uint64) { simRandomRunSized(t, seed, 3, 10, nil) }
+func simRandomRun(t *testing.T, seed uint64) { simRandomRunSized(t, seed, 3, 10, 0, nil) }
 
 // simRandomRunSized is the random-fault run of seed with lo to hi members
 // at the start (the suite's runs: 3 to 10).
-func simRandomRunSized(t *testing.T, seed uint64, lo, hi int, trace func(string)) {
+func simRandomRunSized(t *testing.T, seed uint64, lo, hi, reduce int, trace func(string)) {
 	s := newSimNet(t, 1000+seed)
+	if reduce > 0 {
+		s.reduceTicks = reduce
+	}
 	s.trace = trace
 	rng := rand.New(rand.NewPCG(seed, 99))
 	size := lo + rng.IntN(hi-lo+1)

@@ -400,3 +400,35 @@ func TestSimQuickRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestSimDecidedVoteResentThinly: once a ring is decided, its members
+// re-send their vote at the 1st, 2nd, 4th and 8th heartbeat and then every
+// 8th, not at every heartbeat of a long all-reduce; a member that lost the
+// others' votes still decides from a later re-send, and the ring completes.
+func TestSimDecidedVoteResentThinly(t *testing.T) {
+	s := newSimNet(t, 21)
+	s.reduceTicks = 60 // 20 heartbeats of 3 ticks
+	lost := true
+	s.lose = func(from, to PeerID, msg *Message) bool {
+		return lost && to == "n02" && msg.Type == MsgPropose
+	}
+	s.addN(3, nil)
+	s.waitState("n00", StateReducing, 200)
+	s.run(8) // the re-sends at the 1st and 2nd heartbeat are lost too
+	if st := s.nodes["n02"].m.Status().State; st != StateAgreeing {
+		t.Fatalf("n02 is %v, want agreeing: it has no vote of the others", st)
+	}
+	lost = false
+	s.runUntil(200, "step 1", func() bool { return s.minStep() >= 1 })
+	if d := s.done[0]; d.step != 0 || len(d.ring.Members) != 3 || d.ring.Round != 0 {
+		t.Fatalf("step 0 completed by %v round %d, want all 3 in round 0", d.ring.Members, d.ring.Round)
+	}
+
+	s.sentMsgs = [msgTypeEnd]int{}
+	s.runUntil(400, "step 3", func() bool { return s.minStep() >= 3 })
+	// Per step and node: the vote, then re-sends at heartbeats 1, 2, 4, 8,
+	// 16 of the 20; every heartbeat would be ≈ 21.
+	if per := float64(s.sentMsgs[MsgPropose]) / (3 * 2); per > 8 {
+		t.Fatalf("%.1f votes sent per node and step, want ≤ 8", per)
+	}
+}

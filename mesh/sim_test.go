@@ -100,6 +100,9 @@ type simNet struct {
 	// returns (an attacker's messages; every copy reaches every peer, as
 	// gossip forwards them).
 	tamper func(from PeerID, msg Message) []Message
+	// lose, if set, drops the copies of msg from → to for which it says
+	// true (a link that loses chosen messages).
+	lose func(from, to PeerID, msg *Message) bool
 	// byzantine are the tampering nodes: rings of theirs alone (a fork of
 	// their own) are not checked.
 	byzantine []PeerID
@@ -409,7 +412,7 @@ func (s *simNet) broadcast(from PeerID, msg Message) {
 		s.logf("%s sends %s", from, simFormat(msg))
 	}
 	for _, to := range s.ids {
-		if to == from || !s.linked(from, to) {
+		if to == from || !s.linked(from, to) || s.lose != nil && s.lose(from, to, &dec) {
 			continue
 		}
 		copies := 1

@@ -16,7 +16,9 @@ import (
 // TestSimRandomFaultsSweep runs the random-fault simulation over a range of
 // seeds given by MESH_SWEEP="FIRST-LAST[:MINSIZE-MAXSIZE]" (sizes default
 // 4-64), in parallel, printing progress; the failing seeds are listed at
-// the end. Without MESH_SWEEP it is skipped (make test-sim runs it).
+// the end. MESH_SWEEP_REDUCE=N makes every all-reduce last N ticks (4
+// otherwise; 30 is ten heartbeats, a WAN all-reduce). Without MESH_SWEEP it
+// is skipped (make test-sim runs it).
 func TestSimRandomFaultsSweep(t *testing.T) {
 	spec := os.Getenv("MESH_SWEEP")
 	if spec == "" {
@@ -25,6 +27,12 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 	first, last, lo, hi, err := parseSweep(spec)
 	if err != nil {
 		t.Fatal(err)
+	}
+	reduce := 0
+	if r := os.Getenv("MESH_SWEEP_REDUCE"); r != "" {
+		if reduce, err = strconv.Atoi(r); err != nil || reduce < 1 {
+			t.Fatalf("MESH_SWEEP_REDUCE %q: want a number of ticks ≥ 1", r)
+		}
 	}
 	var done atomic.Int64
 	var mu sync.Mutex
@@ -46,13 +54,13 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 						fmt.Fprintf(os.Stderr, "sweep: %d/%d seeds, %d failed, %s\n", n, total, len(failed), time.Since(start).Round(time.Second))
 					}
 				}()
-				simRandomRunSized(t, seed, lo, hi, nil)
+				simRandomRunSized(t, seed, lo, hi, reduce, nil)
 			})
 		}
 	})
 	slices.SortFunc(failed, func(a, b string) int { return cmp.Compare(len(a), len(b))*2 + cmp.Compare(a, b) })
-	fmt.Fprintf(os.Stderr, "sweep: seeds %d-%d, %d-%d members: %d failed in %s: %s\n",
-		first, last, lo, hi, len(failed), time.Since(start).Round(time.Second), strings.Join(failed, " "))
+	fmt.Fprintf(os.Stderr, "sweep: seeds %d-%d, %d-%d members, all-reduce %d ticks: %d failed in %s: %s\n",
+		first, last, lo, hi, cmp.Or(reduce, 4), len(failed), time.Since(start).Round(time.Second), strings.Join(failed, " "))
 }
 
 // parseSweep reads "FIRST-LAST[:MIN-MAX]".
