@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,6 +27,8 @@ var pageHTML []byte
 //	GET /v1/history  []OuterRecord
 //	GET /metrics     Prometheus exposition (node/metrics.go)
 //	GET /            web page with plots of loss, members and sync time
+//	GET /debug/pprof/ Go's runtime profiles (heap, goroutine, CPU, …), with
+//	                  Config.Pprof only
 //
 // Requests whose Host or Origin is not local are rejected (DNS rebinding and
 // cross-site reads), whatever address the server listens on.
@@ -35,7 +39,7 @@ type api struct {
 	ln  net.Listener
 }
 
-func newAPI(addr string, b *board, metrics http.Handler, token string, log *slog.Logger) (*api, error) {
+func newAPI(addr string, b *board, metrics http.Handler, token string, profiles bool, log *slog.Logger) (*api, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("node: status API listen %s: %w", addr, err)
@@ -50,6 +54,9 @@ func newAPI(addr string, b *board, metrics http.Handler, token string, log *slog
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(pageHTML)
 	})
+	if profiles {
+		mux.HandleFunc("GET /debug/pprof/", servePprof)
+	}
 	h := localOnly(mux)
 	if token != "" {
 		h = tokenOrLocal(token, mux)
@@ -61,6 +68,30 @@ func newAPI(addr string, b *board, metrics http.Handler, token string, log *slog
 		MaxHeaderBytes:    16 << 10,
 	}
 	return a, nil
+}
+
+// servePprof serves net/http/pprof's handlers. A CPU or trace profile runs
+// for its ?seconds= (30 by default), longer than the server's write
+// timeout: the deadline of those requests moves past it.
+func servePprof(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/debug/pprof/")
+	secs, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
+	secs = min(max(secs, 30), 600)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(secs+10) * time.Second))
+	switch name {
+	case "":
+		pprof.Index(w, r)
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	case "profile":
+		pprof.Profile(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	default:
+		pprof.Handler(name).ServeHTTP(w, r)
+	}
 }
 
 // Addr is the address the API listens on (useful with port 0).

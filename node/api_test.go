@@ -30,7 +30,7 @@ func TestAPIServesAndRejectsNonLocal(t *testing.T) {
 	b.update(func(s *Status) { s.PeerID = "12D3KooWtest"; s.OuterStep = 7; s.Members = []string{"a", "b"} })
 	b.record(OuterRecord{Step: 7, Loss: 1.5})
 	met := newMetrics(prometheus.NewRegistry(), b, nil)
-	a, err := newAPI("127.0.0.1:0", b, met.handler(), "", slog.New(slog.DiscardHandler))
+	a, err := newAPI("127.0.0.1:0", b, met.handler(), "", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func getJSON(t *testing.T, cl *http.Client, url string, v any) {
 // iterates over it), not null.
 func TestAPIEmptyListsAreArrays(t *testing.T) {
 	b := &board{}
-	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), "", slog.New(slog.DiscardHandler))
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), "", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestAPIEmptyListsAreArrays(t *testing.T) {
 func TestAPIToken(t *testing.T) {
 	b := &board{}
 	const token = "0123456789abcdef-secret"
-	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), token, slog.New(slog.DiscardHandler))
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), token, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,4 +134,35 @@ func TestAPIToken(t *testing.T) {
 	get(t, cl, url, map[string]string{"Host": "node.example:8642"}, http.StatusForbidden)
 	get(t, cl, url, nil, http.StatusOK)
 	get(t, cl, "http://"+a.Addr()+"/metrics", map[string]string{"Host": "prom.example", "Authorization": "Bearer " + token}, http.StatusOK)
+}
+
+// Runtime profiles are served only when asked for, under the same access
+// rules as the rest of the API.
+func TestAPIPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		b := &board{}
+		a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), "", on, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go a.serve()
+		cl := &http.Client{Timeout: 10 * time.Second}
+		base := "http://" + a.Addr() + "/debug/pprof/"
+		if !on {
+			get(t, cl, base+"heap", nil, http.StatusNotFound)
+			a.close(context.Background())
+			continue
+		}
+		if body := get(t, cl, base+"heap?debug=1", nil, http.StatusOK); !strings.Contains(body, "heap profile:") {
+			t.Errorf("heap profile: %.80q", body)
+		}
+		if body := get(t, cl, base+"goroutine?debug=1", nil, http.StatusOK); !strings.Contains(body, "goroutine profile:") {
+			t.Errorf("goroutine profile: %.80q", body)
+		}
+		if body := get(t, cl, base, nil, http.StatusOK); !strings.Contains(body, "heap") {
+			t.Errorf("index: %.80q", body)
+		}
+		get(t, cl, base+"heap", map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden)
+		a.close(context.Background())
+	}
 }

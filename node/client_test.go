@@ -18,7 +18,7 @@ func TestClientReadsTheAPI(t *testing.T) {
 	b.update(func(s *Status) { s.PeerID, s.OuterStep, s.Members = "12D3KooWme", 4, []string{"a"} })
 	b.setPeers([]PeerStatus{{ID: "p1", State: "training", OuterStep: 4}})
 	b.record(OuterRecord{Step: 4, EvalLoss: 1.25})
-	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), "", slog.New(slog.DiscardHandler))
+	a, err := newAPI("127.0.0.1:0", b, newMetrics(prometheus.NewRegistry(), b, nil).handler(), "", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

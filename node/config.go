@@ -78,6 +78,10 @@ type Config struct {
 	// <token>"; the loopback Host/Origin checks then give way to it. An
 	// address that is not loopback needs one. At least 16 bytes.
 	StatusToken string
+	// Pprof also serves Go's runtime profiles at /debug/pprof/ on the
+	// REST API (same access rules): what an operator reads a leak or a
+	// hot loop with (`go tool pprof http://127.0.0.1:8642/debug/pprof/heap`).
+	Pprof bool
 	// InnerSteps is H, the inner optimizer's steps between outer steps. Default
 	// DefaultInnerSteps; larger H sends proportionally fewer bytes per token
 	// and converges worse (docs/convergence.md).

@@ -434,7 +434,7 @@ func (n *Node) startAPI() error {
 		return nil
 	}
 	var err error
-	if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.log); err != nil {
+	if n.api, err = newAPI(n.cfg.StatusAddr, &n.board, n.met.handler(), n.cfg.StatusToken, n.cfg.Pprof, n.log); err != nil {
 		return err
 	}
 	addrFile := filepath.Join(n.cfg.Home, "api.addr")

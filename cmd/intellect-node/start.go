@@ -49,6 +49,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.StringVar(&c.Data, "data", "", "token shard `path` (file, directory or mixture spec); default: the embedded corpus; in the run manifest")
 	fs.StringVar(&c.Home, "home", "", "the node's `dir`: identity key, run manifest, checkpoints, history.jsonl, api.addr (default ~/"+node.DefaultHome+")")
 	fs.StringVar(&c.StatusAddr, "status", node.DefaultStatusAddr, "`address` of the local REST status API and web page; off disables it")
+	fs.BoolVar(&c.Pprof, "pprof", false, "also serve Go's runtime profiles at /debug/pprof/ on the status API (go tool pprof http://ADDR/debug/pprof/heap)")
 	f.tokenFile = fs.String("status-token-file", "", "`file` holding a secret (≥ 16 bytes) that opens the status API read-only to other machines (Authorization: Bearer, or the page's URL #token=); needed when --status is not loopback")
 	fs.StringVar(&c.Device, "device", node.DefaultDevice, "compute `device`: cpu; cuda in a binary built with make build-cuda; sim (simulated compute, see --sim-step)")
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
