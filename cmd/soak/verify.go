@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/intellect-node/intellect-node/internal/soak"
@@ -108,7 +110,27 @@ func (r *runner) report() *soak.Report {
 	if err := writeSamples(filepath.Join(r.c.Dir, "samples.tsv"), r.rep.Samples); err != nil {
 		r.rep.Notes = append(r.rep.Notes, err.Error())
 	}
+	if err := writeUsage(filepath.Join(r.c.Dir, "usage.tsv"), r.rep.Usage); err != nil {
+		r.rep.Notes = append(r.rep.Notes, err.Error())
+	}
 	return r.rep
+}
+
+// writeUsage keeps the long-lived members' resource readings as evidence:
+// seconds, member, metric, value.
+func writeUsage(path string, usage map[string]map[string][]soak.Point) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, m := range slices.Sorted(maps.Keys(usage)) {
+		for _, k := range slices.Sorted(maps.Keys(usage[m])) {
+			for _, p := range usage[m][k] {
+				fmt.Fprintf(f, "%.1f\t%s\t%s\t%g\n", p.T.Seconds(), m, k, p.V)
+			}
+		}
+	}
+	return f.Close()
 }
 
 // writeSamples keeps the samples as evidence: seconds, member, step, hash.

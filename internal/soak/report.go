@@ -42,6 +42,9 @@ var Resources = []Resource{
 	{Metric: "go_goroutines", Label: "goroutines", Unit: 1, Floor: 100, Frac: 0.25},
 	{Metric: "process_open_fds", Label: "fds", Unit: 1, Floor: 20, Frac: 0.25},
 	{Metric: "process_resident_memory_bytes", Label: "RSS MiB", Unit: 1 << 20, Floor: 64 << 20, Frac: 0.25},
+	// The Go heap in use: what a leak of the node's own grows, apart from
+	// the runtime's and the race detector's memory that RSS counts too.
+	{Metric: "go_memstats_heap_inuse_bytes", Label: "heap MiB", Unit: 1 << 20, Floor: 32 << 20, Frac: 0.25},
 }
 
 // PartitionRecord is one partition as injected.
