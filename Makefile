@@ -214,7 +214,8 @@ test-nat: build
 	timeout -s INT -k 30 $(NATLAB_TIMEOUT) $(BIN)/natlab -bin $(BIN)/intellect-node $(NATLAB_FLAGS); status=$$?; \
 	$(BIN)/wanbench cleanup; exit $$status
 
-# Root: the soak (docs/soak.md): 8–12 real members, race-built, with the sim
+# Root: the soak (docs/soak.md): 8–12 real members, race-built (the two
+# long-lived ones, whose resources are judged, plain-built), with the sim
 # device, in network namespaces joined by the link emulator, under a fault
 # schedule drawn from SOAK_SEED (printed; default random) for SOAK_MINUTES
 # (default 60) after their start: kill -9 and restart, joins, leaves,
@@ -231,10 +232,11 @@ soak:
 	$(GO) build -o $(BIN)/soak ./cmd/soak || exit 1; \
 	overlay=$$($(BIN)/soak overlay -dir $(CURDIR)/$(BIN)/.soak-overlay) || exit 1; \
 	$(GO) build -race -overlay $$overlay -o $(BIN)/intellect-node-soak ./cmd/intellect-node || exit 1; \
+	$(GO) build -overlay $$overlay -o $(BIN)/intellect-node-soak-plain ./cmd/intellect-node || exit 1; \
 	$(BIN)/soak cleanup; \
 	limit=$$(awk 'BEGIN { print int($(SOAK_MINUTES) * 60 + 900) }'); \
 	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_SEED=$(SOAK_SEED) timeout -s INT -k 60 $$limit \
-		$(BIN)/soak run -bin $(BIN)/intellect-node-soak $(SOAK_FLAGS); status=$$?; \
+		$(BIN)/soak run -bin $(BIN)/intellect-node-soak -long-lived-bin $(BIN)/intellect-node-soak-plain $(SOAK_FLAGS); status=$$?; \
 	$(BIN)/soak cleanup; exit $$status
 
 # The soak's 3-minute slice, for CI (root; ≈ 5 min after the race build).

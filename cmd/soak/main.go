@@ -134,6 +134,7 @@ func parseRun(args []string) (config, error) {
 		return c, fmt.Errorf("soak: SOAK_SEED: %w", err)
 	}
 	fs.StringVar(&c.Bin, "bin", "bin/intellect-node-soak", "intellect-node binary (make soak builds it with -race and the clock overlay)")
+	fs.StringVar(&c.LongLivedBin, "long-lived-bin", "", "binary of the long-lived members, whose resources are judged (make soak builds it without -race: the race runtime's own memory grows in long-running programs); default -bin")
 	fs.StringVar(&c.Dir, "dir", "", "work dir: homes, logs, samples (default: a new temp dir)")
 	fs.Float64Var(&c.Minutes, "minutes", minutes, "length of the run, setup excluded (default $SOAK_MINUTES or 60)")
 	fs.Uint64Var(&c.Seed, "seed", seed, "seed of the fault schedule (default $SOAK_SEED or random; printed)")

@@ -142,7 +142,7 @@ func (r *runner) startProc(s *slot) error {
 		}
 		s.log = f
 	}
-	args := []string{r.c.Bin, "start", "--device", "sim", "--sim-step", r.c.SimStep.String(),
+	args := []string{r.binOf(s), "start", "--device", "sim", "--sim-step", r.c.SimStep.String(),
 		"--status", statusAddr, "--home", s.home}
 	if s.tmpfs {
 		args = append(args, "--checkpoint-every", fmt.Sprint(diskCheckpointEvery))
@@ -161,6 +161,17 @@ func (r *runner) startProc(s *slot) error {
 	s.proc, s.state, s.expectExit, s.status = p, up, false, node.Status{}
 	r.procs.Go(func() { r.watchExit(s, p) })
 	return nil
+}
+
+// binOf is the binary slot s's member runs: the long-lived members, whose
+// resources are judged, run a plain build, the others the race-built one
+// (the race runtime's own memory grows in a long-running program:
+// golang/go#26813, #37233).
+func (r *runner) binOf(s *slot) string {
+	if s.longLived && r.c.LongLivedBin != "" {
+		return r.c.LongLivedBin
+	}
+	return r.c.Bin
 }
 
 // bootstrap is --bootstrap for up to 3 running members with known ids,

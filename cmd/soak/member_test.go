@@ -130,3 +130,19 @@ func TestKilledByInterrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestLongLivedRunPlainBuild: the long-lived members start the plain
+// build, every other member the race-built one; without a plain build all
+// run -bin.
+func TestLongLivedRunPlainBuild(t *testing.T) {
+	r := testRunner(t, 3)
+	r.c.Bin, r.c.LongLivedBin = "/bin/race", "/bin/plain"
+	r.slots[0].longLived = true
+	if got := []string{r.binOf(r.slots[0]), r.binOf(r.slots[1])}; !slices.Equal(got, []string{"/bin/plain", "/bin/race"}) {
+		t.Fatalf("binaries %v, want the plain build for the long-lived member only", got)
+	}
+	r.c.LongLivedBin = ""
+	if got := r.binOf(r.slots[0]); got != "/bin/race" {
+		t.Fatalf("without a plain build the long-lived member runs %s", got)
+	}
+}

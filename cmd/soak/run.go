@@ -19,6 +19,7 @@ import (
 // config is everything a run needs; flags fill it.
 type config struct {
 	Bin, Dir, Out, Profile  string
+	LongLivedBin            string // the long-lived members' binary; Bin when empty
 	NodeFlags               []string
 	Minutes                 float64
 	Seed                    uint64
@@ -74,6 +75,11 @@ func (c *config) fill() error {
 		return fmt.Errorf("%w (-minutes %.1f leaves %v of faults)", err, c.Minutes, c.faults)
 	}
 	if c.Bin, err = filepath.Abs(c.Bin); err != nil {
+		return err
+	}
+	if c.LongLivedBin == "" {
+		c.LongLivedBin = c.Bin
+	} else if c.LongLivedBin, err = filepath.Abs(c.LongLivedBin); err != nil {
 		return err
 	}
 	if c.Dir == "" {
