@@ -426,6 +426,27 @@ func (m *Mesh) onExcluded() {
 	m.setState(StateExcluded)
 }
 
+// ringRunsWithout: a live peer reduces a ring of this step and model that
+// does not hold this node. A node Ready that late sits the step out and
+// fetches the ring's result, rather than vote: its vote, which the ring's
+// members have no part in, could only make a second ring of the step from
+// the members left over (in the random-fault simulation with long
+// all-reduces, a restarted member excluded the ring's members as disputants
+// of an accusation and completed the step alone: a fork).
+func (m *Mesh) ringRunsWithout() bool {
+	for _, p := range m.peers {
+		if p.dead || p.state != StateReducing || p.step != m.ag.step || p.hash != m.ag.hash {
+			continue
+		}
+		if v := m.latestVoteOf(p); v != nil && v.hash == m.ag.hash {
+			if _, in := slices.BinarySearchFunc(v.members, m.cfg.ID, meshCmpMember); !in {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // canVote: a Ready node held to the minimum (heldToMinimum) waits for
 // MinMembers Ready members, whatever its peers do; then it votes once
 // someone else voted in this step, or once every live peer of this step
@@ -523,6 +544,10 @@ func (m *Mesh) vote(round uint32) {
 	members := m.viewMembers()
 	if _, in := slices.BinarySearchFunc(members, m.cfg.ID, meshCmpMember); !in {
 		m.setState(StateExcluded) // excluded by a peer, or truncated away
+		return
+	}
+	if !m.ag.voted && m.ringRunsWithout() {
+		m.setState(StateExcluded) // late: the step's ring runs; fetch its result
 		return
 	}
 	if m.belowMinimum(len(members)) {

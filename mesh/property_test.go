@@ -69,18 +69,25 @@ func TestSimRandomFaultsLarge(t *testing.T) {
 // and not in others'; their newcomer quotas (counted from M) differed, so
 // did the newcomers they admitted, and they refuted each other's votes a
 // round a tick to the end (the quota counts the history's members).
+// 1259 (4-16 members) and 1693 (4-16, all-reduces of 30 ticks): a member
+// Ready after its step's ring was decided without it voted anyway; it
+// excluded the ring's members as disputants of an accusation that more
+// than f of the step's n did not make (n counts members gone since), and
+// completed the step alone, or with the others left over: two rings of
+// one step in a connected network. A late member sits the step out
+// (ringRunsWithout).
 func TestSimRandomFaultsFound(t *testing.T) {
 	for _, tc := range []struct {
-		seed   uint64
-		lo, hi int // members at the start
+		seed           uint64
+		lo, hi, reduce int // members at the start; all-reduce ticks (0: 4)
 	}{
-		{5109, 3, 10}, {5257, 3, 10}, {6131, 3, 10}, {7065, 3, 10}, {7148, 3, 10}, {7469, 3, 10}, {9977, 3, 10},
-		{9144, 3, 10}, {9704, 3, 10}, {8125, 3, 10},
-		{5091, 9, 16},
+		{5109, 3, 10, 0}, {5257, 3, 10, 0}, {6131, 3, 10, 0}, {7065, 3, 10, 0}, {7148, 3, 10, 0}, {7469, 3, 10, 0}, {9977, 3, 10, 0},
+		{9144, 3, 10, 0}, {9704, 3, 10, 0}, {8125, 3, 10, 0},
+		{5091, 9, 16, 0}, {1259, 4, 16, 0}, {1693, 4, 16, 30},
 	} {
-		t.Run(fmt.Sprintf("seed=%d/members=%d-%d", tc.seed, tc.lo, tc.hi), func(t *testing.T) {
+		t.Run(fmt.Sprintf("seed=%d/members=%d-%d/reduce=%d", tc.seed, tc.lo, tc.hi, tc.reduce), func(t *testing.T) {
 			t.Parallel()
-			simRandomRunSized(t, tc.seed, tc.lo, tc.hi, 0, nil)
+			simRandomRunSized(t, tc.seed, tc.lo, tc.hi, tc.reduce, nil)
 		})
 	}
 }
