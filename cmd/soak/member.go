@@ -85,8 +85,8 @@ func newRunner(c config, n *wan.Net) *runner {
 	r := &runner{c: c, net: n, t0: time.Now(), links: newLinkState(), rep: &soak.Report{
 		Seed: c.Seed, HealWindow: c.HealWindow, Injected: map[soak.Kind]int{}, Skipped: map[soak.Kind]int{},
 		Usage: map[string]map[string][]soak.Point{}, Explained: map[string]int{},
-		Setup: fmt.Sprintf("%d slots on %s widened, %d–%d members (%d long-lived); intellect-node start --device sim --sim-step %v, shipped defaults otherwise (tiny, H = 5), -race; links ×%.3f of paper rate",
-			c.Slots, c.Profile, c.Initial, c.Max, c.LongLived, c.SimStep, c.rateScale)}}
+		Setup: fmt.Sprintf("%d slots on %s widened, %d–%d members (%d long-lived); intellect-node start --device sim --sim-step %v, shipped defaults otherwise (tiny, H = 5), %s; links ×%.3f of paper rate",
+			c.Slots, c.Profile, c.Initial, c.Max, c.LongLived, c.SimStep, builds(c), c.rateScale)}}
 	for i, h := range n.Hosts {
 		r.slots = append(r.slots, &slot{i: i, host: h.Name, longLived: i < c.LongLived, resume: -1,
 			hc: n.HTTPClient(i)})
@@ -161,6 +161,14 @@ func (r *runner) startProc(s *slot) error {
 	s.proc, s.state, s.expectExit, s.status = p, up, false, node.Status{}
 	r.procs.Go(func() { r.watchExit(s, p) })
 	return nil
+}
+
+// builds says which binaries the members run, for the report.
+func builds(c config) string {
+	if c.LongLivedBin != "" && c.LongLivedBin != c.Bin {
+		return filepath.Base(c.Bin) + " (make soak: -race), the long-lived " + filepath.Base(c.LongLivedBin) + " (plain)"
+	}
+	return filepath.Base(c.Bin) + " (make soak: -race)"
 }
 
 // binOf is the binary slot s's member runs: the long-lived members, whose
