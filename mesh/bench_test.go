@@ -17,9 +17,9 @@ type simFigures struct {
 }
 
 // simMeasure runs n nodes for steps outer steps (train 10 ticks, the
-// all-reduce reduce ticks).
-func simMeasure(tb testing.TB, n, steps int, drop float64, maxDelay, reduce int) simFigures {
-	s := newSimNet(tb, 42)
+// all-reduce reduce ticks) on the network of seed.
+func simMeasure(tb testing.TB, seed uint64, n, steps int, drop float64, maxDelay, reduce int) simFigures {
+	s := newSimNet(tb, seed)
 	s.drop, s.dup, s.maxDelay, s.reduceTicks = drop, drop/2, maxDelay, reduce
 	s.addN(n, func(c *Config) { c.MinMembers = n })
 	s.runUntil(100*steps, "steps", func() bool { return s.minStep() >= uint64(steps) })
@@ -50,11 +50,11 @@ func simMeasure(tb testing.TB, n, steps int, drop float64, maxDelay, reduce int)
 func BenchmarkSimAgreement(b *testing.B) {
 	for _, c := range []struct{ n, reduce int }{{4, 4}, {16, 4}, {64, 4}, {16, 30}, {64, 30}} {
 		n := c.n
-		base := simMeasure(b, n, 20, 0, 1, c.reduce)
+		base := simMeasure(b, 42, n, 20, 0, 1, c.reduce)
 		b.Run(fmt.Sprintf("n=%d/reduce=%d", n, c.reduce), func(b *testing.B) {
 			var f simFigures
 			for b.Loop() {
-				f = simMeasure(b, n, 20, 0.2, 6, c.reduce)
+				f = simMeasure(b, 42, n, 20, 0.2, 6, c.reduce)
 			}
 			b.ReportMetric(f.ticksPerStep, "ticks/step")
 			b.ReportMetric(f.ticksPerStep/base.ticksPerStep, "ticks/step-vs-lossless")
@@ -114,21 +114,11 @@ func TestSimAgreementCost(t *testing.T) {
 	for _, c := range []struct{ n, reduce int }{{16, 4}, {16, 30}, {32, 4}, {32, 30}} {
 		var f simFigures
 		for seed := uint64(1); seed <= seeds; seed++ {
-			s := newSimNet(t, seed)
-			s.drop, s.dup, s.maxDelay, s.reduceTicks = 0.2, 0.1, 6, c.reduce
-			s.addN(c.n, func(cf *Config) { cf.MinMembers = c.n })
-			s.runUntil(2000, "20 steps", func() bool { return s.minStep() >= 20 })
-			k, ns := float64(len(s.done)), float64(c.n*len(s.done))
-			total := 0
-			for _, b := range s.sentBytes {
-				total += b
-			}
-			for _, d := range s.done {
-				f.rounds += float64(d.ring.Round) / k / seeds
-			}
-			f.ticksPerStep += float64(s.now) / k / seeds
-			f.bytesPerStep += float64(total) / ns / seeds
-			f.votesPerStep += float64(s.sentMsgs[MsgPropose]) / ns / seeds
+			g := simMeasure(t, seed, c.n, 20, 0.2, 6, c.reduce)
+			f.ticksPerStep += g.ticksPerStep / seeds
+			f.rounds += g.rounds / seeds
+			f.bytesPerStep += g.bytesPerStep / seeds
+			f.votesPerStep += g.votesPerStep / seeds
 		}
 		fmt.Printf("n=%d reduce=%d: ticks/step %.2f, rounds %.2f, B/node/step %.0f, votes/node/step %.2f\n",
 			c.n, c.reduce, f.ticksPerStep, f.rounds, f.bytesPerStep, f.votesPerStep)

@@ -79,8 +79,6 @@ func servePprof(w http.ResponseWriter, r *http.Request) {
 	secs = min(max(secs, 30), 600)
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(secs+10) * time.Second))
 	switch name {
-	case "":
-		pprof.Index(w, r)
 	case "cmdline":
 		pprof.Cmdline(w, r)
 	case "profile":
@@ -89,8 +87,8 @@ func servePprof(w http.ResponseWriter, r *http.Request) {
 		pprof.Symbol(w, r)
 	case "trace":
 		pprof.Trace(w, r)
-	default:
-		pprof.Handler(name).ServeHTTP(w, r)
+	default: // the index, or a named profile (heap, goroutine, …)
+		pprof.Index(w, r)
 	}
 }
 
