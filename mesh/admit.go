@@ -159,10 +159,23 @@ func (m *Mesh) vouch(voter PeerID, v *meshVote) {
 			strangers = append(strangers, mb.ID)
 		}
 	}
-	if !anyKnown {
-		return
+	if anyKnown {
+		m.meet(strangers)
 	}
-	for _, id := range strangers {
+}
+
+// meet makes ids known as if they had made a model with this node now
+// (vouch, and the members of a ring this node decides: each of them signed
+// it, as this node did). A decided ring whose all-reduce then fails makes
+// no model, yet its members are as checked as those of one that completes:
+// members whose first ring failed in a partition and that then trained
+// apart know each other, and the smaller group adopts the larger's line
+// when they meet again (random-fault seed 17 with 30-tick all-reduces).
+func (m *Mesh) meet(ids []PeerID) {
+	for _, id := range ids {
+		if id == m.cfg.ID {
+			continue
+		}
 		k, ok := m.known[id]
 		if !ok {
 			k.first = m.step

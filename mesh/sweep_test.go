@@ -17,8 +17,10 @@ import (
 // seeds given by MESH_SWEEP="FIRST-LAST[:MINSIZE-MAXSIZE]" (sizes default
 // 4-64), in parallel, printing progress; the failing seeds are listed at
 // the end. MESH_SWEEP_REDUCE=N makes every all-reduce last N ticks (4
-// otherwise; 30 is ten heartbeats, a WAN all-reduce). Without MESH_SWEEP it
-// is skipped (make test-sim runs it).
+// otherwise; 30 is ten heartbeats, a WAN all-reduce). MESH_SWEEP_TRACE=DIR
+// writes each seed's trace (every message, decision and fault) to
+// DIR/SEED.trace: for one seed at a time, to read why it failed. Without
+// MESH_SWEEP it is skipped (make test-sim runs it).
 func TestSimRandomFaultsSweep(t *testing.T) {
 	spec := os.Getenv("MESH_SWEEP")
 	if spec == "" {
@@ -34,6 +36,7 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 			t.Fatalf("MESH_SWEEP_REDUCE %q: want a number of ticks ≥ 1", r)
 		}
 	}
+	traceDir := os.Getenv("MESH_SWEEP_TRACE")
 	var done atomic.Int64
 	var mu sync.Mutex
 	var failed []string
@@ -54,7 +57,16 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 						fmt.Fprintf(os.Stderr, "sweep: %d/%d seeds, %d failed, %s\n", n, total, len(failed), time.Since(start).Round(time.Second))
 					}
 				}()
-				simRandomRunSized(t, seed, lo, hi, reduce, nil)
+				var trace func(string)
+				if traceDir != "" {
+					f, err := os.Create(fmt.Sprintf("%s/%d.trace", traceDir, seed))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					trace = func(line string) { fmt.Fprintln(f, line) }
+				}
+				simRandomRunSized(t, seed, lo, hi, reduce, trace)
 			})
 		}
 	})
