@@ -124,6 +124,7 @@ func (h *Host) discoverLoop(ctx context.Context) {
 		default:
 			interval = min(2*interval, h.cfg.DiscoveryInterval)
 		}
+		h.savePeerBook(false)
 		if !waitOrKick(ctx, interval, h.kickDiscover) {
 			return
 		}
@@ -238,23 +239,24 @@ func (h *Host) rejoin(ctx context.Context) int {
 }
 
 // rejoinCandidates returns the configured bootstrap peers and the run peers
-// this host has been connected to, so that losing the bootstrap node, or
-// every connection for a while, does not strand a node. It also serves the
-// DHT, which redials them when its routing table empties.
+// this host has been connected to, in this process or before a restart
+// (PeerBookFile), so that losing the bootstrap node, or every connection
+// for a while, does not strand a node. It also serves the DHT, which
+// redials them when its routing table empties.
 func (h *Host) rejoinCandidates() []peer.AddrInfo {
 	h.knownMu.Lock()
 	defer h.knownMu.Unlock()
 	out := slices.Clone(h.bootstrap)
-	for id, ai := range h.known {
+	for id, k := range h.known {
 		if !slices.ContainsFunc(h.bootstrap, func(b peer.AddrInfo) bool { return b.ID == id }) {
-			out = append(out, ai)
+			out = append(out, k.ai)
 		}
 	}
 	return out
 }
 
-// remember records a run peer's addresses for rejoin, evicting an arbitrary
-// entry when full.
+// remember records a run peer's addresses for rejoin, evicting the entry
+// seen longest ago when full.
 func (h *Host) remember(id peer.ID) {
 	addrs := h.h.Peerstore().Addrs(id)
 	if len(addrs) == 0 {
@@ -263,12 +265,16 @@ func (h *Host) remember(id peer.ID) {
 	h.knownMu.Lock()
 	defer h.knownMu.Unlock()
 	if _, ok := h.known[id]; !ok && len(h.known) >= maxKnownPeers {
-		for k := range h.known {
-			delete(h.known, k)
-			break
+		var oldest peer.ID
+		for k, p := range h.known {
+			if oldest == "" || p.seen.Before(h.known[oldest].seen) {
+				oldest = k
+			}
 		}
+		delete(h.known, oldest)
 	}
-	h.known[id] = peer.AddrInfo{ID: id, Addrs: addrs}
+	h.known[id] = knownPeer{ai: peer.AddrInfo{ID: id, Addrs: addrs}, seen: time.Now()}
+	h.knownDirty = true
 }
 
 // connectFound dials a discovered peer, resolving its addresses through the

@@ -275,8 +275,10 @@ type Host struct {
 	kickAdvertise chan struct{} // a new neighbour: retry a failed advertisement now
 	kickDiscover  chan struct{} // a new neighbour: look up the run's peers now
 
-	knownMu sync.Mutex
-	known   map[peer.ID]peer.AddrInfo // run peers seen, for rejoin
+	knownMu    sync.Mutex
+	known      map[peer.ID]knownPeer // run peers seen, for rejoin (and PeerBookFile)
+	knownDirty bool                  // known changed since the book was written
+	knownSaved time.Time             // when the book was last written
 
 	reach    string       // Config.Reachability resolved before start (initialReachability)
 	punches  *punchLog    // hole-punch outcomes per peer
@@ -328,7 +330,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		cfg:       cfg,
 		bw:        newBandwidthCounter(),
 		bootstrap: boot,
-		known:     make(map[peer.ID]peer.AddrInfo),
+		known:     make(map[peer.ID]knownPeer),
 		reach:     initialReachability(cfg),
 		punches:   &punchLog{},
 		gate:      &gater{blocked: make(map[peer.ID]string)},
@@ -358,6 +360,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.h.Close()
 		return nil, err
 	}
+	h.loadPeerBook()
 	h.log.Info("host listening", "id", h.h.ID().String(), "addrs", h.Addrs(), "run", cfg.Run)
 	return h, nil
 }
@@ -689,6 +692,7 @@ func (h *Host) Close() error {
 		}
 		h.stopLife()
 		h.wg.Wait()
+		h.savePeerBook(true)
 		h.leaveTopics()
 		h.closeMessages()
 		h.closeErr = errors.Join(h.dht.Close(), h.h.Close())

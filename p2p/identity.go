@@ -102,38 +102,47 @@ func decodeIdentity(data []byte) (crypto.PrivKey, error) {
 	return key, nil
 }
 
-// writeIdentity stores key at path atomically: temp file, fsync, rename, fsync
-// of the directory, so a crash never leaves a half-written key behind.
+// writeIdentity stores key at path atomically (writeFileAtomic), so a crash
+// never leaves a half-written key behind.
 func writeIdentity(dir, path string, key crypto.PrivKey) error {
 	data, err := crypto.MarshalPrivateKey(key)
 	if err != nil {
 		return fmt.Errorf("p2p: identity: marshal key: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := writeFileAtomic(dir, path, data); err != nil {
 		return fmt.Errorf("p2p: identity: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, IdentityFile+".tmp-*")
+	return nil
+}
+
+// writeFileAtomic stores data at path (in dir, created if missing, mode
+// 0600): temp file, fsync, rename, fsync of the directory.
+func writeFileAtomic(dir, path string, data []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("p2p: identity: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
 	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
-		return fmt.Errorf("p2p: identity: %w", err)
+		return err
 	}
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("p2p: identity: write: %w", err)
+		return fmt.Errorf("write: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("p2p: identity: sync: %w", err)
+		return fmt.Errorf("sync: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("p2p: identity: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("p2p: identity: %w", err)
+		return err
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // best effort: not every filesystem supports directory fsync
