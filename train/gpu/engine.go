@@ -64,7 +64,10 @@ type Engine struct {
 	rows     []int32 // (B, T+1)
 	inputs   []int32 // (B, T)
 	targets  []int32 // (B, T)
-	scal     [4]float64
+	// scal receives the loss sums from the device. Its own allocation: cgo
+	// refuses a host pointer into memory that holds Go pointers, such as
+	// an array field of Engine ("Go pointer to unpinned Go pointer").
+	scal     []float64
 	timer    *cuda.Timer
 	attnFwd  string
 	attnDQ   string
@@ -90,7 +93,7 @@ func New(opts train.Options, data train.Source, dc Config) (*Engine, error) {
 	}
 	c := opts.Model
 	e := &Engine{opts: opts, cfg: c, data: data, lay: newLayout(c), B: opts.Batch, T: opts.Seq,
-		n: int(c.NumParams()), log: dc.Log}
+		n: int(c.NumParams()), log: dc.Log, scal: make([]float64, 4)}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
