@@ -382,19 +382,8 @@ func (m *Mesh) progress() {
 		if m.state != StateAgreeing {
 			return
 		}
-	} else if m.ag.contested {
-		// A contest's vote says this node is alive; it is decided only
-		// once the node could have voted, and for what it sees then.
-		if !m.canVote() {
-			return
-		}
-		m.ag.contested = false
-		if !slices.Equal(m.viewMembers(), m.ag.vote) {
-			m.vote(max(m.ag.round+1, m.ag.maxRound))
-			if m.state != StateAgreeing {
-				return
-			}
-		}
+	} else if m.ag.contested && !m.settleContest() {
+		return
 	}
 	for range 3 { // a new vote is refuted again only if X grew meanwhile
 		// (a contest's vote may be below the minimum: never decided; nor is
@@ -442,6 +431,21 @@ func (m *Mesh) onExcluded() {
 		}
 	}
 	m.setState(StateExcluded)
+}
+
+// settleContest: a contest's vote says this node is alive; it is decided
+// only once the node could have voted (canVote), and for what it sees
+// then. It reports whether progress may go on to decide.
+func (m *Mesh) settleContest() bool {
+	if !m.canVote() {
+		return false
+	}
+	m.ag.contested = false
+	if !slices.Equal(m.viewMembers(), m.ag.vote) {
+		m.vote(max(m.ag.round+1, m.ag.maxRound))
+		return m.state == StateAgreeing
+	}
+	return true
 }
 
 // ringRunsWithout: a live peer reduces a ring of this step and model that
