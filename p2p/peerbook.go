@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,7 +101,7 @@ func writePeerBook(path string, peers []knownPeer) error {
 		if c := b.seen.Compare(a.seen); c != 0 {
 			return c
 		}
-		return compareIDs(a.ai.ID, b.ai.ID)
+		return cmp.Compare(a.ai.ID, b.ai.ID)
 	})
 	var b peerBook
 	for _, p := range peers {
@@ -115,16 +116,6 @@ func writePeerBook(path string, peers []knownPeer) error {
 		return err
 	}
 	return writeFileAtomic(filepath.Dir(path), path, append(data, '\n'))
-}
-
-func compareIDs(a, b peer.ID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // loadPeerBook fills the remembered run peers from Home's book.
