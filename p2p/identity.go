@@ -52,7 +52,7 @@ func LoadOrCreateIdentity(dir string) (key crypto.PrivKey, created bool, err err
 	if err != nil {
 		return nil, false, fmt.Errorf("p2p: identity: generate key: %w", err)
 	}
-	if err := writeIdentity(dir, path, key); err != nil {
+	if err := writeIdentity(path, key); err != nil {
 		return nil, false, err
 	}
 	return key, true, nil
@@ -104,20 +104,21 @@ func decodeIdentity(data []byte) (crypto.PrivKey, error) {
 
 // writeIdentity stores key at path atomically (writeFileAtomic), so a crash
 // never leaves a half-written key behind.
-func writeIdentity(dir, path string, key crypto.PrivKey) error {
+func writeIdentity(path string, key crypto.PrivKey) error {
 	data, err := crypto.MarshalPrivateKey(key)
 	if err != nil {
 		return fmt.Errorf("p2p: identity: marshal key: %w", err)
 	}
-	if err := writeFileAtomic(dir, path, data); err != nil {
+	if err := writeFileAtomic(path, data); err != nil {
 		return fmt.Errorf("p2p: identity: %w", err)
 	}
 	return nil
 }
 
-// writeFileAtomic stores data at path (in dir, created if missing, mode
-// 0600): temp file, fsync, rename, fsync of the directory.
-func writeFileAtomic(dir, path string, data []byte) error {
+// writeFileAtomic stores data at path (its directory created if missing,
+// mode 0600): temp file, fsync, rename, fsync of the directory.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}

@@ -115,7 +115,7 @@ func writePeerBook(path string, peers []knownPeer) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Dir(path), path, append(data, '\n'))
+	return writeFileAtomic(path, append(data, '\n'))
 }
 
 // loadPeerBook fills the remembered run peers from Home's book.
