@@ -42,6 +42,7 @@ type sweepRun struct {
 	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
 	Beta1   float64 `json:"inner_beta1,omitempty"`   // inner AdamW β1; 0: the preset's
 	Warmup  int     `json:"inner_warmup,omitempty"`  // inner warmup steps; 0: the preset's
+	Decay   float64 `json:"inner_decay,omitempty"`   // fraction of the steps the inner LR decays over; 0: the preset's
 	Overlap int     `json:"overlap_steps,omitempty"` // overlapped DiLoCo (node --overlap) applying the average after this many inner steps
 	// Optimizer is the inner optimizer (of a single run: its only one),
 	// train.Options.Optimizer: "adamw" or "muon"; "": the preset's (AdamW).
@@ -191,6 +192,9 @@ func sweepOptions(r sweepRun, seed uint64, preset string, steps int) (train.Opti
 	}
 	if r.Warmup > 0 {
 		opts.WarmupSteps = r.Warmup
+	}
+	if r.Decay > 0 {
+		opts.DecayFrac = r.Decay
 	}
 	if r.Optimizer != "" {
 		opts.Optimizer = r.Optimizer

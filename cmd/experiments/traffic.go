@@ -35,6 +35,7 @@ type trafficOptions struct {
 	seeds, corpora, hs, m   string
 	codecs, outers          string
 	steps, parallel         int
+	decay                   float64 // the inner LR's decay fraction of every run; 0: the preset's
 	replot, dryPlan         bool
 	budget                  float64 // the loss budget against the M× batch, e.g. 0.03
 	require, stretch        float64 // traffic reductions the frontier is read against
@@ -75,6 +76,7 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6)")
 	fs.IntVar(&o.steps, "steps", 2000, "inner steps per member (= the baselines' steps); H = 100 makes steps/100 outer steps")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
+	fs.Float64Var(&o.decay, "decay", 0, "fraction of the steps over which every run's inner LR decays to its minimum (0: the preset's, 0.2); use its own -out")
 	fs.Float64Var(&o.budget, "budget", 0.03, "loss budget against one node with an M× batch")
 	fs.Float64Var(&o.require, "require", 400, "the traffic reduction required of the frontier's point")
 	fs.Float64Var(&o.stretch, "stretch", 4400, "the stretch traffic reduction")
@@ -155,7 +157,11 @@ func trafficPlan(o trafficOptions) ([]benchJob, error) {
 		}
 	}
 	extra, err := pointPlan(o, m)
-	return append(plan, extra...), err
+	plan = append(plan, extra...)
+	for i := range plan {
+		plan[i].run.Decay = o.decay
+	}
+	return plan, err
 }
 
 // pointPlan is the chosen point's extra runs: seed 2 at M, and M = 2 and 8

@@ -29,6 +29,34 @@ func TestParseTrafficName(t *testing.T) {
 	}
 }
 
+// TestTrafficDecay: -decay reaches every run of the plan, baselines
+// included, and the run's training options.
+func TestTrafficDecay(t *testing.T) {
+	o := trafficOptions{seeds: "1", corpora: "gosrc", hs: "60", m: "4", codecs: "q4", outers: "nesterov", decay: 1,
+		frontierH: "60", frontierCode: "q4/nesterov"}
+	plan, err := trafficPlan(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 3+9 {
+		t.Fatalf("%d runs, want 12", len(plan))
+	}
+	for _, j := range plan {
+		opts, err := sweepOptions(j.run, j.seed, "tiny", 2000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.run.Decay != 1 || opts.DecayFrac != 1 || opts.LRAt(1000) >= opts.LR {
+			t.Errorf("%s: decay %v, DecayFrac %v, LR at step 1000 %v of %v", j.run.Name, j.run.Decay, opts.DecayFrac, opts.LRAt(1000), opts.LR)
+		}
+	}
+	o.decay = 0
+	plan, _ = trafficPlan(o)
+	if opts, _ := sweepOptions(plan[0].run, 1, "tiny", 2000); opts.DecayFrac != 0.2 {
+		t.Errorf("no -decay: DecayFrac %v, want the preset's 0.2", opts.DecayFrac)
+	}
+}
+
 // TestTrafficReport: the table pairs each run with its baselines, the
 // reduction is DP bytes over the larger direction, the frontier names the
 // cheapest point within budget on every corpus, and the plots are written.
