@@ -36,6 +36,7 @@ type trafficOptions struct {
 	codecs, outers          string
 	steps, parallel         int
 	decay                   float64 // the inner LR's decay fraction of every run; 0: the preset's
+	innerLR                 float64 // every run's inner LR; 0: the preset's
 	replot, dryPlan         bool
 	budget                  float64 // the loss budget against the M× batch, e.g. 0.03
 	require, stretch        float64 // traffic reductions the frontier is read against
@@ -76,6 +77,7 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6)")
 	fs.IntVar(&o.steps, "steps", 2000, "inner steps per member (= the baselines' steps); H = 100 makes steps/100 outer steps")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
+	fs.Float64Var(&o.innerLR, "inner-lr", 0, "every run's inner learning rate, the baselines' too (0: the preset's; the minimum is a tenth); use its own -out")
 	fs.Float64Var(&o.decay, "decay", 0, "fraction of the steps over which every run's inner LR decays to its minimum (0: the preset's, 0.2); use its own -out")
 	fs.Float64Var(&o.budget, "budget", 0.03, "loss budget against one node with an M× batch")
 	fs.Float64Var(&o.require, "require", 400, "the traffic reduction required of the frontier's point")
@@ -159,7 +161,7 @@ func trafficPlan(o trafficOptions) ([]benchJob, error) {
 	extra, err := pointPlan(o, m)
 	plan = append(plan, extra...)
 	for i := range plan {
-		plan[i].run.Decay = o.decay
+		plan[i].run.Decay, plan[i].run.InnerLR = o.decay, o.innerLR
 	}
 	return plan, err
 }

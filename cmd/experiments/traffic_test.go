@@ -32,7 +32,7 @@ func TestParseTrafficName(t *testing.T) {
 // TestTrafficDecay: -decay reaches every run of the plan, baselines
 // included, and the run's training options.
 func TestTrafficDecay(t *testing.T) {
-	o := trafficOptions{seeds: "1", corpora: "gosrc", hs: "60", m: "4", codecs: "q4", outers: "nesterov", decay: 1,
+	o := trafficOptions{seeds: "1", corpora: "gosrc", hs: "60", m: "4", codecs: "q4", outers: "nesterov", decay: 1, innerLR: 2e-3,
 		frontierH: "60", frontierCode: "q4/nesterov"}
 	plan, err := trafficPlan(o)
 	if err != nil {
@@ -46,14 +46,17 @@ func TestTrafficDecay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if opts.LR != 2e-3 || opts.MinLR != 2e-4 {
+			t.Errorf("%s: LR %v, MinLR %v", j.run.Name, opts.LR, opts.MinLR)
+		}
 		if j.run.Decay != 1 || opts.DecayFrac != 1 || opts.LRAt(1000) >= opts.LR {
 			t.Errorf("%s: decay %v, DecayFrac %v, LR at step 1000 %v of %v", j.run.Name, j.run.Decay, opts.DecayFrac, opts.LRAt(1000), opts.LR)
 		}
 	}
-	o.decay = 0
+	o.decay, o.innerLR = 0, 0
 	plan, _ = trafficPlan(o)
-	if opts, _ := sweepOptions(plan[0].run, 1, "tiny", 2000); opts.DecayFrac != 0.2 {
-		t.Errorf("no -decay: DecayFrac %v, want the preset's 0.2", opts.DecayFrac)
+	if opts, _ := sweepOptions(plan[0].run, 1, "tiny", 2000); opts.DecayFrac != 0.2 || opts.LR != 3e-3 {
+		t.Errorf("no -decay, -inner-lr: DecayFrac %v, LR %v, want the preset's 0.2, 3e-3", opts.DecayFrac, opts.LR)
 	}
 }
 
