@@ -55,9 +55,27 @@ var trafficCodecs = map[string]sweepRun{
 	"topk-4bit": {Codec: "robust-topk", Beta: 0.95, TopKBits: 4},
 }
 
-// trafficOuters are the outer optimizers: plain averaging, and Nesterov
-// momentum at MuLoCo's setting.
+// trafficOuters are the named outer optimizers: plain averaging, and
+// Nesterov momentum at MuLoCo's setting. trafficOuter also reads any other
+// Nesterov setting written nLRmMU, e.g. n0.8m0.6.
 var trafficOuters = map[string][2]float32{"plain": {1, 0}, "nesterov": {0.7, 0.6}}
+
+// trafficOuter returns the outer learning rate and momentum of an outer
+// optimizer's name.
+func trafficOuter(name string) ([2]float32, bool) {
+	if lrmu, ok := trafficOuters[name]; ok {
+		return lrmu, true
+	}
+	var lr, mu float32
+	lrs, mus, ok := strings.Cut(strings.TrimPrefix(name, "n"), "m")
+	if !strings.HasPrefix(name, "n") || !ok {
+		return [2]float32{}, false
+	}
+	l, err1 := strconv.ParseFloat(lrs, 32)
+	m, err2 := strconv.ParseFloat(mus, 32)
+	lr, mu = float32(l), float32(m)
+	return [2]float32{lr, mu}, err1 == nil && err2 == nil && lr > 0 && lr <= 10 && mu >= 0 && mu < 1
+}
 
 func trafficMain(args []string) error { return trafficRun(args, os.Stdout, os.Stderr) }
 
@@ -74,7 +92,7 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.hs, "h", "5,10,30,100", "comma-separated H")
 	fs.StringVar(&o.m, "m", "4", "DiLoCo members M of the grid")
 	fs.StringVar(&o.codecs, "codecs", "int8,q4,q2,topk", "comma-separated codecs: "+strings.Join(sortedKeys(trafficCodecs), ", "))
-	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6)")
+	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6), nLRmMU (Nesterov, lr LR, μ MU, e.g. n0.8m0.6)")
 	fs.IntVar(&o.steps, "steps", 2000, "inner steps per member (= the baselines' steps); H = 100 makes steps/100 outer steps")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
 	fs.Float64Var(&o.innerLR, "inner-lr", 0, "every run's inner learning rate, the baselines' too (0: the preset's; the minimum is a tenth); use its own -out")
@@ -113,9 +131,9 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 // the benchmark's tables; its name carries all four.
 func trafficRunOf(m, h int, codec, outer string) (sweepRun, error) {
 	c, ok := trafficCodecs[codec]
-	lrmu, ok2 := trafficOuters[outer]
+	lrmu, ok2 := trafficOuter(outer)
 	if !ok || !ok2 {
-		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
+		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v or nLRmMU", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
 	}
 	c.Name = fmt.Sprintf("traffic-m%d-h%d-%s-%s", m, h, codec, outer)
 	c.Kind, c.M, c.K, c.H, c.LR, c.Mu = "diloco", m, 1, h, lrmu[0], lrmu[1]

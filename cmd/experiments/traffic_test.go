@@ -27,6 +27,15 @@ func TestParseTrafficName(t *testing.T) {
 	if _, err := trafficRunOf(4, 10, "zip", "plain"); err == nil {
 		t.Error("unknown codec accepted")
 	}
+	r, err = trafficRunOf(4, 30, "q2", "n0.8m0.5")
+	if _, _, _, outer, ok := parseTrafficName(r.Name); err != nil || !ok || outer != "n0.8m0.5" || r.LR != 0.8 || r.Mu != 0.5 {
+		t.Fatalf("n0.8m0.5: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"n0.8", "n0m0.5", "n0.8m1", "x0.8m0.5", "nfast"} {
+		if _, err := trafficRunOf(4, 30, "q2", bad); err == nil {
+			t.Errorf("outer %q accepted", bad)
+		}
+	}
 }
 
 // TestTrafficDecay: -decay reaches every run of the plan, baselines
