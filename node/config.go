@@ -146,6 +146,12 @@ type Config struct {
 	// train.OptimizerMuon (docs/convergence.md). Default DefaultOptimizer.
 	// Recorded in the run manifest (train.optimizer; AdamW as "").
 	Optimizer string
+	// LRDecay is the fraction of the schedule's steps over which the inner
+	// learning rate decays linearly to its minimum (train.Options.DecayFrac;
+	// the schedule ends at --max-outer-steps × H, else the preset's
+	// TotalSteps). 0: the preset's. Recorded in the run manifest
+	// (train.decay_frac).
+	LRDecay float64
 	// Tick is the period of the mesh state machine's clock. Default
 	// DefaultTick.
 	Tick time.Duration
@@ -394,6 +400,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: --close-fraction %v: want [0, 1]", ErrBadConfig, *c.CloseFraction)
 	case c.MinMembers < 1 || c.MinMembers > mesh.MaxMembers:
 		return fmt.Errorf("%w: --min-members must be in 1..%d, got %d", ErrBadConfig, mesh.MaxMembers, c.MinMembers)
+	case !(c.LRDecay >= 0 && c.LRDecay <= 1):
+		return fmt.Errorf("%w: --lr-decay %v: want [0, 1]", ErrBadConfig, c.LRDecay)
 	case c.Optimizer != "" && c.Optimizer != train.OptimizerAdamW && c.Optimizer != train.OptimizerMuon:
 		return fmt.Errorf("%w: --optimizer %q: want %s or %s", ErrBadConfig, c.Optimizer, train.OptimizerAdamW, train.OptimizerMuon)
 	case c.Shards < 1 || c.Shards > collective.MaxShards:

@@ -207,6 +207,20 @@ func TestTrainOptions(t *testing.T) {
 	if o, err = trainOptions(c, self); err != nil || o.Seed != 77 || o.TotalSteps != 200 {
 		t.Fatalf("seed %d total %d (%v), want 77 and 200", o.Seed, o.TotalSteps, err)
 	}
+	if o.DecayFrac != def.DecayFrac {
+		t.Fatalf("decay %v without --lr-decay, want the preset's %v", o.DecayFrac, def.DecayFrac)
+	}
+	c.LRDecay = 1
+	if o, err = trainOptions(c, self); err != nil || o.DecayFrac != 1 || o.LRAt(100) >= o.LR || o.LRAt(199) > o.MinLR*1.0001 {
+		t.Fatalf("--lr-decay 1: decay %v, LR at 100 %v and 199 %v (%v)", o.DecayFrac, o.LRAt(100), o.LRAt(199), err)
+	}
+	for _, bad := range []float64{-0.1, 1.5, math.NaN()} {
+		c.LRDecay = bad
+		if err := c.Validate(); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("--lr-decay %v: %v, want ErrBadConfig", bad, err)
+		}
+	}
+	c.LRDecay = 0
 	c.MaxOuterSteps = 1 // shorter than the warmup: the schedule still has a step after it
 	if o, err = trainOptions(c, self); err != nil || o.TotalSteps != o.WarmupSteps+1 {
 		t.Fatalf("total %d warmup %d (%v)", o.TotalSteps, o.WarmupSteps, err)

@@ -206,6 +206,13 @@ func TestManifestDiffAndCheck(t *testing.T) {
 	if err := checkAgainst(mine, arm, map[string]string{"train.optimizer": "--optimizer adamw"}); err != nil {
 		t.Fatalf("--optimizer adamw on an AdamW run: %v", err)
 	}
+	// --lr-decay 1 against the run's schedule.
+	mine = testManifest(t)
+	mine.Train.DecayFrac = 1
+	err = checkAgainst(mine, rm, map[string]string{"train.decay_frac": "--lr-decay 1"})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--lr-decay 1 contradicts") || !strings.Contains(err.Error(), "train.decay_frac = 0.2") {
+		t.Fatalf("--lr-decay 1 on a run decaying over 0.2: %v", err)
+	}
 	mine = testManifest(t)
 	mine.Data = []train.MixtureEntry{{Name: "web.tok", Weight: 1}}
 	if err := checkAgainst(mine, rm, nil); err == nil || !strings.Contains(err.Error(), "other data") {

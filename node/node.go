@@ -251,6 +251,9 @@ func trainOptions(cfg Config, self peer.ID) (train.Options, error) {
 		opts.Optimizer = "" // canonical: manifests before Muon say nothing
 	}
 	opts.Worker = workerID(self)
+	if cfg.LRDecay > 0 {
+		opts.DecayFrac = cfg.LRDecay
+	}
 	if cfg.MaxOuterSteps > 0 {
 		// Let the schedule's decay end with the run.
 		opts.TotalSteps = max(int(cfg.MaxOuterSteps)*cfg.InnerSteps, opts.WarmupSteps+1)

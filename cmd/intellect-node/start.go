@@ -73,6 +73,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "with --codec int8: carry the quantization error into the next pseudo-gradient (the compressed codecs always do); in the run manifest")
 	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md) or mean (the ring's weighted mean; the default with --fp32); recorded in the run manifest")
 	fs.StringVar(&c.Optimizer, "optimizer", node.DefaultOptimizer, "inner `optimizer`: adamw, or muon (Muon on the hidden matrices, AdamW on the rest; docs/convergence.md); recorded in the run manifest")
+	fs.Float64Var(&c.LRDecay, "lr-decay", 0, "the `fraction` of the schedule's inner steps (--max-outer-steps × H, else the preset's) over which the inner learning rate decays linearly to its minimum (0: the preset's, 0.2); larger H trains better with 0.5–1 (docs/traffic.md); in the run manifest")
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps (0: only at exit)")
@@ -134,6 +135,7 @@ var runFlags = map[string]string{
 	"codec": "compression.codec", "topk": "compression.topk", "topk-bits": "compression.topk_bits",
 	"feedback-decay": "compression.feedback_decay", "result-feedback": "compression.result_feedback",
 	"averaging": "averaging", "admission": "admission.policy", "optimizer": "train.optimizer",
+	"lr-decay": "train.decay_frac",
 }
 
 // givenRunFlags returns the run-manifest flags the user actually set
