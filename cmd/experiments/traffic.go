@@ -66,15 +66,15 @@ func trafficOuter(name string) ([2]float32, bool) {
 	if lrmu, ok := trafficOuters[name]; ok {
 		return lrmu, true
 	}
-	var lr, mu float32
-	lrs, mus, ok := strings.Cut(strings.TrimPrefix(name, "n"), "m")
-	if !strings.HasPrefix(name, "n") || !ok {
+	rest, isN := strings.CutPrefix(name, "n")
+	lrs, mus, ok := strings.Cut(rest, "m")
+	if !isN || !ok {
 		return [2]float32{}, false
 	}
-	l, err1 := strconv.ParseFloat(lrs, 32)
-	m, err2 := strconv.ParseFloat(mus, 32)
-	lr, mu = float32(l), float32(m)
-	return [2]float32{lr, mu}, err1 == nil && err2 == nil && lr > 0 && lr <= 10 && mu >= 0 && mu < 1
+	lr, err1 := strconv.ParseFloat(lrs, 32)
+	mu, err2 := strconv.ParseFloat(mus, 32)
+	ok = err1 == nil && err2 == nil && lr > 0 && lr <= 10 && mu >= 0 && mu < 1
+	return [2]float32{float32(lr), float32(mu)}, ok
 }
 
 func trafficMain(args []string) error { return trafficRun(args, os.Stdout, os.Stderr) }
