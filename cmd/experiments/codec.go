@@ -13,7 +13,7 @@ import (
 // fp32 is the plain float32 mean, int8 and int8-ef the nodes' ring
 // all-reduce, robust the direct scatter (int8), and PATH-CODEC the ring
 // (PATH ring) or the robust scatter (PATH robust) with a compressed codec
-// (q4, q2, topk), error feedback on, r's codec settings.
+// (q4, q2, q1, topk), error feedback on, r's codec settings.
 func codecAveraging(r sweepRun) (diloco.Averaging, error) {
 	var a diloco.Averaging
 	robust := collective.RobustConfig{MaxWeight: float32(r.H)}
@@ -33,7 +33,7 @@ func codecAveraging(r sweepRun) (diloco.Averaging, error) {
 	path, name, _ := strings.Cut(r.Codec, "-")
 	c, ok := compressed[name]
 	if !ok || (path != "ring" && path != "robust") {
-		return a, fmt.Errorf("codec %q: want fp32, int8, int8-ef, robust, or ring-CODEC or robust-CODEC with CODEC q4, q2 or topk", r.Codec)
+		return a, fmt.Errorf("codec %q: want fp32, int8, int8-ef, robust, or ring-CODEC or robust-CODEC with CODEC q4, q2, q1 or topk", r.Codec)
 	}
 	beta := r.Beta
 	if beta == 0 {
@@ -50,7 +50,7 @@ func codecAveraging(r sweepRun) (diloco.Averaging, error) {
 }
 
 // compressed are the compressed codecs by name.
-var compressed = map[string]collective.Codec{"q4": collective.CodecQ4, "q2": collective.CodecQ2, "topk": collective.CodecTopK}
+var compressed = map[string]collective.Codec{"q4": collective.CodecQ4, "q2": collective.CodecQ2, "q1": collective.CodecQ1, "topk": collective.CodecTopK}
 
 // setCodecNumber sets one of the compressed codecs' numeric settings.
 func (r *sweepRun) setCodecNumber(k string, f float64) {

@@ -50,6 +50,7 @@ var trafficCodecs = map[string]sweepRun{
 	"int8":      {Codec: "robust"},
 	"q4":        {Codec: "robust-q4"},
 	"q2":        {Codec: "robust-q2"},
+	"q1":        {Codec: "robust-q1"},
 	"topk":      {Codec: "robust-topk", Beta: 0.95},
 	"topk-ef1":  {Codec: "robust-topk", Beta: 1},
 	"topk-4bit": {Codec: "robust-topk", Beta: 0.95, TopKBits: 4},

@@ -7,12 +7,13 @@ import (
 	"math/bits"
 )
 
-// The compressed codecs (CodecQ4, CodecQ2, CodecTopK) and what they share:
+// The compressed codecs (CodecQ4, CodecQ2, CodecQ1, CodecTopK) and what they
+// share:
 // their parameters, message sizes and the bit packing.
 //
 // Payloads after the 12-byte chunk header:
 //
-//	CodecQ4, CodecQ2 (b = 4, 2): 2^b float32 LE levels, then n b-bit
+//	CodecQ4, CodecQ2, CodecQ1 (b = 4, 2, 1): 2^b float32 LE levels, then n b-bit
 //	  codes packed LSB first (value i at bit i·b), zero padded to a byte.
 //	CodecTopK: a 10-byte descriptor
 //	  off 0 uint8  b, bits per kept value (2 or 4)
@@ -51,7 +52,7 @@ type codecParams struct {
 	codec Codec
 	topK  int     // CodecTopK: entries per full block
 	block int     // CodecTopK: values per block
-	bits  int     // CodecQ4: 4, CodecQ2: 2, CodecTopK: TopKBits
+	bits  int     // CodecQ4: 4, CodecQ2: 2, CodecQ1: 1, CodecTopK: TopKBits
 	decay float32 // FeedbackDecay β
 }
 
@@ -64,13 +65,16 @@ func (c *AllReduceConfig) params() codecParams {
 	return p
 }
 
-// denseBits is the bits per value of CodecQ4 and CodecQ2 (0 for others).
+// denseBits is the bits per value of CodecQ4, CodecQ2 and CodecQ1 (0 for
+// others).
 func denseBits(c Codec) int {
 	switch c {
 	case CodecQ4:
 		return 4
 	case CodecQ2:
 		return 2
+	case CodecQ1:
+		return 1
 	}
 	return 0
 }
@@ -131,7 +135,7 @@ func (p codecParams) checkCounts(chunkElems int) error {
 // compressed reports the codecs that encode each contribution once with
 // error feedback in the member's own units and gather contributions on
 // the ring.
-func (c Codec) compressed() bool { return c == CodecQ4 || c == CodecQ2 || c == CodecTopK }
+func (c Codec) compressed() bool { return denseBits(c) > 0 || c == CodecTopK }
 
 // levels is the number of table entries of a dense or top-k message.
 func (p codecParams) levels() int { return 1 << p.bits }
@@ -159,7 +163,7 @@ func (p codecParams) entries(n int) int {
 // fixed-size codecs; a top-k result can differ: topkLen).
 func (p codecParams) msgSize(n int) int {
 	switch p.codec {
-	case CodecQ4, CodecQ2:
+	case CodecQ4, CodecQ2, CodecQ1:
 		return chunkHeaderSize + 4*p.levels() + (n*p.bits+7)/8
 	case CodecTopK:
 		return topkLen(n, p.block, p.entries(n), p.bits, topkFixed)
@@ -332,7 +336,7 @@ type packer struct {
 // ErrNonFinite if x holds a NaN or ±Inf.
 func (pk *packer) encode(payload []byte, x, res []float32) (int, error) {
 	switch pk.p.codec {
-	case CodecQ4, CodecQ2:
+	case CodecQ4, CodecQ2, CodecQ1:
 		if err := pk.dq.encodeDense(payload, x, res, pk.p.bits); err != nil {
 			return 0, err
 		}
@@ -356,7 +360,7 @@ func (pk *packer) encode(payload []byte, x, res []float32) (int, error) {
 // ErrNonFinite.
 func (pk *packer) read(payload []byte, n int, counted, check bool) error {
 	switch pk.p.codec {
-	case CodecQ4, CodecQ2:
+	case CodecQ4, CodecQ2, CodecQ1:
 		return denseTable(pk.t[:], payload, n, pk.p.bits, check)
 	case CodecTopK:
 		return pk.p.readTopK(payload, n, counted, check, pk.t[:], &pk.sp)
@@ -380,7 +384,7 @@ func (pk *packer) read(payload []byte, n int, counted, check bool) error {
 // with add, adds float32(scale·value) to it.
 func (pk *packer) apply(dst []float32, payload []byte, scale float32, add bool) {
 	switch pk.p.codec {
-	case CodecQ4, CodecQ2:
+	case CodecQ4, CodecQ2, CodecQ1:
 		decodeDense(dst, pk.t[:], payload, pk.p.bits, scale, add)
 	case CodecTopK:
 		if !add {

@@ -17,6 +17,7 @@ var benchCodecs = []AllReduceConfig{
 	{Codec: CodecInt8},
 	{Codec: CodecQ4},
 	{Codec: CodecQ2},
+	{Codec: CodecQ1},
 	{Codec: CodecTopK},
 	{Codec: CodecTopK, TopKBits: 4},
 }

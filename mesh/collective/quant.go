@@ -31,6 +31,9 @@ const (
 	// largest magnitude, their block-relative indices and TopKBits-bit codes
 	// of one table of bucket means per chunk (SparseLoCo's recipe).
 	CodecTopK Codec = 5
+	// CodecQ1 is CodecQ4 with 1 bit per value and a 2-entry table: each
+	// value is sent as the side of the chunk's least-squares cut it lies on.
+	CodecQ1 Codec = 6
 )
 
 // ClipSigma is the half-width, in standard deviations of a chunk, of the
@@ -72,7 +75,7 @@ var (
 	ErrNonFinite = errors.New("mesh: non-finite value")
 )
 
-// String names the codec ("int8", "fp32", "q4", "q2", "topk").
+// String names the codec ("int8", "fp32", "q4", "q2", "topk", "q1").
 func (c Codec) String() string {
 	switch c {
 	case CodecInt8:
@@ -85,11 +88,13 @@ func (c Codec) String() string {
 		return "q2"
 	case CodecTopK:
 		return "topk"
+	case CodecQ1:
+		return "q1"
 	}
 	return fmt.Sprintf("codec(%d)", uint8(c))
 }
 
-func (c Codec) valid() bool { return c >= CodecInt8 && c <= CodecTopK }
+func (c Codec) valid() bool { return c >= CodecInt8 && c <= CodecQ1 }
 
 // msgSize is the size of a chunk message of n values of CodecInt8 or
 // CodecFP32 (codecParams.msgSize sizes every codec).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Dense b-bit quantization (CodecQ4, CodecQ2). The int8 codec's pass
+// Dense b-bit quantization (CodecQ4, CodecQ2, CodecQ1). The int8 codec's pass
 // (√-spaced buckets over the chunk's range about its mean, with the sum
 // and count of each, the AVX2 loops where there are some) makes a
 // 256-bin histogram; the bins are grouped into 2^b buckets of least
@@ -129,15 +129,22 @@ func packCodes(dst []byte, bins []uint8, group *[256]uint8, b int) {
 	per := 8 / b
 	full := len(bins) / per
 	dst = dst[:(len(bins)*b+7)/8]
-	if b == 4 {
+	switch b {
+	case 4:
 		for i := range full {
 			p := bins[2*i : 2*i+2 : 2*i+2]
 			dst[i] = group[p[0]] | group[p[1]]<<4
 		}
-	} else {
+	case 2:
 		for i := range full {
 			p := bins[4*i : 4*i+4 : 4*i+4]
 			dst[i] = group[p[0]] | group[p[1]]<<2 | group[p[2]]<<4 | group[p[3]]<<6
+		}
+	default:
+		for i := range full {
+			p := bins[8*i : 8*i+8 : 8*i+8]
+			dst[i] = group[p[0]] | group[p[1]]<<1 | group[p[2]]<<2 | group[p[3]]<<3 |
+				group[p[4]]<<4 | group[p[5]]<<5 | group[p[6]]<<6 | group[p[7]]<<7
 		}
 	}
 	if rest := bins[full*per:]; len(rest) > 0 {
@@ -187,21 +194,28 @@ func decodeDense(dst []float32, t []float32, payload []byte, b int, scale float3
 // unpackSet sets dst[i] to st[code i], a byte of codes at a time through
 // a table of what each byte decodes to.
 func unpackSet(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
-	var bt [256 * 4]float32 // byte → its 8/b values
+	var bt [256 * 8]float32 // byte → its 8/b values
 	byteTable(&bt, st, b)
-	if b == 4 {
+	switch b {
+	case 4:
 		full := len(dst) / 2
 		d := dst[:2*full]
 		for i, c := range codes[:full] {
 			t := bt[2*int(c) : 2*int(c)+2 : 2*int(c)+2]
 			d[2*i], d[2*i+1] = t[0], t[1]
 		}
-	} else {
+	case 2:
 		full := len(dst) / 4
 		d := dst[:4*full]
 		for i, c := range codes[:full] {
 			t := bt[4*int(c) : 4*int(c)+4 : 4*int(c)+4]
 			d[4*i], d[4*i+1], d[4*i+2], d[4*i+3] = t[0], t[1], t[2], t[3]
+		}
+	default:
+		full := len(dst) / 8
+		d := dst[:8*full]
+		for i, c := range codes[:full] {
+			copy(d[8*i:8*i+8], bt[8*int(c):8*int(c)+8])
 		}
 	}
 	unpackTail(dst, st, codes, b, false)
@@ -209,9 +223,10 @@ func unpackSet(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 
 // unpackAdd adds st[code i] to dst[i].
 func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
-	var bt [256 * 4]float32
+	var bt [256 * 8]float32
 	byteTable(&bt, st, b)
-	if b == 4 {
+	switch b {
+	case 4:
 		full := len(dst) / 2
 		d := dst[:2*full]
 		for i, c := range codes[:full] {
@@ -219,7 +234,7 @@ func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 			d[2*i] += t[0]
 			d[2*i+1] += t[1]
 		}
-	} else {
+	case 2:
 		full := len(dst) / 4
 		d := dst[:4*full]
 		for i, c := range codes[:full] {
@@ -229,6 +244,15 @@ func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 			d[4*i+2] += t[2]
 			d[4*i+3] += t[3]
 		}
+	default:
+		full := len(dst) / 8
+		d := dst[:8*full]
+		for i, c := range codes[:full] {
+			t := bt[8*int(c) : 8*int(c)+8 : 8*int(c)+8]
+			for j, v := range t {
+				d[8*i+j] += v
+			}
+		}
 	}
 	unpackTail(dst, st, codes, b, true)
 }
@@ -237,15 +261,23 @@ func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 func unpackBytes(dst, codes []byte, b int) {
 	per, mask := 8/b, byte(1<<b-1)
 	full := len(dst) / per
-	if b == 4 {
+	switch b {
+	case 4:
 		d := dst[:2*full]
 		for i, c := range codes[:full] {
 			d[2*i], d[2*i+1] = c&15, c>>4
 		}
-	} else {
+	case 2:
 		d := dst[:4*full]
 		for i, c := range codes[:full] {
 			d[4*i], d[4*i+1], d[4*i+2], d[4*i+3] = c&3, c>>2&3, c>>4&3, c>>6
+		}
+	default:
+		d := dst[:8*full]
+		for i, c := range codes[:full] {
+			for j := range 8 {
+				d[8*i+j] = c >> j & 1
+			}
 		}
 	}
 	for i := full * per; i < len(dst); i++ {
@@ -254,7 +286,7 @@ func unpackBytes(dst, codes []byte, b int) {
 }
 
 // byteTable sets bt[byte·per + j] to st[code j of byte], per = 8/b.
-func byteTable(bt *[256 * 4]float32, st *[maxLevels]float32, b int) {
+func byteTable(bt *[256 * 8]float32, st *[maxLevels]float32, b int) {
 	per, mask := 8/b, 1<<b-1
 	for c := range 256 {
 		for j := range per {

@@ -216,7 +216,7 @@ func messageNorm(msg []byte) float32 {
 			s += float64(v * v)
 		}
 		n = math.Sqrt(s)
-	case CodecQ4, CodecQ2, CodecTopK:
+	case CodecQ4, CodecQ2, CodecQ1, CodecTopK:
 		n = compressedNorm(c, p, vals)
 	}
 	if math.IsNaN(n) || math.IsInf(n, 0) {
@@ -292,7 +292,7 @@ func chunkMsgLen(b []byte) (int, bool) {
 	switch c := Codec(b[0]); c {
 	case CodecInt8, CodecFP32:
 		m = c.msgSize(n)
-	case CodecQ4, CodecQ2:
+	case CodecQ4, CodecQ2, CodecQ1:
 		m = codecParams{codec: c, bits: denseBits(c)}.msgSize(n)
 	case CodecTopK:
 		var ok bool

@@ -21,7 +21,7 @@ type poisonMesh struct {
 func (p *poisonMesh) Send(ctx context.Context, to, lane int, msg []byte) error {
 	off, entries := chunkHeaderSize, 256
 	switch p.p.codec {
-	case CodecQ4, CodecQ2:
+	case CodecQ4, CodecQ2, CodecQ1:
 		entries = p.p.levels()
 	case CodecTopK:
 		off, entries = chunkHeaderSize+topkDescSize, p.p.levels()
@@ -75,7 +75,7 @@ func TestScatterAttacks(t *testing.T) {
 
 // codecSlack is what encoding the owners' results adds to attackBound: a
 // little over the largest error measured on these inputs.
-var codecSlack = map[Codec]float64{CodecInt8: 0, CodecQ4: 0.05, CodecQ2: 0.15, CodecTopK: 0.22}
+var codecSlack = map[Codec]float64{CodecInt8: 0, CodecQ4: 0.05, CodecQ2: 0.15, CodecQ1: 0.1, CodecTopK: 0.22}
 
 func scatterAttack(t *testing.T, ctx context.Context, cc AllReduceConfig, a attack, k, f, n int) {
 	c := newAttackCase(a, k, f, n, 7)
