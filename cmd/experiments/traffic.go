@@ -93,7 +93,7 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.hs, "h", "5,10,30,100", "comma-separated H")
 	fs.StringVar(&o.m, "m", "4", "DiLoCo members M of the grid")
 	fs.StringVar(&o.codecs, "codecs", "int8,q4,q2,topk", "comma-separated codecs: "+strings.Join(sortedKeys(trafficCodecs), ", "))
-	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6), nLRmMU (Nesterov, lr LR, μ MU, e.g. n0.8m0.6)")
+	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6), nLRmMU (Nesterov, lr LR, μ MU, e.g. n0.8m0.6); a suffix +ovN overlaps the outer step, applying it N inner steps late")
 	fs.IntVar(&o.steps, "steps", 2000, "inner steps per member (= the baselines' steps); H = 100 makes steps/100 outer steps")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
 	fs.Float64Var(&o.innerLR, "inner-lr", 0, "every run's inner learning rate, the baselines' too (0: the preset's; the minimum is a tenth); use its own -out")
@@ -132,13 +132,26 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 // the benchmark's tables; its name carries all four.
 func trafficRunOf(m, h int, codec, outer string) (sweepRun, error) {
 	c, ok := trafficCodecs[codec]
-	lrmu, ok2 := trafficOuter(outer)
-	if !ok || !ok2 {
-		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v or nLRmMU", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
+	base, lag, ok3 := trafficOverlap(outer)
+	lrmu, ok2 := trafficOuter(base)
+	if !ok || !ok2 || !ok3 || lag > h {
+		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v or nLRmMU, +ovN with N ≤ H", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
 	}
 	c.Name = fmt.Sprintf("traffic-m%d-h%d-%s-%s", m, h, codec, outer)
-	c.Kind, c.M, c.K, c.H, c.LR, c.Mu = "diloco", m, 1, h, lrmu[0], lrmu[1]
+	c.Kind, c.M, c.K, c.H, c.LR, c.Mu, c.Overlap = "diloco", m, 1, h, lrmu[0], lrmu[1], lag
 	return withOpt(c, train.OptimizerMuon), nil
+}
+
+// trafficOverlap cuts an outer optimizer's name OUTER+ovN into OUTER and
+// N, the overlapped outer step's lag in inner steps (node --overlap; 0
+// when there is no suffix: blocking).
+func trafficOverlap(name string) (string, int, bool) {
+	base, ov, found := strings.Cut(name, "+ov")
+	if !found {
+		return name, 0, true
+	}
+	lag, err := strconv.Atoi(ov)
+	return base, lag, err == nil && lag >= 1
 }
 
 // trafficPlan lists the runs: per corpus and seed the two baselines and

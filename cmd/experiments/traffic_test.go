@@ -31,7 +31,11 @@ func TestParseTrafficName(t *testing.T) {
 	if _, _, _, outer, ok := parseTrafficName(r.Name); err != nil || !ok || outer != "n0.8m0.5" || r.LR != 0.8 || r.Mu != 0.5 {
 		t.Fatalf("n0.8m0.5: %+v, %v", r, err)
 	}
-	for _, bad := range []string{"n0.8", "n0m0.5", "n0.8m1", "x0.8m0.5", "nfast"} {
+	r, err = trafficRunOf(4, 26, "q2", "nesterov+ov1")
+	if _, _, _, outer, ok := parseTrafficName(r.Name); err != nil || !ok || outer != "nesterov+ov1" || r.Overlap != 1 || r.LR != 0.7 {
+		t.Fatalf("nesterov+ov1: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"n0.8", "n0m0.5", "n0.8m1", "x0.8m0.5", "nfast", "plain+ov0", "plain+ov", "plain+ov31", "plain+ovx"} {
 		if _, err := trafficRunOf(4, 30, "q2", bad); err == nil {
 			t.Errorf("outer %q accepted", bad)
 		}
