@@ -194,7 +194,11 @@ func decodeDense(dst []float32, t []float32, payload []byte, b int, scale float3
 // unpackSet sets dst[i] to st[code i], a byte of codes at a time through
 // a table of what each byte decodes to.
 func unpackSet(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
-	var bt [256 * 8]float32 // byte → its 8/b values
+	if b == 1 {
+		unpackBits(dst, st, codes, false)
+		return
+	}
+	var bt [256 * 4]float32 // byte → its 8/b values
 	byteTable(&bt, st, b)
 	switch b {
 	case 4:
@@ -204,18 +208,12 @@ func unpackSet(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 			t := bt[2*int(c) : 2*int(c)+2 : 2*int(c)+2]
 			d[2*i], d[2*i+1] = t[0], t[1]
 		}
-	case 2:
+	default:
 		full := len(dst) / 4
 		d := dst[:4*full]
 		for i, c := range codes[:full] {
 			t := bt[4*int(c) : 4*int(c)+4 : 4*int(c)+4]
 			d[4*i], d[4*i+1], d[4*i+2], d[4*i+3] = t[0], t[1], t[2], t[3]
-		}
-	default:
-		full := len(dst) / 8
-		d := dst[:8*full]
-		for i, c := range codes[:full] {
-			copy(d[8*i:8*i+8], bt[8*int(c):8*int(c)+8])
 		}
 	}
 	unpackTail(dst, st, codes, b, false)
@@ -223,7 +221,11 @@ func unpackSet(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 
 // unpackAdd adds st[code i] to dst[i].
 func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
-	var bt [256 * 8]float32
+	if b == 1 {
+		unpackBits(dst, st, codes, true)
+		return
+	}
+	var bt [256 * 4]float32
 	byteTable(&bt, st, b)
 	switch b {
 	case 4:
@@ -234,7 +236,7 @@ func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 			d[2*i] += t[0]
 			d[2*i+1] += t[1]
 		}
-	case 2:
+	default:
 		full := len(dst) / 4
 		d := dst[:4*full]
 		for i, c := range codes[:full] {
@@ -244,17 +246,27 @@ func unpackAdd(dst []float32, st *[maxLevels]float32, codes []byte, b int) {
 			d[4*i+2] += t[2]
 			d[4*i+3] += t[3]
 		}
-	default:
-		full := len(dst) / 8
-		d := dst[:8*full]
-		for i, c := range codes[:full] {
-			t := bt[8*int(c) : 8*int(c)+8 : 8*int(c)+8]
-			for j, v := range t {
-				d[8*i+j] += v
+	}
+	unpackTail(dst, st, codes, b, true)
+}
+
+// unpackBits sets (or with add adds) st[bit i of codes] to dst[i]: the
+// 1-bit codes, a byte's eight values at a time.
+func unpackBits(dst []float32, st *[maxLevels]float32, codes []byte, add bool) {
+	lv := [2]float32{st[0], st[1]}
+	full := len(dst) / 8
+	d := dst[:8*full]
+	for i, c := range codes[:full] {
+		o := d[8*i : 8*i+8 : 8*i+8]
+		for j := range o {
+			if add {
+				o[j] += lv[c>>j&1]
+			} else {
+				o[j] = lv[c>>j&1]
 			}
 		}
 	}
-	unpackTail(dst, st, codes, b, true)
+	unpackTail(dst, st, codes, 1, add)
 }
 
 // unpackBytes writes the len(dst) b-bit codes of codes one per byte.
@@ -286,7 +298,7 @@ func unpackBytes(dst, codes []byte, b int) {
 }
 
 // byteTable sets bt[byte·per + j] to st[code j of byte], per = 8/b.
-func byteTable(bt *[256 * 8]float32, st *[maxLevels]float32, b int) {
+func byteTable(bt *[256 * 4]float32, st *[maxLevels]float32, b int) {
 	per, mask := 8/b, 1<<b-1
 	for c := range 256 {
 		for j := range per {
