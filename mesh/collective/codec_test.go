@@ -119,7 +119,7 @@ func TestCodecRoundTrip(t *testing.T) {
 func TestCodecQ1Optimal(t *testing.T) {
 	const n = 1 << 16
 	p := testParams(t, AllReduceConfig{Codec: CodecQ1}, n)
-	x := distVec(rand.New(rand.NewPCG(7, 7)), func(r *rand.Rand) float32 { return float32(r.NormFloat64()) }, n)
+	x := gaussian(rand.New(rand.NewPCG(7, 7)), n, false)
 	pk := packer{p: p}
 	msg, _ := encodeMsg(t, &pk, x)
 	got, err := decodeMsg(p, msg, n, false)
