@@ -233,13 +233,15 @@ type trafficRow struct {
 	corpus, codec, outer string
 	seed                 uint64
 	m, h                 int
+	inner                int     // inner steps per member: whole phases of H within the baselines' steps
 	final, one, big      float64 // DiLoCo, 1 node alone, 1 node with an M× batch
 	sent, recv           float64 // bytes per member per inner step
 	reduction            float64 // DP bytes over the larger of sent and received
 }
 
-// trafficRows pairs every DiLoCo result with its baselines.
-func trafficRows(res map[string]sweepResult) []trafficRow {
+// trafficRows pairs every DiLoCo result with its baselines, which trained
+// steps inner steps.
+func trafficRows(res map[string]sweepResult, steps int) []trafficRow {
 	base := map[string]float64{}
 	for _, r := range res {
 		if r.Run.Kind == "single" {
@@ -258,7 +260,7 @@ func trafficRows(res map[string]sweepResult) []trafficRow {
 			continue
 		}
 		dp := ddpBytes(m, r.Params)
-		rows = append(rows, trafficRow{corpus: r.Data, codec: codec, outer: outer, seed: r.Seed, m: m, h: h, final: r.Final,
+		rows = append(rows, trafficRow{corpus: r.Data, codec: codec, outer: outer, seed: r.Seed, m: m, h: h, inner: steps / h * h, final: r.Final,
 			one: one, big: big, sent: r.SentPerInner, recv: r.RecvPerInner, reduction: dp / max(r.SentPerInner, r.RecvPerInner)})
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].less(rows[j]) })
@@ -300,7 +302,7 @@ func (r trafficRow) vsOne() float64 { return r.final/r.one - 1 }
 
 // trafficReport writes summary.md and a plot per corpus, and the table to w.
 func trafficReport(o trafficOptions, plan []benchJob, res map[string]sweepResult, w io.Writer) error {
-	rows := trafficRows(res)
+	rows := trafficRows(res, o.steps)
 	var b strings.Builder
 	writeTrafficTable(&b, o, rows)
 	writeFrontier(&b, o, rows)
@@ -329,17 +331,19 @@ func trafficReport(o trafficOptions, plan []benchJob, res map[string]sweepResult
 func writeTrafficTable(b *strings.Builder, o trafficOptions, rows []trafficRow) {
 	fmt.Fprintf(b, "# Loss against traffic (%s, %d inner steps per member)\n\n", o.preset, o.steps)
 	fmt.Fprintf(b, "Traffic reduction: data-parallel fp32 ring all-reduce bytes per member per inner step, 2·(M−1)/M × 4 × parameters, over the larger of the bytes a member sends and receives per inner step (chunk messages of the averaging; control traffic not included).\n\n")
-	b.WriteString("| corpus | M | seed | H | codec | outer | final loss | vs M× batch | vs 1 node | sent B/inner | recv B/inner | × less than DP |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "A run whose H does not divide %d trains only its whole outer steps (the inner steps column) and so fewer tokens than its baselines; the frontier below leaves it out.\n\n", o.steps)
+	b.WriteString("| corpus | M | seed | H | codec | outer | final loss | vs M× batch | vs 1 node | sent B/inner | recv B/inner | × less than DP | inner steps |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %.4f | %s | %s | %.0f | %.0f | %.0f |\n", r.corpus, r.m, r.seed, r.h, r.codec, r.outer,
-			r.final, pct(r.vsBig()), pct(r.vsOne()), r.sent, r.recv, r.reduction)
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %.4f | %s | %s | %.0f | %.0f | %.0f | %d |\n", r.corpus, r.m, r.seed, r.h, r.codec, r.outer,
+			r.final, pct(r.vsBig()), pct(r.vsOne()), r.sent, r.recv, r.reduction, r.inner)
 	}
 }
 
 // writeFrontier says, per codec and outer optimizer, the cheapest point
 // within the budget and below one node alone on every corpus (M of the
-// grid, seed 1), and which of those reach the required reduction.
+// grid, seed 1, trained as many tokens as its baselines), and which of
+// those reach the required reduction.
 func writeFrontier(b *strings.Builder, o trafficOptions, rows []trafficRow) {
 	m, _ := strconv.Atoi(o.m)
 	type key struct {
@@ -349,7 +353,7 @@ func writeFrontier(b *strings.Builder, o trafficOptions, rows []trafficRow) {
 	ok := map[key]int{}
 	red := map[key]float64{}
 	for _, r := range rows {
-		if r.m != m || r.seed != 1 {
+		if r.m != m || r.seed != 1 || r.inner != o.steps {
 			continue
 		}
 		k := key{r.codec, r.outer, r.h}

@@ -75,7 +75,8 @@ func TestTrafficDecay(t *testing.T) {
 
 // TestTrafficReport: the table pairs each run with its baselines, the
 // reduction is DP bytes over the larger direction, the frontier names the
-// cheapest point within budget on every corpus, and the plots are written.
+// cheapest point within budget on every corpus that trained as many tokens
+// as its baselines, and the plots are written.
 func TestTrafficReport(t *testing.T) {
 	o := trafficOptions{out: t.TempDir(), corpora: "a,b", m: "4", preset: "tiny", steps: 100, budget: 0.03, require: 400, stretch: 4400}
 	res := map[string]sweepResult{}
@@ -91,7 +92,7 @@ func TestTrafficReport(t *testing.T) {
 			h     int
 			codec string
 			loss  float64
-		}{{5, "int8", 1.82}, {10, "topk", 1.84}, {30, "topk", 1.9}} {
+		}{{5, "int8", 1.82}, {10, "topk", 1.84}, {30, "topk", 1.9}, {40, "topk", 1.83}} {
 			r, _ := trafficRunOf(4, p.h, p.codec, "plain")
 			add(c, r, p.loss, 6000/float64(p.h*p.h)) // DP: 6000 B per inner step
 		}
@@ -108,6 +109,9 @@ func TestTrafficReport(t *testing.T) {
 	}
 	if strings.Contains(s, "H = 30, topk") {
 		t.Errorf("a point above the budget is on the frontier:\n%s", s)
+	}
+	if !strings.Contains(s, "| a | 4 | 1 | 40 | topk | plain | 1.8300 | +1.67 % | -8.50 % | 4 | 2 | 1600 | 80 |") || strings.Contains(s, "H = 40, topk") {
+		t.Errorf("H = 40 trains 80 of 100 steps: want it in the table with 80 inner steps, not on the frontier:\n%s", s)
 	}
 	for _, f := range []string{"summary.md", "traffic-a.svg", "traffic-b.svg"} {
 		if _, err := os.Stat(filepath.Join(o.out, f)); err != nil {
