@@ -12,12 +12,12 @@ import (
 )
 
 func TestParseRuns(t *testing.T) {
-	rs, err := parseRuns("single:k=4; diloco:m=8,h=5,lr=1,mu=0,codec=fp32,ov=1", 20)
+	rs, err := parseRuns("single:k=4,decay=0.5; diloco:m=8,h=5,lr=1,mu=0,codec=fp32,ov=1", 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 2 || rs[0].K != 4 || rs[0].H != 20 || rs[1].M != 8 || rs[1].H != 5 || rs[1].LR != 1 ||
-		rs[1].Mu != 0 || rs[1].Codec != "fp32" || rs[1].Overlap != 1 {
+	if len(rs) != 2 || rs[0].K != 4 || rs[0].H != 20 || rs[0].Decay != 0.5 || rs[1].M != 8 || rs[1].H != 5 || rs[1].LR != 1 ||
+		rs[1].Mu != 0 || rs[1].Codec != "fp32" || rs[1].Overlap != 1 || rs[1].Decay != 0 {
 		t.Fatalf("parsed %+v", rs)
 	}
 	// the inner optimizer applies to the single baselines as to DiLoCo
@@ -28,7 +28,7 @@ func TestParseRuns(t *testing.T) {
 	if len(rs) != 4 || rs[0].Optimizer != "muon" || rs[1].Optimizer != "muon" || rs[1].K != 4 || rs[2].Optimizer != "muon" || rs[3].Optimizer != "" {
 		t.Fatalf("parsed %+v", rs)
 	}
-	for _, bad := range []string{"dilo:m=2", "diloco:m", "diloco:m=x", "diloco:q=1", "diloco:m=0", "diloco:codec=int4", "single:k=4,opt=sgd", "diloco:m=4,opt="} {
+	for _, bad := range []string{"dilo:m=2", "diloco:m", "diloco:m=x", "diloco:q=1", "diloco:m=0", "diloco:codec=int4", "single:k=4,opt=sgd", "diloco:m=4,opt=", "diloco:decay=0", "diloco:decay=1.5"} {
 		if _, err := parseRuns(bad, 20); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

@@ -107,7 +107,7 @@ type sweepExclusion struct {
 
 func sweepMain(args []string) error {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon] | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,opt=adamw|muon][,codec=fp32|int8|int8-ef|robust][,ov=OVERLAP_STEPS][,atk=ATTACK,f=F]")
+	runs := fs.String("runs", "single:k=1;single:k=4;diloco:m=4", "runs separated by ';': single:k=K[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,decay=INNER_DECAY_FRACTION][,opt=adamw|muon] | diloco:m=M,h=H,lr=LR,mu=MU[,ilr=INNER_LR][,b1=INNER_BETA1][,wu=INNER_WARMUP][,decay=INNER_DECAY_FRACTION][,opt=adamw|muon][,codec=fp32|int8|int8-ef|robust|robust-q4|robust-q2|robust-q1|robust-topk][,ov=OVERLAP_STEPS][,atk=ATTACK,f=F]")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (init, data streams)")
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
@@ -405,6 +405,11 @@ func (r *sweepRun) setNumber(k string, f float64) error {
 		r.Beta1 = f
 	case "wu":
 		r.Warmup = int(f)
+	case "decay":
+		if !(f > 0 && f <= 1) {
+			return fmt.Errorf("decay %v: want a fraction in (0, 1]", f)
+		}
+		r.Decay = f
 	case "ov":
 		r.Overlap = int(f)
 	case "slow":
