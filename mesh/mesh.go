@@ -304,6 +304,18 @@ func (m *Mesh) peer(id PeerID) (*meshPeer, error) {
 	return p, nil
 }
 
+// Heard tells the mesh that bytes from id arrived outside the mesh topic
+// (the averaging's streams): id is alive. A member whose link is full of
+// its all-reduce sends its heartbeats behind that data, seconds late on a
+// slow uplink, while the data itself proves it is up. Only a live peer the
+// mesh knows is refreshed: a dead one comes back by a message of its own,
+// which carries its incarnation.
+func (m *Mesh) Heard(id PeerID) {
+	if p := m.peers[id]; p != nil && !p.dead && m.state != StateLeft {
+		p.lastSeen = m.tick
+	}
+}
+
 // detectDead declares dead the peers not heard from for DeadTicks.
 func (m *Mesh) detectDead() {
 	var gone []PeerID

@@ -595,3 +595,40 @@ func TestFailedFetchIgnoresPeersBehindOnOwnLine(t *testing.T) {
 		t.Fatalf("model step %d %s, want its own 5 x5", step, hash)
 	}
 }
+
+// TestHeardKeepsAlive: a peer whose heartbeats stop but whose bytes keep
+// arriving (Heard) is not declared dead; without Heard it is, after
+// DeadTicks; Heard neither brings a dead peer back nor adds an unknown one.
+func TestHeardKeepsAlive(t *testing.T) {
+	deadAfter := func(heard func(m *Mesh)) (bool, *Mesh) {
+		m, _ := New(Config{ID: "a", HeartbeatTicks: 2, DeadTicks: 5}, 4, "h4")
+		drain(m)
+		if err := m.Step(Message{Type: MsgHeartbeat, From: "b", State: StateTraining, Step: 4, Hash: "h4"}); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			heard(m)
+			m.Tick()
+		}
+		for _, rd := range drain(m) {
+			if slices.Contains(rd.Dead, "b") {
+				return true, m
+			}
+		}
+		return false, m
+	}
+	if dead, _ := deadAfter(func(m *Mesh) { m.Heard("b") }); dead {
+		t.Error("a peer heard from every tick was declared dead")
+	}
+	dead, m := deadAfter(func(m *Mesh) {})
+	if !dead {
+		t.Fatal("a silent peer was not declared dead: the test cannot tell Heard's effect")
+	}
+	m.Heard("b")
+	m.Heard("c")
+	for _, p := range m.Status().Peers {
+		if p.ID == "b" && !p.Dead || p.ID == "c" {
+			t.Errorf("after Heard: %+v", p)
+		}
+	}
+}

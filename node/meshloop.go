@@ -25,6 +25,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 	log := n.cfg.Logger.With("system", "mesh")
 	msgs := n.host.Messages()
 	var lastPeers time.Time
+	var heard heardFeed
 	n.noteHistory(m) // the model it starts with (a checkpoint's history)
 	for {
 		var done chan struct{}
@@ -32,6 +33,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			heard.tick(n.host.Libp2p().Network().Peers, n.host.Received, m.Heard)
 			m.Tick()
 		case msg, ok := <-msgs:
 			if !ok {

@@ -728,6 +728,11 @@ type PeerInfo struct {
 	RefusedBy string `json:"refused_by,omitempty"`
 }
 
+// Received returns the bytes received from id on every stream so far: a
+// count that grows while the peer sends anything, gossip or the averaging's
+// streams (node feeds it to the mesh's failure detector, mesh.Heard).
+func (h *Host) Received(id peer.ID) uint64 { return h.bw.peer(id).In }
+
 // PeerInfo returns what the host knows about id: addresses from the
 // peerstore, connectedness, smoothed round-trip latency, and traffic.
 func (h *Host) PeerInfo(id peer.ID) PeerInfo {
