@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,10 +84,19 @@ func (c nodesConfig) modelBytes() (float64, error) {
 	return float64(m.NumParams()), nil
 }
 
-// runTimeout bounds one run: start-up plus every outer step at three times
-// its compute time (blocking all-reduce on the slowest profile is ≈ 0.25×).
-func (c nodesConfig) runTimeout() time.Duration {
-	return 90*time.Second + time.Duration(c.Outer)*3*c.outerStep()
+// runTimeout bounds one run of profile p at rate scale: start-up plus every
+// outer step at three times its compute time and its int8 all-reduce over
+// the profile's slowest path.
+func (c nodesConfig) runTimeout(p wan.Profile, scale float64) time.Duration {
+	bytes, _ := c.modelBytes()
+	slowest := math.Inf(1)
+	for _, q := range p.Paths {
+		if q.RateMbit > 0 {
+			slowest = min(slowest, q.RateMbit*scale*1e6/8)
+		}
+	}
+	reduce := time.Duration(2 * bytes / float64(len(p.Hosts)) / slowest * float64(time.Second))
+	return 90*time.Second + time.Duration(c.Outer)*3*(c.outerStep()+reduce)
 }
 
 func cmdNodes(ctx context.Context, args []string) error {
@@ -210,13 +220,14 @@ func runNodes(ctx context.Context, c nodesConfig) ([]tableRow, error) {
 	}
 	c.hasOrder = hasFlag(c.Bin, "ring-order")
 	bytes, _ := c.modelBytes()
-	scale := wan.RateScale(bytes, c.outerStep())
-	fmt.Printf("nodes: preset %s (%.0f int8 bytes/outer step), H=%d × %v = %v compute/outer step, rate scale %.4f, %d outer steps (first %d warm-up), work dir %s\n",
-		c.Preset, bytes, c.Inner, c.SimStep, c.outerStep(), scale, c.Outer, c.Warmup, c.Dir)
+	fmt.Printf("nodes: preset %s (%.0f int8 bytes/outer step), H=%d × %v = %v compute/outer step, %d outer steps (first %d warm-up), work dir %s\n",
+		c.Preset, bytes, c.Inner, c.SimStep, c.outerStep(), c.Outer, c.Warmup, c.Dir)
 	var rows []tableRow
 	var errs []error
 	for _, pn := range c.Profiles {
 		p, _ := wan.Lookup(pn)
+		scale := p.Scale(bytes, c.SimStep, c.Inner)
+		fmt.Printf("nodes: %s: rate scale %.4f\n", pn, scale)
 		if c.Nodes > len(p.Hosts) {
 			if p, err = wan.Widen(p, c.Nodes); err != nil {
 				return rows, err
@@ -248,7 +259,7 @@ func runOne(ctx context.Context, c nodesConfig, p wan.Profile, mode string, scal
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.runTimeout())
+	ctx, cancel := context.WithTimeout(ctx, c.runTimeout(p, scale))
 	defer cancel()
 	start := time.Now()
 	n, err := wan.Start(ctx, p, wan.Options{RateScale: scale, Log: c.Log})

@@ -38,6 +38,30 @@ type Profile struct {
 	Paths []Path `json:"paths,omitempty"`
 	// Default, when set, covers every pair not listed in Paths.
 	Default *Path `json:"default,omitempty"`
+	// Inner, when set, is the workload the rates belong to, per inner step
+	// (see Scale); unset, they are INTELLECT-1's (RateScale).
+	Inner *InnerRef `json:"inner_ref,omitempty"`
+}
+
+// InnerRef is a real model and accelerator that a profile's rates belong
+// with: the model's int8 pseudo-gradient (a byte per parameter) and the
+// accelerator's time for one inner step of it.
+type InnerRef struct {
+	Bytes float64 `json:"bytes"`
+	StepS float64 `json:"step_s"`
+}
+
+// Scale returns the factor by which to multiply p's paper-scale rates for a
+// run whose int8 pseudo-gradient is bytes and whose inner step takes inner,
+// H inner steps to an outer step. With p.Inner, one all-reduce then lasts
+// as many inner steps as the reference's does on the real links, whatever
+// H; without it, communication takes INTELLECT-1's share of an outer step
+// (RateScale).
+func (p Profile) Scale(bytes float64, inner time.Duration, h int) float64 {
+	if r := p.Inner; r != nil {
+		return (bytes / inner.Seconds()) / (r.Bytes / r.StepS)
+	}
+	return RateScale(bytes, time.Duration(h)*inner)
 }
 
 // ProfileHost is one machine of a profile.
@@ -145,6 +169,9 @@ func (p Profile) Validate() error {
 			return fmt.Errorf("%w: %s: host name %q invalid or repeated", ErrProfile, p.Name, h.Name)
 		}
 		names = append(names, h.Name)
+	}
+	if r := p.Inner; r != nil && !(r.Bytes > 0 && r.StepS > 0) {
+		return fmt.Errorf("%w: %s: inner reference of %v bytes per %v s", ErrProfile, p.Name, r.Bytes, r.StepS)
 	}
 	seen := map[[2]string]bool{}
 	for _, q := range p.Paths {

@@ -77,6 +77,42 @@ func TestRateScale(t *testing.T) {
 	}
 }
 
+// TestHomeScale: the home profile's rates scale per inner step, so that a
+// member's int8 all-reduce lasts as many inner steps as a 1 B model's does
+// on a 100 Mbit/s link next to a 1 s inner step (2·3/4 GB at 12.5 MB/s:
+// 120), whatever the model, the step or H; the other profiles scale per
+// outer step (RateScale); a bad reference is refused; Widen keeps it.
+func TestHomeScale(t *testing.T) {
+	h, err := Lookup("home")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		bytes float64
+		step  time.Duration
+		h     int
+	}{{951424, 50 * time.Millisecond, 5}, {12.6e6, 100 * time.Millisecond, 26}} {
+		s := h.Scale(c.bytes, c.step, c.h)
+		uplink := 3 * h.Paths[0].RateMbit * s * 1e6 / 8 // bytes/s over a member's three paths
+		steps := 2 * 0.75 * c.bytes / uplink / c.step.Seconds()
+		if math.Abs(steps-120) > 1e-6 {
+			t.Errorf("%v bytes, %v step, H %d: all-reduce lasts %v inner steps, want 120", c.bytes, c.step, c.h, steps)
+		}
+	}
+	usa, _ := Lookup("usa")
+	if s, want := usa.Scale(1e6, time.Second, 10), RateScale(1e6, 10*time.Second); s != want {
+		t.Errorf("usa scale %v, want RateScale's %v", s, want)
+	}
+	bad := h
+	bad.Inner = &InnerRef{Bytes: 1e9}
+	if err := bad.Validate(); !errors.Is(err, ErrProfile) {
+		t.Errorf("reference without a step: %v", err)
+	}
+	if w, err := Widen(h, 8); err != nil || w.Inner != h.Inner {
+		t.Errorf("widened home: %v, reference %v", err, w.Inner)
+	}
+}
+
 // TestProfileConfig: each direction gets half the RTT as delay and the
 // scaled rate; addresses follow host order.
 func TestProfileConfig(t *testing.T) {

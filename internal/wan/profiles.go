@@ -17,11 +17,17 @@ const (
 	rateGlobal = 300  // Mbit/s between continents (14 nodes, ≈ 470 s for 18.6 GB per node)
 	rateIntra  = 1000 // Mbit/s within a region in the global profile
 	lossGlobal = 1e-4 // random loss on intercontinental paths
+
+	// home: a contributor's 100 Mbit/s fibre, next to an H100 training a
+	// 1 B-parameter model (docs/wan.md, "Home links").
+	rateHomeUplink = 100 // Mbit/s each way, shared by a member's peers
+	homeRefBytes   = 1e9 // int8 pseudo-gradient of 1 B parameters
+	homeRefStepS   = 1.0 // s per inner step: 6 × 1e9 × 64 Ki tokens at ≈ 400 TFLOP/s
 )
 
 // Profiles returns the built-in geographies, modelled on INTELLECT-1's runs.
 func Profiles() []Profile {
-	return []Profile{usa(), usaEurope(), global()}
+	return []Profile{usa(), usaEurope(), global(), home()}
 }
 
 // Lookup returns the built-in profile with the given name.
@@ -120,5 +126,25 @@ func global() Profile {
 			{"sfo", "tyo", 150, x, l}, {"sfo", "sin", 200, x, l}, {"iad", "tyo", 220, x, l}, {"iad", "sin", 260, x, l},
 			{"fra", "sin", 240, x, l}, {"lon", "sin", 250, x, l}, {"lon", "tyo", 280, x, l}, {"fra", "tyo", 300, x, l},
 		},
+	}
+}
+
+// home is four contributors at home, two in Europe and two in the USA,
+// 40–150 ms apart, each behind a 100 Mbit/s link. A member of the direct
+// scatter sends to and receives from its three peers at once, so each path
+// gets a third of the link; the rates belong with a 1 B-parameter model on
+// an H100 (Profile.Inner), whatever H.
+func home() Profile {
+	r := float64(rateHomeUplink) / 3
+	return Profile{
+		Name:  "home",
+		About: "4 homes (Amsterdam, Madrid, New York, Denver) on 100 Mbit/s links, 40-150 ms RTT; rates as for a 1B model on an H100",
+		Hosts: append(hosts("eu", "ams", "mad"), hosts("us", "nyc", "den")...),
+		Paths: []Path{
+			{"ams", "mad", 40, r, 0}, {"nyc", "den", 50, r, 0},
+			{"ams", "nyc", 90, r, 0}, {"mad", "nyc", 100, r, 0},
+			{"ams", "den", 130, r, 0}, {"mad", "den", 150, r, 0},
+		},
+		Inner: &InnerRef{Bytes: homeRefBytes, StepS: homeRefStepS},
 	}
 }

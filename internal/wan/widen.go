@@ -19,7 +19,7 @@ func Widen(p Profile, n int) (Profile, error) {
 	for _, pa := range p.Paths {
 		paths[[2]string{pa.A, pa.B}], paths[[2]string{pa.B, pa.A}] = pa, pa
 	}
-	w := Profile{Name: fmt.Sprintf("%s-%d", p.Name, n), About: fmt.Sprintf("%s widened to %d hosts", p.Name, n)}
+	w := Profile{Name: fmt.Sprintf("%s-%d", p.Name, n), About: fmt.Sprintf("%s widened to %d hosts", p.Name, n), Inner: p.Inner}
 	for j := 0; j < n; j++ {
 		h := p.Hosts[j%k]
 		if j >= k {
