@@ -182,24 +182,42 @@ func waitOrKick(ctx context.Context, d time.Duration, c chan struct{}) bool {
 // discoverOnce runs one lookup and returns the number of peers it newly
 // connected to. A host that has lost every connection first redials the run
 // peers it knew and its bootstrap peers, since a lookup needs a neighbour.
+// A host connected to none of its bootstrap peers redials them too: peers
+// that could not reach the bootstrap node when they started may have found
+// each other, and a lookup among them finds only them.
 func (h *Host) discoverOnce(ctx context.Context) (int, error) {
 	lctx, cancel := context.WithTimeout(ctx, h.cfg.DiscoveryInterval)
 	defer cancel()
 	if len(h.h.Network().Peers()) == 0 {
 		return h.rejoin(lctx), nil
 	}
+	n := 0
+	if !h.bootstrapConnected() {
+		n = h.dialAll(lctx, slices.Values(h.bootstrap))
+	}
 	rd := drouting.NewRoutingDiscovery(h.dht)
 	found, err := rd.FindPeers(lctx, Rendezvous(h.cfg.Run, h.cfg.RunID), discovery.Limit(discoverLimit))
 	if err != nil {
-		return 0, err
+		return n, err
 	}
-	return h.dialAll(lctx, func(yield func(peer.AddrInfo) bool) {
+	return n + h.dialAll(lctx, func(yield func(peer.AddrInfo) bool) {
 		for ai := range found {
 			if !yield(ai) {
 				return
 			}
 		}
 	}), nil
+}
+
+// bootstrapConnected reports whether the host is connected to one of its
+// bootstrap peers, or has none.
+func (h *Host) bootstrapConnected() bool {
+	for _, ai := range h.bootstrap {
+		if h.h.Network().Connectedness(ai.ID) == network.Connected {
+			return true
+		}
+	}
+	return len(h.bootstrap) == 0
 }
 
 // dialAll connects, a few at a time, to the peers it is not connected to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +82,34 @@ func TestPeerBookBadInput(t *testing.T) {
 	if peers, skipped, err := readPeerBook(filepath.Join(dir, "missing.json")); err != nil || len(peers) != 0 || skipped != 0 {
 		t.Fatalf("a missing book: %v, %d, %v; want empty", peers, skipped, err)
 	}
+}
+
+// TestIslandsMergeThroughBootstrap: two members that could not reach their
+// bootstrap node when they started, and found each other instead, connect
+// to it once it answers, though they are not alone.
+func TestIslandsMergeThroughBootstrap(t *testing.T) {
+	bootCfg := testConfig(t, "islands")
+	bootCfg.Home = t.TempDir()
+	boot, err := New(context.Background(), bootCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootAddrs := boot.Addrs()
+	boot.Close()
+
+	cfg := testConfig(t, "islands")
+	cfg.Bootstrap, cfg.Rejoin, cfg.DialTimeout = bootAddrs, true, time.Second
+	first := startHost(t, cfg)
+	cfg.Bootstrap = append(slices.Clone(bootAddrs), first.Addrs()...)
+	second := startHost(t, cfg)
+	eventually(t, meshTimeout, "the two members found each other", func() bool { return fullMesh([]*Host{first, second}) })
+
+	bootCfg.Listen = []string{strings.TrimSuffix(bootAddrs[0], "/p2p/"+boot.ID().String())}
+	again := startHost(t, bootCfg)
+	if again.ID() != boot.ID() {
+		t.Fatalf("the bootstrap node came back as %s, not %s", again.ID(), boot.ID())
+	}
+	eventually(t, meshTimeout, "the island joined the bootstrap node", func() bool {
+		return fullMesh([]*Host{again, first, second})
+	})
 }
