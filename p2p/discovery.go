@@ -191,22 +191,26 @@ func (h *Host) discoverOnce(ctx context.Context) (int, error) {
 	if len(h.h.Network().Peers()) == 0 {
 		return h.rejoin(lctx), nil
 	}
-	n := 0
-	if !h.bootstrapConnected() {
-		n = h.dialAll(lctx, slices.Values(h.bootstrap))
+	var boot int
+	var wg sync.WaitGroup
+	if !h.bootstrapConnected() { // beside the lookup: an unreachable one may take DialTimeout
+		wg.Go(func() { boot = h.dialAll(lctx, slices.Values(h.bootstrap)) })
 	}
+	defer wg.Wait()
 	rd := drouting.NewRoutingDiscovery(h.dht)
 	found, err := rd.FindPeers(lctx, Rendezvous(h.cfg.Run, h.cfg.RunID), discovery.Limit(discoverLimit))
 	if err != nil {
-		return n, err
+		return 0, err
 	}
-	return n + h.dialAll(lctx, func(yield func(peer.AddrInfo) bool) {
+	n := h.dialAll(lctx, func(yield func(peer.AddrInfo) bool) {
 		for ai := range found {
 			if !yield(ai) {
 				return
 			}
 		}
-	}), nil
+	})
+	wg.Wait()
+	return n + boot, nil
 }
 
 // bootstrapConnected reports whether the host is connected to one of its
