@@ -294,26 +294,42 @@ func TestStartFailsWhenNoBootstrapReachable(t *testing.T) {
 	}
 }
 
+// newHomeHost makes a host of run, not started, whose identity lives in a
+// home of its own, so that restartHost can bring it back as the same peer.
+func newHomeHost(t testing.TB, run string) (*Host, Config) {
+	t.Helper()
+	cfg := testConfig(t, run)
+	cfg.Home = t.TempDir()
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, cfg
+}
+
+// restartHost starts old's config again on addr, one of old's full
+// addresses, and checks that it came back as the same peer.
+func restartHost(t testing.TB, cfg Config, old *Host, addr string) *Host {
+	t.Helper()
+	cfg.Listen = []string{strings.Split(addr, "/p2p/")[0]}
+	back := startHost(t, cfg)
+	if back.ID() != old.ID() {
+		t.Fatalf("the host came back as %s, want %s", back.ID(), old.ID())
+	}
+	return back
+}
+
 // TestRejoinStartsAloneAndRedials: a member restarted with its home while
 // no bootstrap peer answers (its network cut) starts anyway, and connects
 // once the bootstrap peer is back on its address.
 func TestRejoinStartsAloneAndRedials(t *testing.T) {
-	bootCfg := testConfig(t, "rejoin")
-	bootCfg.Home = t.TempDir()
-	boot, err := New(context.Background(), bootCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, bootCfg := newHomeHost(t, "rejoin")
 	addrs := boot.Addrs()
 	boot.Close()
 	cfg := testConfig(t, "rejoin")
 	cfg.Bootstrap, cfg.Rejoin, cfg.DialTimeout = addrs, true, time.Second
 	h := startHost(t, cfg) // fails the test if Start fails
-	bootCfg.Listen = []string{strings.Split(addrs[0], "/p2p/")[0]}
-	back := startHost(t, bootCfg)
-	if back.ID() != boot.ID() {
-		t.Fatalf("the bootstrap peer came back as %s, want %s", back.ID(), boot.ID())
-	}
+	back := restartHost(t, bootCfg, boot, addrs[0])
 	eventually(t, meshTimeout, "the rejoined member connected to its bootstrap peer", func() bool {
 		return fullMesh([]*Host{h, back})
 	})
@@ -325,12 +341,7 @@ func TestRejoinStartsAloneAndRedials(t *testing.T) {
 // the run exists, so Start starts alone and redials, as on a rejoin,
 // instead of failing with ErrBootstrapFailed.
 func TestJoinerStartsAloneWhenBootstrapGoneAfterDial(t *testing.T) {
-	bootCfg := testConfig(t, "reached")
-	bootCfg.Home = t.TempDir()
-	boot, err := New(context.Background(), bootCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, bootCfg := newHomeHost(t, "reached")
 	if err := boot.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +364,7 @@ func TestJoinerStartsAloneWhenBootstrapGoneAfterDial(t *testing.T) {
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start after the bootstrap peer went: %v", err)
 	}
-	bootCfg.Listen = []string{strings.Split(addrs[0], "/p2p/")[0]}
-	back := startHost(t, bootCfg)
+	back := restartHost(t, bootCfg, boot, addrs[0])
 	eventually(t, meshTimeout, "the joiner connected to its returned bootstrap peer", func() bool {
 		return fullMesh([]*Host{h, back})
 	})

@@ -88,12 +88,7 @@ func TestPeerBookBadInput(t *testing.T) {
 // bootstrap node when they started, and found each other instead, connect
 // to it once it answers, though they are not alone.
 func TestIslandsMergeThroughBootstrap(t *testing.T) {
-	bootCfg := testConfig(t, "islands")
-	bootCfg.Home = t.TempDir()
-	boot, err := New(context.Background(), bootCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	boot, bootCfg := newHomeHost(t, "islands")
 	bootAddrs := boot.Addrs()
 	boot.Close()
 
@@ -104,11 +99,7 @@ func TestIslandsMergeThroughBootstrap(t *testing.T) {
 	second := startHost(t, cfg)
 	eventually(t, meshTimeout, "the two members found each other", func() bool { return fullMesh([]*Host{first, second}) })
 
-	bootCfg.Listen = []string{strings.TrimSuffix(bootAddrs[0], "/p2p/"+boot.ID().String())}
-	again := startHost(t, bootCfg)
-	if again.ID() != boot.ID() {
-		t.Fatalf("the bootstrap node came back as %s, not %s", again.ID(), boot.ID())
-	}
+	again := restartHost(t, bootCfg, boot, bootAddrs[0])
 	eventually(t, meshTimeout, "the island joined the bootstrap node", func() bool {
 		return fullMesh([]*Host{again, first, second})
 	})
