@@ -35,18 +35,16 @@ func (c *clockCurves) String() string { return fmt.Sprint(len(*c), " curves") }
 // Set parses LABEL=RESULTS|corpus|seed|name@UTILIZATION; the label may
 // hold "=" (the last one before the first "|" ends it).
 func (c *clockCurves) Set(s string) error {
-	eq := strings.LastIndex(s[:max(strings.Index(s, "|"), 0)], "=")
-	label, rest, ok1 := s[:max(eq, 0)], s[eq+1:], eq >= 0
-	at := strings.LastIndex(rest, "@")
-	file, key, ok2 := strings.Cut(rest[:max(at, 0)], "|")
-	if !ok1 || !ok2 || at < 0 || label == "" || strings.Count(key, "|") != 2 {
+	head, run, ok := strings.Cut(s, "|") // LABEL=RESULTS | corpus|seed|name@UTILIZATION
+	eq, at := strings.LastIndex(head, "="), strings.LastIndex(run, "@")
+	if !ok || eq < 1 || at < 0 || strings.Count(run[:at], "|") != 2 {
 		return fmt.Errorf("curve %q: want LABEL=RESULTS|corpus|seed|name@UTILIZATION", s)
 	}
-	u, err := strconv.ParseFloat(rest[at+1:], 64)
+	u, err := strconv.ParseFloat(run[at+1:], 64)
 	if err != nil || !(u > 0 && u <= 1) {
-		return fmt.Errorf("curve %q: utilization %q: want a fraction in (0, 1]", s, rest[at+1:])
+		return fmt.Errorf("curve %q: utilization %q: want a fraction in (0, 1]", s, run[at+1:])
 	}
-	*c = append(*c, clockCurve{label: label, file: file, key: key, util: u})
+	*c = append(*c, clockCurve{label: head[:eq], file: head[eq+1:], key: run[:at], util: u})
 	return nil
 }
 
