@@ -13,21 +13,21 @@ type meshAgreement struct {
 	step       uint64
 	hash       string
 	readyAt    uint64
-	startedAt  uint64                    // tick this agreement began (resetAgreement)
-	known      map[PeerID]uint32         // Ready peers of this step and hash → inner steps
-	local      map[PeerID]bool           // seen by this node: dead, failed, left, restarted, timed out, left out, equivocated
-	accused    map[meshAccusation]uint32 // accusations heard → lowest round of the accuser's votes naming the accused
-	excluded   map[PeerID]bool           // X: local and what the accusations add (exclusions)
-	accusedAt  uint64                    // tick this node first found itself excluded by accusations
-	disputants map[PeerID]bool           // peers excluded by a dispute (exclusions)
-	inflated   map[PeerID]bool           // peers that voted far above the round floor (onPropose)
-	anyVote    bool                      // some peer voted in this step
-	wanted     bool                      // some peer's vote in this step holds this node
-	contested  bool                      // the own vote is a contest's, cast before canVote (contest)
-	maxRound   uint32                    // highest round seen in this step
-	floor      uint32                    // accusations of votes below this round are void (maybeRejoinStep)
-	counts     meshCounts                // stepCounts
-	cl         meshClosing               // the close rule (close.go)
+	startedAt  uint64            // tick this agreement began (resetAgreement)
+	known      map[PeerID]uint32 // Ready peers of this step and hash → inner steps
+	local      map[PeerID]bool   // seen by this node: dead, failed, left, restarted, timed out, left out, equivocated
+	accused    meshAccusations   // accusations heard (accuse.go)
+	excluded   map[PeerID]bool   // X: local and what the accusations add (exclusions)
+	accusedAt  uint64            // tick this node first found itself excluded by accusations
+	disputants map[PeerID]bool   // peers excluded by a dispute (exclusions)
+	inflated   map[PeerID]bool   // peers that voted far above the round floor (onPropose)
+	anyVote    bool              // some peer voted in this step
+	wanted     bool              // some peer's vote in this step holds this node
+	contested  bool              // the own vote is a contest's, cast before canVote (contest)
+	maxRound   uint32            // highest round seen in this step
+	floor      uint32            // accusations of votes below this round are void (maybeRejoinStep)
+	counts     meshCounts        // stepCounts
+	cl         meshClosing       // the close rule (close.go)
 
 	voted     bool
 	round     uint32
@@ -47,7 +47,7 @@ func (m *Mesh) resetAgreement() {
 	m.ag = meshAgreement{
 		step: m.step, hash: m.hash, startedAt: m.tick,
 		known: make(map[PeerID]uint32), local: make(map[PeerID]bool),
-		accused: make(map[meshAccusation]uint32), excluded: make(map[PeerID]bool),
+		excluded:   make(map[PeerID]bool),
 		disputants: make(map[PeerID]bool), inflated: make(map[PeerID]bool),
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.peers)) {
@@ -179,108 +179,11 @@ func (m *Mesh) mergeVote(voter PeerID, v *meshVote) {
 	m.exclusions()
 }
 
-// noteAccusation records that by named of in a vote of round.
-func (m *Mesh) noteAccusation(by, of PeerID, round uint32) {
-	if round < m.ag.floor {
-		return // made before this node restarted the step (maybeRejoinStep)
-	}
-	a := meshAccusation{by: by, of: of}
-	if r, ok := m.ag.accused[a]; !ok || round < r {
-		m.ag.accused[a] = round
-	}
-}
-
-// meshAccusation: peer `by` named peer `of` in the X of a vote.
-type meshAccusation struct{ by, of PeerID }
-
 // exclude adds id to what this node saw itself (local), which its votes
 // carry as its accusations.
 func (m *Mesh) exclude(id PeerID) {
 	m.ag.local[id] = true
 	m.exclusions()
-}
-
-// exclusions derives X from local and the accusations heard. A vote's X is
-// its voter's word, which a member following the protocol could use to
-// keep honest peers out of every step (under a plain union of the votes' X,
-// one member naming all others ran every step alone and the others fetched
-// its model). So a peer's word is weighed:
-//
-//   - An accusation is disputed when the accused voted in this step, in a
-//     round at least that of the first vote naming it: it is alive and
-//     says it is in. An accusation that more than f = ⌊(n−1)/2⌋ of the n
-//     peers known in the step make (at least one honest among them), or
-//     another's of a peer this node excluded itself, is not disputed. This
-//     node's own accusations are weighed like the others' (its votes'
-//     rounds count).
-//   - An accuser with a disputed accusation is excluded, and the accused
-//     with it if that is its only one: word against word, both sit the step
-//     out, as in BTARD's accusations (Gorbunov et al. 2022). An accuser with
-//     several disputes is the common fault: it alone is excluded. So each
-//     accuser costs a step at most one member besides itself.
-//   - The accusations of an accuser with no dispute stand (a crashed peer,
-//     a failed transfer: the accused does not vote on).
-//   - A newcomer (admit.go) has no standing: the word of one not admitted
-//     to the step is void; an admitted one's accusations do not count
-//     towards the f + 1 that confirm one, and a disputed one excludes the
-//     newcomer alone — else each of a thousand made-up peers would take
-//     an honest member out of the step with it.
-//
-// Every input grows during a step and every node sees the same votes, so
-// the views converge to the same X; until they do, X can shrink as disputes
-// appear (the refuted votes are replaced, as always).
-func (m *Mesh) exclusions() {
-	ag := &m.ag
-	counts := m.stepCounts()
-	f, admitted := counts.f, counts.admitted
-	accusers := make(map[PeerID]int)
-	voids := make(map[PeerID]bool)
-	void := func(by PeerID) bool {
-		// proven to break the protocol, or gone (dead, left, restarted,
-		// sitting the step out, silent): a gone accuser no longer
-		// re-broadcasts its vote, so nodes that missed it would never
-		// converge with those that heard it
-		v, ok := voids[by]
-		if !ok {
-			v = by != m.cfg.ID && (ag.local[by] || ag.inflated[by] || m.isEquivocator(by) ||
-				admitted != nil && m.newcomer(by) && !admitted[by]) // not in the step at all
-			voids[by] = v
-		}
-		return v
-	}
-	for a := range ag.accused {
-		if a.by != a.of && !void(a.by) && !m.newcomer(a.by) {
-			accusers[a.of]++
-		}
-	}
-	disputes := make(map[PeerID][]PeerID) // accuser → accused who dispute it
-	for a, r := range ag.accused {
-		if void(a.by) {
-			continue
-		}
-		if accusers[a.of] > f || a.by != m.cfg.ID && ag.local[a.of] {
-			continue // confirmed
-		}
-		if v := m.latestVote(a.of); v != nil && v.round >= r || a.of == m.cfg.ID && ag.voted && ag.round >= r {
-			disputes[a.by] = append(disputes[a.by], a.of)
-		}
-	}
-	clear(ag.excluded)
-	for id := range ag.local {
-		ag.excluded[id] = true
-	}
-	clear(ag.disputants)
-	for by, of := range disputes {
-		ag.excluded[by], ag.disputants[by] = true, true
-		if len(of) == 1 && !m.newcomer(by) {
-			ag.excluded[of[0]], ag.disputants[of[0]] = true, true
-		}
-	}
-	for a := range ag.accused {
-		if _, disputed := disputes[a.by]; !disputed && a.by != a.of && !void(a.by) {
-			ag.excluded[a.of] = true
-		}
-	}
 }
 
 // meshRoundSlack is how far above the round floor an honest vote may be
@@ -490,22 +393,31 @@ func (m *Mesh) canVote() bool {
 	if !m.closeRule() && m.tick-m.ag.readyAt >= uint64(m.cfg.StragglerTicks) {
 		return true
 	}
-	late := m.awaited()
-	switch {
-	case len(late) == 0:
-		return true
-	case m.closeRule():
+	if !m.closeRule() {
+		return !m.anyAwaited()
+	}
+	if late := m.awaited(); len(late) > 0 {
 		return m.closeWaited(late)
 	}
-	return false
+	return true
 }
 
-// awaited returns, sorted, the live peers of this step and line that a
-// Ready node waits for and that are not Ready yet.
-func (m *Mesh) awaited() []PeerID {
+// awaited returns, in no order, the live peers of this step and line that
+// a Ready node waits for and that are not Ready yet.
+func (m *Mesh) awaited() []PeerID { return m.awaitedUpTo(len(m.peers)) }
+
+// anyAwaited reports whether a Ready node waits for some peer (awaited).
+func (m *Mesh) anyAwaited() bool { return len(m.awaitedUpTo(1)) > 0 }
+
+// awaitedUpTo returns at most n of the awaited peers: progress asks on
+// every message heard, over every peer.
+func (m *Mesh) awaitedUpTo(n int) []PeerID {
 	var late []PeerID
 	full := m.newcomersFull()
 	for id, p := range m.peers {
+		if len(late) == n {
+			break
+		}
 		if full && m.newcomer(id) {
 			continue
 		}
@@ -515,7 +427,6 @@ func (m *Mesh) awaited() []PeerID {
 			}
 		}
 	}
-	slices.Sort(late)
 	return late
 }
 
@@ -629,9 +540,9 @@ func (m *Mesh) contest() {
 	}
 	var round uint32
 	due := false
-	for a, r := range m.ag.accused {
-		if a.of == m.cfg.ID && a.by != m.cfg.ID && (!m.ag.voted || m.ag.round < r) {
-			due, round = true, max(round, r)
+	for _, e := range m.ag.accused.edges {
+		if e.of.id == m.cfg.ID && !e.by.me && (!m.ag.voted || m.ag.round < e.round) {
+			due, round = true, max(round, e.round)
 		}
 	}
 	if !due {
@@ -856,7 +767,7 @@ func (m *Mesh) restartStep() {
 	// singleton rings of one step in a connected network (seed 6131).
 	// The votes of earlier rounds still count for M and the round.
 	m.ag.floor = round
-	clear(m.ag.accused)
+	m.ag.accused = meshAccusations{}
 	m.exclusions()
 	m.setState(StateReady)
 }

@@ -72,7 +72,7 @@ func (m *Mesh) updateClose() {
 	case m.state == StateTraining && !cl.asked:
 		cl.asked = true
 		m.out.Close = &Close{Step: m.step, Hash: m.hash}
-	case m.state == StateReady && !m.ag.anyVote && (cl.sentAt == 0 || m.tick-cl.sentAt >= uint64(m.cfg.HeartbeatTicks)) && len(m.awaited()) > 0:
+	case m.state == StateReady && !m.ag.anyVote && (cl.sentAt == 0 || m.tick-cl.sentAt >= uint64(m.cfg.HeartbeatTicks)) && m.anyAwaited():
 		cl.sentAt = max(m.tick, 1)
 		m.send(Message{Type: MsgClose, From: m.cfg.ID, Step: m.step, Hash: m.hash})
 	}
