@@ -278,21 +278,24 @@ func TestFalseReportExcludesOwner(t *testing.T) {
 }
 
 // accuseEveryone makes a member's votes name every one of others in their
-// X (and leave them out of the ring it proposes).
+// X (and leave them out of the ring it proposes), in a bundle or alone.
 func accuseEveryone(t *testing.T, others []mesh.PeerID) func([]byte) []byte {
 	return func(data []byte) []byte {
-		m, err := mesh.Decode(data)
+		msgs, err := mesh.DecodeBundle(data)
 		if err != nil {
 			t.Error(err)
 			return data
 		}
-		if m.Type != mesh.MsgPropose {
-			return data
+		for i, m := range msgs {
+			if m.Type != mesh.MsgPropose {
+				continue
+			}
+			m.Excluded = slices.Clone(others)
+			m.Members = slices.DeleteFunc(m.Members, func(mb mesh.Member) bool { return slices.Contains(others, mb.ID) })
+			m.Links = nil
+			msgs[i] = m
 		}
-		m.Excluded = slices.Clone(others)
-		m.Members = slices.DeleteFunc(m.Members, func(mb mesh.Member) bool { return slices.Contains(others, mb.ID) })
-		m.Links = nil
-		out, err := mesh.Encode(m)
+		out, err := mesh.EncodeBundle(msgs)
 		if err != nil {
 			t.Error(err)
 			return data

@@ -14,6 +14,7 @@ import (
 	"github.com/intellect-node/intellect-node/mesh/account"
 	"github.com/intellect-node/intellect-node/node/diloco"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // meshLoop owns the mesh state machine: it ticks it, feeds it gossip and the
@@ -43,16 +44,7 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 				n.onReport(mesh.PeerID(msg.From.String()), msg.Data)
 				break
 			}
-			mm, err := mesh.Decode(msg.Data)
-			if err == nil && mm.From != mesh.PeerID(msg.From.String()) {
-				err = errSpoofed
-			}
-			if err == nil {
-				err = m.Step(mm)
-			}
-			if err != nil {
-				log.Warn("bad mesh message", "from", msg.From, "err", err)
-			}
+			n.stepMesh(m, msg.From, msg.Data, log)
 		case c := <-n.meshCmds:
 			c.apply(m)
 			n.noteHistory(m) // the model and its history change only by commands (Completed, Synced)
@@ -82,20 +74,76 @@ func (n *Node) meshLoop(ctx context.Context, m *mesh.Mesh) {
 // errSpoofed rejects a mesh message whose From is not its gossip signer.
 var errSpoofed = errors.New("node: mesh message From is not its signer")
 
+// meshSigned decodes the mesh message or bundle of messages that from
+// signed. A bundle is one sender's messages of one tick: a part that is not
+// from its signer fails it whole.
+func meshSigned(from peer.ID, data []byte) ([]mesh.Message, error) {
+	msgs, err := mesh.DecodeBundle(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if m.From != mesh.PeerID(from.String()) {
+			return nil, errSpoofed
+		}
+	}
+	return msgs, nil
+}
+
+// stepMesh feeds what from signed (meshSigned) to the state machine.
+func (n *Node) stepMesh(m *mesh.Mesh, from peer.ID, data []byte, log *slog.Logger) {
+	msgs, err := meshSigned(from, data)
+	for _, mm := range msgs {
+		if err = m.Step(mm); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		log.Warn("bad mesh message", "from", from, "err", err)
+	}
+}
+
+// publishMesh publishes the messages of one Ready, up to mesh.MaxBundle at a
+// time as one gossip message (mesh.EncodeBundle): one signature and one
+// message id for each receiver to handle instead of one per message. What
+// does not fit a bundle (mesh's or the host's size limit) goes one message
+// at a time.
+func (n *Node) publishMesh(ctx context.Context, msgs []mesh.Message, log *slog.Logger) {
+	publish := func(b []byte) error {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return n.pub.PublishTo(pctx, p2p.MeshTopic, b)
+	}
+	for len(msgs) > 0 {
+		part := msgs[:min(len(msgs), mesh.MaxBundle)]
+		msgs = msgs[len(part):]
+		if len(part) > 1 {
+			if b, err := mesh.EncodeBundle(part); err == nil {
+				err = publish(b)
+				if err == nil || !errors.Is(err, p2p.ErrMessageTooLarge) {
+					if err != nil && ctx.Err() == nil {
+						log.Warn("publish", "messages", len(part), "err", err)
+					}
+					continue
+				}
+			}
+		}
+		for _, msg := range part {
+			b, err := mesh.Encode(msg)
+			if err != nil {
+				log.Warn("encode mesh message", "type", msg.Type, "err", err)
+				continue
+			}
+			if err := publish(b); err != nil && ctx.Err() == nil {
+				log.Warn("publish", "type", msg.Type, "err", err)
+			}
+		}
+	}
+}
+
 // carryOut does what one Ready asks, then advances the state machine.
 func (n *Node) carryOut(ctx context.Context, m *mesh.Mesh, rd mesh.Ready, log *slog.Logger) {
-	for _, msg := range rd.Messages {
-		b, err := mesh.Encode(msg)
-		if err != nil {
-			log.Warn("encode mesh message", "type", msg.Type, "err", err)
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := n.pub.PublishTo(pctx, p2p.MeshTopic, b); err != nil && ctx.Err() == nil {
-			log.Warn("publish", "type", msg.Type, "err", err)
-		}
-		cancel()
-	}
+	n.publishMesh(ctx, rd.Messages, log)
 	for _, e := range rd.Equivocations {
 		n.exclude(e.Peer, "equivocation", fmt.Sprintf("proposed two different rings for step %d round %d (signed mesh messages): %s and %s",
 			e.Step+1, e.Round, memberIDs(e.First), memberIDs(e.Second)))

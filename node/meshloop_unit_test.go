@@ -326,3 +326,73 @@ func TestLinkCost(t *testing.T) {
 		}
 	}
 }
+
+// recordingPublisher keeps what is published; over limit bytes it fails as
+// the host does.
+type recordingPublisher struct {
+	sent  *[][]byte
+	limit int
+}
+
+func (p recordingPublisher) PublishTo(_ context.Context, _ string, b []byte) error {
+	if len(b) > p.limit {
+		return p2p.ErrMessageTooLarge
+	}
+	*p.sent = append(*p.sent, b)
+	return nil
+}
+
+// TestPublishMeshBundles pins that the messages of one Ready go out as
+// bundles of up to mesh.MaxBundle, that what the host refuses as too large
+// goes one message at a time, and that every receiver gets them back in
+// order, signed by their sender, and refuses a bundle with a part from
+// another.
+func TestPublishMeshBundles(t *testing.T) {
+	n := unitMeshNode(nil)
+	n.self = "12D3KooWQ3ewGGsGxRNKsC4PUjiMQWxYBGGuzbVSA2nFGcQvhkjH"
+	from, err := peer.Decode(string(n.self))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []mesh.Message
+	for i := range mesh.MaxBundle + 1 {
+		msgs = append(msgs, mesh.Message{Type: mesh.MsgHeartbeat, From: n.self, State: mesh.StateTraining, Step: uint64(i), Hash: "h"})
+	}
+	for _, c := range []struct {
+		limit int
+		want  []int // messages per publication
+	}{{1 << 16, []int{mesh.MaxBundle, 1}}, {100, []int{1, 1, 1, 1, 1}}} {
+		var sent [][]byte
+		n.pub = recordingPublisher{&sent, c.limit}
+		n.publishMesh(context.Background(), msgs, n.log)
+		var got []mesh.Message
+		var counts []int
+		for _, b := range sent {
+			part, err := meshSigned(from, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, counts = append(got, part...), append(counts, len(part))
+		}
+		if !slices.Equal(counts, c.want) || len(got) != len(msgs) {
+			t.Fatalf("limit %d: publications of %v messages, want %v", c.limit, counts, c.want)
+		}
+		for i := range got {
+			if got[i].Step != msgs[i].Step {
+				t.Fatalf("limit %d: message %d is step %d", c.limit, i, got[i].Step)
+			}
+		}
+	}
+	spoofed := slices.Clone(msgs[:2])
+	spoofed[1].From = "12D3KooWKnDdG3iXw9eTFijk3EWSunZcFi54Zka4wmtqtt6rPxc8"
+	b, err := mesh.EncodeBundle(spoofed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := meshSigned(from, b); !errors.Is(err, errSpoofed) {
+		t.Fatalf("a bundle with another's message: %v", err)
+	}
+	if _, err := meshSigned(from, []byte{mesh.BundleVersion, 2}); err == nil {
+		t.Fatal("a truncated bundle decoded")
+	}
+}

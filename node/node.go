@@ -417,11 +417,11 @@ func (n *Node) startServices() error {
 }
 
 // setValidators vets the gossip topics' messages: mesh messages signed by
-// their From, verdict reports that decode.
+// their From (one or a bundle), verdict reports that decode.
 func (n *Node) setValidators() {
 	n.host.SetValidator(func(from peer.ID, data []byte) bool {
-		m, err := mesh.Decode(data)
-		return err == nil && m.From == mesh.PeerID(from.String())
+		_, err := meshSigned(from, data)
+		return err == nil
 	})
 	// The host was made with account.Topic: no error.
 	_ = n.host.SetTopicValidator(account.Topic, func(_ peer.ID, data []byte) bool {
