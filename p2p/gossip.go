@@ -282,6 +282,11 @@ func (h *Host) joinTopics(ctx context.Context) error {
 		pubsub.WithStrictSignatureVerification(true),
 		pubsub.WithMaxMessageSize(h.cfg.GossipMaxSize+gossipEnvelope),
 		pubsub.WithFloodPublish(true),
+		// pubsub's validation queue (32 by default) is shared by every
+		// peer's messages: 63 peers publishing at one heartbeat overflow
+		// it, and a message dropped there is lost (the scale lab,
+		// docs/scale.md). Queued, it is only late.
+		pubsub.WithValidateQueueSize(gossipValidateQueue),
 		pubsub.WithPeerExchange(true),
 		pubsub.WithLogger(h.log.With("system", "gossip")),
 		pubsub.WithRawTracer(gossipTracer{h}),
@@ -304,6 +309,10 @@ func (h *Host) joinTopics(ctx context.Context) error {
 	}
 	return nil
 }
+
+// gossipValidateQueue is the length of pubsub's validation queue: the
+// messages of MaxMembers peers at once, several times over.
+const gossipValidateQueue = 1024
 
 // joinTopic registers t's validator and subscribes to it under its full
 // name.
