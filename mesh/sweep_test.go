@@ -52,6 +52,7 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 						mu.Lock()
 						failed = append(failed, fmt.Sprint(seed))
 						mu.Unlock()
+						fmt.Fprintf(os.Stderr, "sweep: seed %d failed\n", seed)
 					}
 					if n%100 == 0 || n == total {
 						fmt.Fprintf(os.Stderr, "sweep: %d/%d seeds, %d failed, %s\n", n, total, len(failed), time.Since(start).Round(time.Second))

@@ -209,6 +209,11 @@ func runScale(t *testing.T, k int, slow float64) scaleRow {
 	row.total = time.Since(begin)
 	row.cpuProcess = 100 * cpu.Seconds() / wall.Seconds()
 	row.cpuPerMember = row.cpuProcess / float64(k)
+	if dir := os.Getenv("INTELLECT_SCALE_PROF"); dir != "" {
+		if err := os.WriteFile(fmt.Sprintf("%s/scale-%d.pprof", dir, k), prof.Bytes(), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 	parts, err := profileParts(prof.Bytes())
 	if err != nil {
 		t.Errorf("K=%d: cpu profile: %v", k, err)
