@@ -502,6 +502,15 @@ func (m *Mesh) vote(round uint32) {
 }
 
 // cast makes members this node's vote of round (vote, contest).
+//
+// At the run's first step the members of the vote are known from then on
+// (meet): the run's founders, Ready at its initial model, which any of
+// them may join before the first ring without admission (admitting), so
+// this lets in no one the first ring could not hold. Without it, founders
+// that a partition split before any vote crossed (each half decided a
+// first ring of its own) trained apart as strangers, the smaller half
+// knowing nobody on the larger side, and never merged (random-fault seeds
+// 666 and 700 at 4–64 members).
 func (m *Mesh) cast(round uint32, members []Member) {
 	m.ag.voted, m.ag.round, m.ag.vote, m.ag.contested = true, round, members, false
 	m.ag.voteSum, m.ag.votePeers = meshMembersSum(members), nil
@@ -509,6 +518,11 @@ func (m *Mesh) cast(round uint32, members []Member) {
 	m.ag.maxRound = max(m.ag.maxRound, round)
 	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
+	if m.ag.step == 0 {
+		for _, mb := range members {
+			m.meet([]PeerID{mb.ID}) // the run's founders: see above
+		}
+	}
 	if m.voted == nil {
 		m.voted = make(map[meshKey]uint32, meshKeepVotes+1)
 	}

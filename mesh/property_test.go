@@ -26,7 +26,11 @@ func TestSimRandomFaults(t *testing.T) {
 }
 
 // TestSimRandomFaultsLarge is make test's slice of the sweep at 4-64
-// members (make test-sim runs 10 000 seeds): 8 seeds of 17 to 64.
+// members (make test-sim runs 10 000 seeds): 8 seeds of 17 to 64, and the
+// sweep's seeds that once failed. 666 and 700: a partition split the run's
+// founders before the first ring (700: before its all-reduce), each half
+// decided a first ring of its own, and the smaller half, knowing nobody on
+// the larger side, never adopted its line (the founders are known now: cast).
 func TestSimRandomFaultsLarge(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("tens of members: not under -short or -race")
@@ -35,6 +39,12 @@ func TestSimRandomFaultsLarge(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			simRandomRunSized(t, 20000+seed, 17, 64, 0, nil)
+		})
+	}
+	for _, seed := range []uint64{666, 700} {
+		t.Run(fmt.Sprintf("found=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			simRandomRunSized(t, seed, 4, 64, 0, nil)
 		})
 	}
 }
