@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ func TestSimRandomFaultsSweep(t *testing.T) {
 			t.Fatalf("MESH_SWEEP_REDUCE %q: want a number of ticks ≥ 1", r)
 		}
 	}
+	// The simulation allocates many short-lived maps: collecting a quarter
+	// as often takes 12 % less CPU per seed for twice the heap (≈ 360 MB).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	traceDir := os.Getenv("MESH_SWEEP_TRACE")
 	var done atomic.Int64
 	var mu sync.Mutex
