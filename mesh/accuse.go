@@ -1,5 +1,7 @@
 package mesh
 
+import "slices"
+
 // Accusations: the X of every vote heard, and the exclusions they make.
 
 // exclusions derives X from local and the accusations heard. A vote's X is
@@ -28,8 +30,9 @@ package mesh
 //     newcomer alone — else each of a thousand made-up peers would take
 //     an honest member out of the step with it.
 //
-// Every input grows during a step and every node sees the same votes, so
-// the views converge to the same X; until they do, X can shrink as disputes
+// Every input grows during a step (a peer's accusations are those of its
+// latest vote, which only grow unless it starts the step afresh: noteVote)
+// and every node sees the same votes, so the views converge to the same X; until they do, X can shrink as disputes
 // appear (the refuted votes are replaced, as always).
 //
 // It runs on every vote heard, over up to K² accusations (K members each
@@ -112,6 +115,7 @@ type meshEdge struct {
 type meshAccuser struct {
 	id                 PeerID
 	me, void, newcomer bool
+	edges              int    // its accusations
 	disputes           int    // its accusations the accused dispute
 	disputed           PeerID // the accused of one of them
 }
@@ -125,6 +129,58 @@ type meshAccused struct {
 	round        uint32
 	accusers     int
 	stands       bool
+}
+
+// noteVote makes the X of voter's vote v its accusations: a peer's word
+// is its latest vote, which it re-broadcasts and every node comes to hear.
+// Accusations its earlier votes of this step made and v does not are
+// withdrawn. Within one agreement a node's X only grows, so that happens
+// only when the voter started the step's agreement afresh (back at a
+// model it voted on before, or restarting the step): its old words live
+// on only at the nodes that heard them. Kept, they made a member that
+// came back at step 7's model a disputant (its first vote had named the
+// members of another ring) in the eyes of the nodes that had heard that
+// vote and not of the others, and the two views re-voted against each
+// other for 3000 rounds (random-fault seeds 4623 and 9053 at 4–64
+// members).
+func (m *Mesh) noteVote(voter PeerID, v *meshVote) {
+	acc := &m.ag.accused
+	if b := acc.by[voter]; b != nil {
+		still := 0
+		for _, id := range v.excluded {
+			if _, ok := acc.index[meshAccusation{voter, id}]; ok && id != voter {
+				still++
+			}
+		}
+		if still < b.edges {
+			acc.withdraw(b, v.excluded)
+		}
+	}
+	for _, id := range v.excluded {
+		if id != voter {
+			m.noteAccusation(voter, id, v.round)
+		}
+	}
+}
+
+// withdraw removes b's accusations of peers not in keep.
+func (acc *meshAccusations) withdraw(b *meshAccuser, keep []PeerID) {
+	for i := 0; i < len(acc.edges); {
+		e := acc.edges[i]
+		if e.by != b || slices.Contains(keep, e.of.id) {
+			i++
+			continue
+		}
+		delete(acc.index, meshAccusation{b.id, e.of.id})
+		last := len(acc.edges) - 1
+		if i != last {
+			acc.edges[i] = acc.edges[last]
+			moved := acc.edges[i]
+			acc.index[meshAccusation{moved.by.id, moved.of.id}] = i
+		}
+		acc.edges = acc.edges[:last]
+		b.edges--
+	}
 }
 
 // noteAccusation records that by named of in a vote of round.
@@ -153,6 +209,7 @@ func (m *Mesh) noteAccusation(by, of PeerID, round uint32) {
 	}
 	acc.index[a] = len(acc.edges)
 	acc.edges = append(acc.edges, meshEdge{by: b, of: o, round: round, self: by == of})
+	b.edges++
 }
 
 // standing finds by's standing afresh. Its word is void when it is proven

@@ -171,11 +171,7 @@ func (m *Mesh) mergeVote(voter PeerID, v *meshVote) {
 			m.ag.known[mb.ID] = mb.InnerSteps
 		}
 	}
-	for _, id := range v.excluded {
-		if id != voter {
-			m.noteAccusation(voter, id, v.round)
-		}
-	}
+	m.noteVote(voter, v)
 	m.exclusions()
 }
 
