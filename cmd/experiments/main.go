@@ -32,8 +32,11 @@ type options struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "sweep" || os.Args[1] == "bench" || os.Args[1] == "traffic" || os.Args[1] == "wire" || os.Args[1] == "clock") {
-		sub := map[string]func([]string) error{"sweep": sweepMain, "bench": benchMain, "traffic": trafficMain, "wire": wireMain, "clock": clockMain}[os.Args[1]]
+	var sub func([]string) error
+	if len(os.Args) > 1 {
+		sub = map[string]func([]string) error{"sweep": sweepMain, "bench": benchMain, "traffic": trafficMain, "wire": wireMain, "clock": clockMain}[os.Args[1]]
+	}
+	if sub != nil {
 		if err := sub(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "experiments %s: %v\n", os.Args[1], err)
 			os.Exit(1)
