@@ -515,9 +515,11 @@ func (m *Mesh) cast(round uint32, members []Member) {
 	m.ag.links = m.linkRow(members)
 	m.ag.roundAt = m.tick
 	if m.ag.step == 0 {
-		for _, mb := range members {
-			m.meet([]PeerID{mb.ID}) // the run's founders: see above
+		ids := make([]PeerID, len(members))
+		for i, mb := range members {
+			ids[i] = mb.ID
 		}
+		m.meet(ids) // the run's founders: see above
 	}
 	if m.voted == nil {
 		m.voted = make(map[meshKey]uint32, meshKeepVotes+1)
