@@ -94,8 +94,8 @@ func TestDefaultSource(t *testing.T) {
 	}
 	for _, line := range strings.Split(ByteTokenizer{}.Decode(ev), "\n")[:2] {
 		var a, b, c int
-		if _, err := fmtSscanf(line, &a, &b, &c); err != nil || a+b != c || !heldOut(a, b) {
-			t.Fatalf("bad held-out problem %q", line)
+		if _, err := fmtSscanf(line, &a, &b, &c); err != nil || a+b != c || !heldOut(a, b) || a < 100 || b < 100 {
+			t.Fatalf("bad held-out problem %q: want a held-out pair of 3-digit operands", line)
 		}
 	}
 }
