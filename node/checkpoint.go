@@ -17,8 +17,9 @@ import (
 // Checkpoint layout under <home>/checkpoints/step-NNNNNNNN:
 //
 //	engine/              the engine's own checkpoint (model, AdamW moments, data position)
-//	outer.safetensors    theta0 (the global model of the step), the outer momentum
-//	                     and, with --error-feedback, ef_residual (the loop's residual)
+//	outer.safetensors    theta0 (the global model of the step), the outer momentum,
+//	                     with --error-feedback ef_residual (the loop's residual), with
+//	                     --worker-momentum worker_momentum (the member's v)
 //	node.json            run, outer step and θ₀ hash
 const (
 	checkpointDir  = "checkpoints"
@@ -71,6 +72,9 @@ func (n *Node) writeCheckpoint() error {
 			if res := n.residual(); res != nil {
 				ts = append(ts, train.Tensor{Name: "ef_residual", Shape: []int{len(res)}, Data: res})
 			}
+			if mom := n.workerMomentum(); mom != nil {
+				ts = append(ts, train.Tensor{Name: "worker_momentum", Shape: []int{len(mom)}, Data: mom})
+			}
 			if err := train.WriteSafetensors(filepath.Join(tmp, outerFile), ts, map[string]string{"hash": hash}); err != nil {
 				return err
 			}
@@ -102,7 +106,7 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 	if st.Run != n.cfg.Run || (st.Manifest != "" && st.Manifest != n.runID()) {
 		return bad(fmt.Errorf("it belongs to run %q manifest %s, not %q manifest %s", st.Run, short(st.Manifest), n.cfg.Run, short(n.runID())))
 	}
-	theta0, v, res, err := readOuter(dir, st.Hash)
+	o, err := readOuter(dir, st.Hash)
 	if err != nil {
 		return bad(err)
 	}
@@ -113,45 +117,57 @@ func (n *Node) resume(opts train.Options) (bool, error) {
 	if err != nil {
 		return bad(err)
 	}
-	if len(eng.Params()) != len(theta0) {
+	if len(eng.Params()) != len(o.theta0) {
 		eng.Close()
-		return bad(fmt.Errorf("model has %d params, checkpoint %d", len(eng.Params()), len(theta0)))
+		return bad(fmt.Errorf("model has %d params, checkpoint %d", len(eng.Params()), len(o.theta0)))
 	}
-	if err := eng.SetParams(theta0); err != nil {
+	if err := eng.SetParams(o.theta0); err != nil {
 		eng.Close()
 		return bad(err)
 	}
 	n.engine = eng
-	n.model = diloco.NewModel(st.Step, theta0, &diloco.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: v})
-	n.resumedHist, n.resumedRes = st.History, res
+	n.model = diloco.NewModel(st.Step, o.theta0, &diloco.Outer{LR: n.cfg.OuterLR, Momentum: *n.cfg.OuterMomentum, V: o.v})
+	n.resumedHist, n.resumedRes, n.resumedMom = st.History, o.res, o.mom
 	n.log.Info("resumed from checkpoint", "dir", dir, "outer_step", st.Step)
 	return true, nil
 }
 
-// readOuter reads a checkpoint's outer state: θ₀ (which must hash to hash),
-// the outer momentum and the error-feedback residual (nil if none).
-func readOuter(dir, hash string) (theta0, v, res []float32, err error) {
+// outerState is what a checkpoint's outer file holds.
+type outerState struct {
+	theta0, v []float32 // θ₀ and the outer momentum
+	res, mom  []float32 // the error-feedback residual and the worker momentum (nil if none)
+}
+
+// readOuter reads a checkpoint's outer state; θ₀ must hash to hash, and
+// every other vector must be θ₀'s size.
+func readOuter(dir, hash string) (outerState, error) {
+	var o outerState
 	ts, _, err := train.ReadSafetensors(filepath.Join(dir, outerFile))
 	if err != nil {
-		return nil, nil, nil, err
+		return o, err
 	}
 	for _, t := range ts {
 		switch t.Name {
 		case "theta0":
-			theta0 = t.Data
+			o.theta0 = t.Data
 		case "outer_momentum":
-			v = t.Data
+			o.v = t.Data
 		case "ef_residual":
-			res = t.Data
+			o.res = t.Data
+		case "worker_momentum":
+			o.mom = t.Data
 		}
 	}
-	if theta0 == nil || len(v) != len(theta0) || train.Hash(theta0) != hash {
-		return nil, nil, nil, errors.New("outer state missing or does not match its hash")
+	if o.theta0 == nil || len(o.v) != len(o.theta0) || train.Hash(o.theta0) != hash {
+		return outerState{}, errors.New("outer state missing or does not match its hash")
 	}
-	if res != nil && len(res) != len(theta0) {
-		return nil, nil, nil, fmt.Errorf("error-feedback residual of %d values, θ₀ of %d", len(res), len(theta0))
+	if o.res != nil && len(o.res) != len(o.theta0) {
+		return outerState{}, fmt.Errorf("error-feedback residual of %d values, θ₀ of %d", len(o.res), len(o.theta0))
 	}
-	return theta0, v, res, nil
+	if o.mom != nil && len(o.mom) != len(o.theta0) {
+		return outerState{}, fmt.Errorf("worker momentum of %d values, θ₀ of %d", len(o.mom), len(o.theta0))
+	}
+	return o, nil
 }
 
 // residual is the error-feedback residual a checkpoint keeps: the loop's,
@@ -212,4 +228,13 @@ func (n *Node) dirProgress(dir string, total int64, detail string) func() {
 		wg.Wait()
 		report(Progress{Work: "checkpoint", Done: total, Total: total, Detail: detail})
 	}
+}
+
+// workerMomentum is the worker momentum a checkpoint keeps: the loop's, or
+// the one resumed while no loop runs yet (nil without --worker-momentum).
+func (n *Node) workerMomentum() []float32 {
+	if n.loop != nil {
+		return n.loop.WorkerMomentum()
+	}
+	return n.resumedMom
 }

@@ -164,6 +164,48 @@ func TestTrainLoopTakesResumedResidual(t *testing.T) {
 	}
 }
 
+// TestCheckpointKeepsWorkerMomentum pins the member's momentum across a
+// restart as the residual is pinned: written with the checkpoint, back with
+// the resumed model, the new loop's; without --worker-momentum there is none.
+func TestCheckpointKeepsWorkerMomentum(t *testing.T) {
+	home := t.TempDir()
+	nd := newCkptNode(t, home, 9, 3)
+	l, err := diloco.New(diloco.Config{Inner: 2, WorkerMomentum: 0.6}, nd.engine, nd.model, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mom := unitVec(79, int(nd.params), 0.01)
+	if err := l.SetWorkerMomentum(mom); err != nil {
+		t.Fatal(err)
+	}
+	nd.loop = l
+	if err := nd.saveCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r := freshNode(nd)
+	r.cfg.WorkerMomentum = 0.6
+	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil || !slices.Equal(r.resumedMom, mom) {
+		t.Fatalf("resume = %v, %v; momentum back: %v", ok, err, slices.Equal(r.resumedMom, mom))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the loop stops after its first inner step
+	if err := r.trainLoop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("trainLoop: %v", err)
+	}
+	if r.resumedMom != nil || !slices.Equal(r.loop.WorkerMomentum(), mom) {
+		t.Fatal("the loop does not carry the resumed worker momentum")
+	}
+	nd.loop = nil
+	nd.cfg.Home = t.TempDir()
+	if err := nd.saveCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := freshNode(nd)
+	if ok, err := r2.resume(simOptions(21, 1)); !ok || err != nil || r2.resumedMom != nil {
+		t.Fatalf("resume without worker momentum: %v, %v, momentum %v", ok, err, r2.resumedMom != nil)
+	}
+}
+
 // TestResumeNothing pins that a home without checkpoints resumes nothing,
 // without error.
 func TestResumeNothing(t *testing.T) {
@@ -272,6 +314,13 @@ func TestResumeRejectsBadCheckpoints(t *testing.T) {
 				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v},
 				{Name: "ef_residual", Shape: []int{3}, Data: []float32{1, 2, 3}}})
 		}, []string{"error-feedback residual of 3 values"}},
+		{"worker momentum of another size", func(t *testing.T, dir string, nd *Node) {
+			th, v := modelOf(nd.model)
+			writeOuter(t, dir, []train.Tensor{
+				{Name: "theta0", Shape: []int{len(th)}, Data: th},
+				{Name: "outer_momentum", Shape: []int{len(v)}, Data: v},
+				{Name: "worker_momentum", Shape: []int{2}, Data: []float32{1, 2}}})
+		}, []string{"worker momentum of 2 values"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

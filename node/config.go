@@ -111,6 +111,13 @@ type Config struct {
 	// Overlap). 0 is plain SGD on the averaged pseudo-gradient. Every member
 	// of a run must use the same.
 	OuterMomentum *float32
+	// WorkerMomentum μ in [0, 1) has each member keep Nesterov momentum of
+	// its own pseudo-gradients and send Δ + μ·v (diloco.Config.WorkerMomentum);
+	// with OuterMomentum 0 it is the same outer step, and the robust
+	// owners compare members' momenta, in which an attack that hides in the
+	// honest spread stands out more (docs/robust.md). Every member of a run
+	// must use the same.
+	WorkerMomentum float32
 	// Shards is the number of parallel rings (streams per neighbour) of the
 	// all-reduce. Default DefaultShards; 1..collective.MaxShards. Every member of
 	// a run must use the same.
@@ -408,6 +415,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: shards must be in 1..%d, got %d", ErrBadConfig, collective.MaxShards, c.Shards)
 	case !(c.OuterLR > 0 && c.OuterLR <= 10) || !(*c.OuterMomentum >= 0 && *c.OuterMomentum < 1):
 		return fmt.Errorf("%w: outer lr %v (want (0, 10]), momentum %v (want [0, 1))", ErrBadConfig, c.OuterLR, *c.OuterMomentum)
+	case !(c.WorkerMomentum >= 0 && c.WorkerMomentum < 1):
+		return fmt.Errorf("%w: worker momentum %v: want [0, 1)", ErrBadConfig, c.WorkerMomentum)
 	case c.Tick < time.Millisecond:
 		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
 	case c.Device == "sim" && c.SimStep <= 0:

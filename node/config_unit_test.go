@@ -101,6 +101,8 @@ func TestConfigRejectsTable(t *testing.T) {
 		{"momentum negative", func(c *Config) { c.OuterMomentum = new(float32(-0.01)) }, "momentum"},
 		{"momentum 1", func(c *Config) { c.OuterMomentum = new(float32(1)) }, "momentum"},
 		{"momentum NaN", func(c *Config) { c.OuterMomentum = new(float32(math.NaN())) }, "momentum"},
+		{"worker momentum 1", func(c *Config) { c.WorkerMomentum = 1 }, "worker momentum"},
+		{"worker momentum NaN", func(c *Config) { c.WorkerMomentum = float32(math.NaN()) }, "worker momentum"},
 		{"tick too short", func(c *Config) { c.Tick = time.Microsecond }, "tick"},
 		{"tick negative", func(c *Config) { c.Tick = -time.Second }, "tick"},
 		{"sim without step", func(c *Config) { c.Device = "sim" }, "--sim-step"},

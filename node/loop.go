@@ -15,7 +15,8 @@ import (
 // mesh goroutine (nodePort).
 func (n *Node) trainLoop(ctx context.Context) error {
 	cfg := diloco.Config{Inner: n.cfg.InnerSteps, MaxOuter: n.cfg.MaxOuterSteps, Tick: n.cfg.Tick,
-		Drain: diloco.DefaultDrain, ErrorFeedback: n.cfg.ErrorFeedback, Eval: true, Logger: n.log}
+		Drain: diloco.DefaultDrain, ErrorFeedback: n.cfg.ErrorFeedback, Eval: true, Logger: n.log,
+		WorkerMomentum: n.cfg.WorkerMomentum}
 	if n.cfg.Overlap {
 		cfg.Lag = n.cfg.OverlapSteps
 		if cfg.Lag == 0 {
@@ -31,7 +32,12 @@ func (n *Node) trainLoop(ctx context.Context) error {
 			return err
 		}
 	}
-	n.loop, n.resumedRes = l, nil
+	if n.resumedMom != nil && l.WorkerMomentum() != nil {
+		if err := l.SetWorkerMomentum(n.resumedMom); err != nil {
+			return err
+		}
+	}
+	n.loop, n.resumedRes, n.resumedMom = l, nil, nil
 	return l.Run(ctx)
 }
 

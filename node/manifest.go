@@ -49,6 +49,9 @@ type Manifest struct {
 	// OuterLR and OuterMomentum are the outer optimizer's settings.
 	OuterLR       float32 `json:"outer_lr"`
 	OuterMomentum float32 `json:"outer_momentum"`
+	// WorkerMomentum is each member's momentum of its own pseudo-gradients
+	// (Config.WorkerMomentum); absent is 0.
+	WorkerMomentum float32 `json:"worker_momentum,omitempty"`
 	// Compression is how pseudo-gradients travel.
 	Compression Compression `json:"compression"`
 	// Averaging is how members combine them: "mean" (the ring) or
@@ -215,6 +218,8 @@ func (m *Manifest) Validate() error {
 		return bad("train options: worker %d, %v", m.Train.Worker, m.Train.Validate())
 	case !(m.OuterLR > 0 && m.OuterLR <= 10) || !(m.OuterMomentum >= 0 && m.OuterMomentum < 1):
 		return bad("outer lr %v, momentum %v", m.OuterLR, m.OuterMomentum)
+	case !(m.WorkerMomentum >= 0 && m.WorkerMomentum < 1):
+		return bad("worker momentum %v", m.WorkerMomentum)
 	case m.Averaging != AveragingMean && m.Averaging != AveragingRobust:
 		return bad("averaging %q: want mean or robust", m.Averaging)
 	case m.Compression.validate(m.Averaging) != nil:

@@ -81,6 +81,7 @@ func TestManifestValidate(t *testing.T) {
 		"max weight":             func(m *Manifest) { m.MaxWeight = 1 << 24 },
 		"worker":                 func(m *Manifest) { m.Train.Worker = 3 },
 		"outer lr":               func(m *Manifest) { m.OuterLR = 0 },
+		"worker momentum":        func(m *Manifest) { m.WorkerMomentum = 1 },
 		"codec":                  func(m *Manifest) { m.Compression.Codec = "int4" },
 		"shards":                 func(m *Manifest) { m.Compression.Shards = 0 },
 		"admission":              func(m *Manifest) { m.Admission.Policy = "vip" },

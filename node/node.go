@@ -82,6 +82,7 @@ type Node struct {
 	history     lineHistory // who made the line's last models (lineage.go)
 	resumedHist []mesh.Made // the checkpoint's history, for the mesh's start
 	resumedRes  []float32   // the checkpoint's error-feedback residual, for the loop's start
+	resumedMom  []float32   // the checkpoint's worker momentum, for the loop's start
 	pastInitial bool        // the home holds PastInitialFile (training goroutine after start)
 
 	awaitingAdmission bool // a newcomer left out of a step, not yet in a ring (mesh goroutine)

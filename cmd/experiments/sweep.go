@@ -39,6 +39,7 @@ type sweepRun struct {
 	H       int     `json:"h"`                       // inner steps per outer step
 	LR      float32 `json:"outer_lr"`                // DiLoCo outer learning rate
 	Mu      float32 `json:"outer_mu"`                // DiLoCo outer momentum
+	WMu     float32 `json:"worker_mu,omitempty"`     // DiLoCo worker momentum (diloco.Config.WorkerMomentum)
 	InnerLR float64 `json:"inner_lr"`                // 0: the preset's
 	Beta1   float64 `json:"inner_beta1,omitempty"`   // inner AdamW β1; 0: the preset's
 	Warmup  int     `json:"inner_warmup,omitempty"`  // inner warmup steps; 0: the preset's
@@ -229,7 +230,7 @@ func (res *sweepResult) single(opts train.Options, h, steps int, src train.Sourc
 // diloco runs DiLoCo in process (diloco.RunLocal) and returns the global
 // model.
 func (res *sweepResult) diloco(ctx context.Context, opts train.Options, r sweepRun, seed uint64, steps int, src train.Source) ([]float32, error) {
-	cfg := diloco.LocalConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, Lag: r.Overlap}
+	cfg := diloco.LocalConfig{Options: opts, Inner: r.H, Outer: steps / r.H, OuterLR: r.LR, OuterMomentum: r.Mu, WorkerMomentum: r.WMu, Lag: r.Overlap}
 	var err error
 	if cfg.Averaging, err = res.averaging(r, seed); err != nil {
 		return nil, err
@@ -399,6 +400,8 @@ func (r *sweepRun) setNumber(k string, f float64) error {
 		r.LR = float32(f)
 	case "mu":
 		r.Mu = float32(f)
+	case "wmu":
+		r.WMu = float32(f)
 	case "ilr":
 		r.InnerLR = f
 	case "b1":

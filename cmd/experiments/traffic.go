@@ -56,26 +56,36 @@ var trafficCodecs = map[string]sweepRun{
 	"topk-4bit": {Codec: "robust-topk", Beta: 0.95, TopKBits: 4},
 }
 
-// trafficOuters are the named outer optimizers: plain averaging, and
-// Nesterov momentum at MuLoCo's setting. trafficOuter also reads any other
-// Nesterov setting written nLRmMU, e.g. n0.8m0.6.
-var trafficOuters = map[string][2]float32{"plain": {1, 0}, "nesterov": {0.7, 0.6}}
+// trafficOuters are the named outer optimizers: plain averaging, Nesterov
+// momentum at MuLoCo's setting, and the same momentum kept by each member
+// on its own pseudo-gradients (diloco.Config.WorkerMomentum). trafficOuter
+// also reads any other Nesterov setting written nLRmMU (e.g. n0.8m0.6), or
+// wLRmMU with the momentum the members'.
+var trafficOuters = map[string]outerStep{"plain": {1, 0, 0}, "nesterov": {0.7, 0.6, 0}, "wnesterov": {0.7, 0, 0.6}}
 
-// trafficOuter returns the outer learning rate and momentum of an outer
-// optimizer's name.
-func trafficOuter(name string) ([2]float32, bool) {
-	if lrmu, ok := trafficOuters[name]; ok {
-		return lrmu, true
+// outerStep is an outer optimizer: its learning rate, the global model's
+// momentum and the members' (one of the two is 0).
+type outerStep struct{ lr, mu, wmu float32 }
+
+// trafficOuter returns the outer step of an outer optimizer's name.
+func trafficOuter(name string) (outerStep, bool) {
+	if o, ok := trafficOuters[name]; ok {
+		return o, true
 	}
-	rest, isN := strings.CutPrefix(name, "n")
-	lrs, mus, ok := strings.Cut(rest, "m")
-	if !isN || !ok {
-		return [2]float32{}, false
+	if len(name) < 1 || (name[0] != 'n' && name[0] != 'w') {
+		return outerStep{}, false
+	}
+	lrs, mus, ok := strings.Cut(name[1:], "m")
+	if !ok {
+		return outerStep{}, false
 	}
 	lr, err1 := strconv.ParseFloat(lrs, 32)
 	mu, err2 := strconv.ParseFloat(mus, 32)
 	ok = err1 == nil && err2 == nil && lr > 0 && lr <= 10 && mu >= 0 && mu < 1
-	return [2]float32{float32(lr), float32(mu)}, ok
+	if name[0] == 'w' {
+		return outerStep{float32(lr), 0, float32(mu)}, ok
+	}
+	return outerStep{float32(lr), float32(mu), 0}, ok
 }
 
 func trafficMain(args []string) error { return trafficRun(args, os.Stdout, os.Stderr) }
@@ -93,7 +103,7 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.hs, "h", "5,10,30,100", "comma-separated H")
 	fs.StringVar(&o.m, "m", "4", "DiLoCo members M of the grid")
 	fs.StringVar(&o.codecs, "codecs", "int8,q4,q2,topk", "comma-separated codecs: "+strings.Join(sortedKeys(trafficCodecs), ", "))
-	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6), nLRmMU (Nesterov, lr LR, μ MU, e.g. n0.8m0.6); a suffix +ovN overlaps the outer step, applying it N inner steps late")
+	fs.StringVar(&o.outers, "outer", "plain,nesterov", "comma-separated outer optimizers: plain (lr 1, μ 0), nesterov (lr 0.7, μ 0.6), wnesterov (the same momentum kept by each member), nLRmMU (Nesterov, lr LR, μ MU, e.g. n0.8m0.6), wLRmMU (members' momentum); a suffix +ovN overlaps the outer step, applying it N inner steps late")
 	fs.IntVar(&o.steps, "steps", 2000, "inner steps per member (= the baselines' steps); H = 100 makes steps/100 outer steps")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
 	fs.Float64Var(&o.innerLR, "inner-lr", 0, "every run's inner learning rate, the baselines' too (0: the preset's; the minimum is a tenth); use its own -out")
@@ -133,12 +143,12 @@ func trafficRun(args []string, stdout, stderr io.Writer) error {
 func trafficRunOf(m, h int, codec, outer string) (sweepRun, error) {
 	c, ok := trafficCodecs[codec]
 	base, lag, ok3 := trafficOverlap(outer)
-	lrmu, ok2 := trafficOuter(base)
+	step, ok2 := trafficOuter(base)
 	if !ok || !ok2 || !ok3 || lag > h {
 		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v or nLRmMU, +ovN with N ≤ H", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
 	}
 	c.Name = fmt.Sprintf("traffic-m%d-h%d-%s-%s", m, h, codec, outer)
-	c.Kind, c.M, c.K, c.H, c.LR, c.Mu, c.Overlap = "diloco", m, 1, h, lrmu[0], lrmu[1], lag
+	c.Kind, c.M, c.K, c.H, c.LR, c.Mu, c.WMu, c.Overlap = "diloco", m, 1, h, step.lr, step.mu, step.wmu, lag
 	return withOpt(c, train.OptimizerMuon), nil
 }
 

@@ -38,6 +38,10 @@ func TestNetworkMatchesReference(t *testing.T) {
 			func(c *node.Config) { c.Codec, c.FeedbackDecay = node.CodecTopK, 0.9 }},
 		{"q4-ring", []string{"--codec", "q4", "--averaging", "mean"},
 			func(c *node.Config) { c.Codec, c.Averaging = node.CodecQ4, node.AveragingMean }},
+		{"q2-worker-momentum", []string{"--codec", "q2", "--outer-lr", "0.7", "--outer-momentum", "0", "--worker-momentum", "0.6"},
+			func(c *node.Config) {
+				c.Codec, c.OuterLR, c.OuterMomentum, c.WorkerMomentum = node.CodecQ2, 0.7, new(float32(0)), 0.6
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReference(t, tc.flags, tc.cfg) })
 	}

@@ -24,6 +24,7 @@ func init() {
 type startFlags struct {
 	boot, listen, announce multiFlag
 	outerLR                *float64
+	workerMomentum         *float64
 	tokenFile              *string
 	level                  *string
 }
@@ -59,6 +60,7 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov); 1 with --outer-momentum 0 is plain averaging; in the run manifest")
 	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default %v, %v with --overlap); in the run manifest",
 		node.DefaultOuterMomentum, node.DefaultOverlapOuterMomentum))
+	f.workerMomentum = fs.Float64("worker-momentum", 0, "each member keeps Nesterov `momentum` μ in [0, 1) of its own pseudo-gradients and sends Δ + μv: with --outer-momentum 0 the same outer step, and attacks that hide in the honest spread cost less under robust averaging (docs/robust.md); in the run manifest")
 	c.CloseFraction = new(float64(node.DefaultCloseFraction))
 	fs.Float64Var(c.CloseFraction, "close-fraction", node.DefaultCloseFraction, "close each outer step once its Ready members' inner steps (each up to H) sum to this `fraction` of members × H: members still training end their phase and contribute the inner steps they finished; 0 waits for every member; in the run manifest")
 	fs.IntVar(&c.MinMembers, "min-members", node.DefaultMinMembers, "hold the run's first outer step until `N` members agree on a ring; a creator records it in the run manifest and every member, joiners included, holds the first ring to it; a member's own higher value keeps it out of any smaller first ring (it joins after), a lower one is ignored")
@@ -88,7 +90,7 @@ func runStart(args []string) error {
 		return err
 	}
 	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
-	c.OuterLR = float32(*f.outerLR)
+	c.OuterLR, c.WorkerMomentum = float32(*f.outerLR), float32(*f.workerMomentum)
 	c.Given = givenRunFlags(fs)
 	if _, ok := c.Given["averaging"]; (c.FP32 || c.Codec == node.CodecFP32) && !ok {
 		c.Averaging = node.AveragingMean // --fp32 alone: the ring's mean (robust averaging sends int8)
@@ -131,7 +133,8 @@ func runStart(args []string) error {
 var runFlags = map[string]string{
 	"run": "run", "preset": "preset", "config": "train.model", "data": "data", "tokenizer": "tokenizer",
 	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum",
-	"shards": "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
+	"worker-momentum": "worker_momentum",
+	"shards":          "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
 	"codec": "compression.codec", "topk": "compression.topk", "topk-bits": "compression.topk_bits",
 	"feedback-decay": "compression.feedback_decay", "result-feedback": "compression.result_feedback",
 	"averaging": "averaging", "admission": "admission.policy", "optimizer": "train.optimizer",

@@ -87,7 +87,8 @@ func (l *Loop) eval(ot *times) (float64, error) {
 
 // fetch gets the model ev names through the port and makes it this
 // member's: the engine restarts from it, and the error-feedback residual
-// starts at zero (it was this member's error on another model).
+// and the worker momentum start at zero (they were this member's on
+// another model).
 func (l *Loop) fetch(ctx context.Context, ev Event, ot *times) error {
 	f, err := l.port.Fetch(ctx, ev)
 	if err != nil || f == nil {
@@ -100,6 +101,7 @@ func (l *Loop) fetch(ctx context.Context, ev Event, ot *times) error {
 		return err
 	}
 	clear(l.res[0])
+	clear(l.mom)
 	l.tokens = 0
 	*ot = newTimes()
 	l.port.Synced(f.Step, l.model.hash, f.History)

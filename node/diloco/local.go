@@ -30,6 +30,8 @@ type LocalConfig struct {
 	Inner, Outer int
 	// OuterLR and OuterMomentum configure the outer optimizer (Outer).
 	OuterLR, OuterMomentum float32
+	// WorkerMomentum is every member's Config.WorkerMomentum.
+	WorkerMomentum float32
 	// Lag is Config.Lag: 0 blocking, n in 1..Inner the average applied
 	// after n inner steps of the next phase, < 0 after the first at which
 	// it has arrived (timing-dependent).
@@ -120,7 +122,7 @@ func runLocal(ctx context.Context, cfg LocalConfig, engines []train.Engine, each
 		}
 		m := NewModel(0, slices.Clone(theta0), NewOuter(len(theta0), cfg.OuterLR, cfg.OuterMomentum))
 		lc := Config{Inner: cfg.Inner, Lag: cfg.Lag, MaxOuter: uint64(cfg.Outer), Tick: time.Millisecond,
-			ErrorFeedback: cfg.Averaging.errorFeedback(), Eval: i == 0}
+			ErrorFeedback: cfg.Averaging.errorFeedback(), Eval: i == 0, WorkerMomentum: cfg.WorkerMomentum}
 		var err error
 		if loops[i], err = New(lc, e, m, g.reducer(i), g.port(i, m), g.hooks(i)); err != nil {
 			return nil, err

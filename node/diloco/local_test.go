@@ -370,3 +370,28 @@ func TestLocalMixedSpeeds(t *testing.T) {
 		t.Fatalf("step costs of 2 members in a run of 4: %v", err)
 	}
 }
+
+// Nesterov momentum kept by each member on its own pseudo-gradients, with
+// the plain mean, is the global outer step's: the mean of the members'
+// Δ + μ·v is Δ̄ + μ·v̄, and v̄ follows v̄ ← μ·v̄ + Δ̄. Up to rounding, the
+// global models are the same.
+func TestLocalWorkerMomentumIsNesterov(t *testing.T) {
+	o := trainOptions(t)
+	global := LocalConfig{Options: o, Workers: []uint64{3, 5, 9}, Inner: 3, Outer: 4, OuterLR: 0.7, OuterMomentum: 0.6}
+	worker := global
+	worker.OuterMomentum, worker.WorkerMomentum = 0, 0.6
+	plain := global
+	plain.OuterMomentum = 0
+	var models [3][]float32
+	for i, cfg := range []LocalConfig{global, worker, plain} {
+		p, err := RunLocal(context.Background(), cfg, train.DefaultSource(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[i] = p
+	}
+	moved := maxDiff(models[0], models[2])
+	if d := maxDiff(models[0], models[1]); d > moved/1000 {
+		t.Errorf("worker momentum ends %g from global Nesterov (momentum itself moves the model by %g)", d, moved)
+	}
+}

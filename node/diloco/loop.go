@@ -35,6 +35,10 @@ type Config struct {
 	ErrorFeedback bool
 	// Eval evaluates every global model on the engine (Commit.Eval).
 	Eval bool
+	// WorkerMomentum μ ≥ 0 gives the member a Nesterov momentum buffer of
+	// its own pseudo-gradients, v ← μ·v + Δ, and makes it send Δ + μ·v in
+	// place of Δ (the outer optimizer then runs without momentum).
+	WorkerMomentum float32
 	// Logger receives the loop's few lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -61,6 +65,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %d inner steps", ErrConfig, c.Inner)
 	case c.Lag > c.Inner:
 		return fmt.Errorf("%w: lag %d over H = %d", ErrConfig, c.Lag, c.Inner)
+	case !(c.WorkerMomentum >= 0 && c.WorkerMomentum < 1):
+		return fmt.Errorf("%w: worker momentum %v", ErrConfig, c.WorkerMomentum)
 	case c.Tick < 0 || c.Drain < 0:
 		return fmt.Errorf("%w: tick %v, drain %v", ErrConfig, c.Tick, c.Drain)
 	}
@@ -84,6 +90,7 @@ type Loop struct {
 	delta  []float32     // Δ_t, kept as is through retries
 	avg    []float32     // Δ̄_t
 	res    [2][]float32  // error feedback: the residual carried in, and the next
+	mom    []float32     // the worker momentum v (Config.WorkerMomentum)
 	end    []float32     // E_t, the base of the pending rebase (lag ≠ 0)
 	stash  []float32     // the local model while G is evaluated (lag ≠ 0)
 	tokens int64         // training tokens of the current phase
@@ -109,6 +116,9 @@ func New(cfg Config, e train.Engine, m *Model, r Reducer, p Port, h Hooks) (*Loo
 	if cfg.Lag != 0 {
 		l.end, l.stash = make([]float32, n), make([]float32, n)
 	}
+	if cfg.WorkerMomentum > 0 {
+		l.mom = make([]float32, n)
+	}
 	return l, nil
 }
 
@@ -124,6 +134,20 @@ func (l *Loop) SetResidual(r []float32) error {
 		return fmt.Errorf("%w: residual of %d values, the loop keeps %d", ErrModelSize, len(r), len(l.res[0]))
 	}
 	copy(l.res[0], r)
+	return nil
+}
+
+// WorkerMomentum returns the member's momentum buffer v (nil without
+// Config.WorkerMomentum), with the same rules as Residual.
+func (l *Loop) WorkerMomentum() []float32 { return l.mom }
+
+// SetWorkerMomentum copies v into the member's momentum buffer (a resumed
+// member's).
+func (l *Loop) SetWorkerMomentum(v []float32) error {
+	if l.mom == nil || len(v) != len(l.mom) {
+		return fmt.Errorf("%w: worker momentum of %d values, the loop keeps %d", ErrModelSize, len(v), len(l.mom))
+	}
+	copy(l.mom, v)
 	return nil
 }
 
@@ -249,6 +273,12 @@ func (l *Loop) startReduce(w *worker, inner int, phaseStart *time.Time) *pending
 	} else {
 		for i := range l.delta {
 			l.delta[i] = theta0[i] - params[i]
+		}
+	}
+	if mu := l.cfg.WorkerMomentum; l.mom != nil {
+		for i, d := range l.delta {
+			l.mom[i] = float32(mu*l.mom[i]) + d // explicit rounding: no fused multiply-add
+			l.delta[i] = d + float32(mu*l.mom[i])
 		}
 	}
 	if l.cfg.Lag != 0 {

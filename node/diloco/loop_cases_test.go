@@ -231,38 +231,43 @@ func TestLoopCommits(t *testing.T) {
 	}
 }
 
-// TestLoopFetchZeroesResidual: the error-feedback residual a member carries
-// is the loop's (Residual, SetResidual), and a fetched model starts it at
-// zero: it was this member's error on another model.
+// TestLoopFetchZeroesResidual: a member that fetches the model starts its
+// error-feedback residual and its worker momentum at zero: they were this
+// member's on another model.
 func TestLoopFetchZeroesResidual(t *testing.T) {
-	g := newGroup(t, groupConfig{k: 2, inner: 2, lag: 0, maxOuter: 3, codec: collective.CodecInt8, feedback: true})
+	g := newGroup(t, groupConfig{k: 2, inner: 2, lag: 0, maxOuter: 3, codec: collective.CodecInt8, feedback: true, wmu: 0.5})
 	m1 := g.members[1].l
 	if err := m1.SetResidual(make([]float32, 3)); !errors.Is(err, ErrModelSize) {
 		t.Fatalf("a short residual: %v", err)
 	}
+	if err := m1.SetWorkerMomentum(make([]float32, 3)); !errors.Is(err, ErrModelSize) {
+		t.Fatalf("a short worker momentum: %v", err)
+	}
 	if err := m1.SetResidual(testVec(5, testParams, 1)); err != nil || m1.Residual()[0] == 0 {
 		t.Fatalf("SetResidual: %v", err)
 	}
-	var atFetch []float32
+	var atFetch, momAtFetch []float32
 	g.f.onReady = func(rank int, step uint64) {
 		if rank == 1 && step == 1 {
-			atFetch = slices.Clone(m1.Residual())
+			atFetch, momAtFetch = slices.Clone(m1.Residual()), slices.Clone(m1.WorkerMomentum())
 			g.f.tellFetch(1, 2)
 		}
 	}
-	var afterFetch []float32
-	g.f.onSynced = func(rank int) { afterFetch = slices.Clone(m1.Residual()) }
+	var afterFetch, momAfterFetch []float32
+	g.f.onSynced = func(rank int) {
+		afterFetch, momAfterFetch = slices.Clone(m1.Residual()), slices.Clone(m1.WorkerMomentum())
+	}
 	for i, err := range g.run(t) {
 		if !errors.Is(err, ErrDone) {
 			t.Fatalf("member %d: %v", i, err)
 		}
 	}
 	zero := make([]float32, testParams)
-	if atFetch == nil || slices.Equal(atFetch, zero) {
-		t.Fatal("the residual was zero before the fetch: nothing to check")
+	if atFetch == nil || slices.Equal(atFetch, zero) || slices.Equal(momAtFetch, zero) {
+		t.Fatal("the residual or the momentum was zero before the fetch: nothing to check")
 	}
-	if !slices.Equal(afterFetch, zero) {
-		t.Fatal("the residual survived the fetch")
+	if !slices.Equal(afterFetch, zero) || !slices.Equal(momAfterFetch, zero) {
+		t.Fatal("the residual or the worker momentum survived the fetch")
 	}
 	if h := g.members[1].hashes[3]; h == "" || h != g.members[0].hashes[3] {
 		t.Fatalf("member 1 did not rejoin: %q vs %q", h, g.members[0].hashes[3])
@@ -278,7 +283,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil || c.Tick != 100*time.Millisecond || c.Drain != DefaultDrain || c.Logger == nil {
 		t.Fatalf("defaults: %+v, %v", c, err)
 	}
-	for _, bad := range []Config{{}, {Inner: 2, Lag: 3}, {Inner: 2, Tick: -1}} {
+	for _, bad := range []Config{{}, {Inner: 2, Lag: 3}, {Inner: 2, Tick: -1}, {Inner: 2, WorkerMomentum: 1}, {Inner: 2, WorkerMomentum: -0.1}} {
 		if err := bad.Validate(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v", bad, err)
 		}

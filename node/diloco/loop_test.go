@@ -277,6 +277,7 @@ type groupConfig struct {
 	feedback      bool
 	stepDur       []time.Duration // per member; default 1 ms
 	lr, momentum  float32
+	wmu           float32 // Config.WorkerMomentum
 }
 
 // testParams is the model size of the loop tests.
@@ -296,7 +297,7 @@ func newGroup(t *testing.T, c groupConfig) *group {
 		gm := NewModel(0, slices.Clone(eng.Params()), NewOuter(len(eng.Params()), c.lr, c.momentum))
 		m := &member{eng: eng, hashes: map[uint64]string{}, models: map[uint64][]float32{}, ends: map[uint64][]float32{}, group: g}
 		cfg := Config{Inner: c.inner, Lag: c.lag, MaxOuter: c.maxOuter, Tick: time.Millisecond, Drain: time.Second,
-			ErrorFeedback: c.feedback, Eval: true}
+			ErrorFeedback: c.feedback, Eval: true, WorkerMomentum: c.wmu}
 		red := testReducer{s: g.rings, cfg: collective.AllReduceConfig{Codec: c.codec, Shards: 2, ChunkElems: 256, ErrorFeedback: c.feedback},
 			self: g.f.ids[i]}
 		var err error
