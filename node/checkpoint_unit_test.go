@@ -109,100 +109,62 @@ func TestCheckpointResumeRoundTrip(t *testing.T) {
 	}
 }
 
-// TestCheckpointKeepsResidual pins the error-feedback residual across a
-// restart: the loop's is written with the checkpoint, comes back with the
-// resumed model and is the new loop's; without error feedback there is none.
-func TestCheckpointKeepsResidual(t *testing.T) {
-	home := t.TempDir()
-	nd := newCkptNode(t, home, 9, 3)
-	l, err := diloco.New(diloco.Config{Inner: 2, ErrorFeedback: true}, nd.engine, nd.model, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := unitVec(77, int(nd.params), 0.01)
-	if err := l.SetResidual(res); err != nil {
-		t.Fatal(err)
-	}
-	nd.loop = l
-	if err := nd.saveCheckpoint(); err != nil {
-		t.Fatal(err)
-	}
-	r := freshNode(nd)
-	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil {
-		t.Fatalf("resume = %v, %v", ok, err)
-	}
-	if !slices.Equal(r.resumedRes, res) {
-		t.Fatal("the residual did not come back")
-	}
-	nd.loop = nil
-	nd.resumedRes = nil
-	home2 := t.TempDir()
-	nd.cfg.Home = home2
-	if err := nd.saveCheckpoint(); err != nil {
-		t.Fatal(err)
-	}
-	r2 := freshNode(nd)
-	if ok, err := r2.resume(simOptions(21, 1)); !ok || err != nil || r2.resumedRes != nil {
-		t.Fatalf("resume without error feedback: %v, %v, residual %v", ok, err, r2.resumedRes != nil)
-	}
-}
-
-// TestTrainLoopTakesResumedResidual pins that the loop a resumed node
-// starts carries the checkpoint's residual into its first attempt.
-func TestTrainLoopTakesResumedResidual(t *testing.T) {
-	nd := newCkptNode(t, t.TempDir(), 4, 3)
-	nd.cfg.ErrorFeedback = true
-	res := unitVec(78, int(nd.params), 0.01)
-	nd.resumedRes = slices.Clone(res)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the loop stops after its first inner step
-	if err := nd.trainLoop(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("trainLoop: %v", err)
-	}
-	if nd.resumedRes != nil || !slices.Equal(nd.loop.Residual(), res) {
-		t.Fatal("the loop does not carry the resumed residual")
-	}
-}
-
-// TestCheckpointKeepsWorkerMomentum pins the member's momentum across a
-// restart as the residual is pinned: written with the checkpoint, back with
-// the resumed model, the new loop's; without --worker-momentum there is none.
-func TestCheckpointKeepsWorkerMomentum(t *testing.T) {
-	home := t.TempDir()
-	nd := newCkptNode(t, home, 9, 3)
-	l, err := diloco.New(diloco.Config{Inner: 2, WorkerMomentum: 0.6}, nd.engine, nd.model, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mom := unitVec(79, int(nd.params), 0.01)
-	if err := l.SetWorkerMomentum(mom); err != nil {
-		t.Fatal(err)
-	}
-	nd.loop = l
-	if err := nd.saveCheckpoint(); err != nil {
-		t.Fatal(err)
-	}
-	r := freshNode(nd)
-	r.cfg.WorkerMomentum = 0.6
-	if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil || !slices.Equal(r.resumedMom, mom) {
-		t.Fatalf("resume = %v, %v; momentum back: %v", ok, err, slices.Equal(r.resumedMom, mom))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the loop stops after its first inner step
-	if err := r.trainLoop(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("trainLoop: %v", err)
-	}
-	if r.resumedMom != nil || !slices.Equal(r.loop.WorkerMomentum(), mom) {
-		t.Fatal("the loop does not carry the resumed worker momentum")
-	}
-	nd.loop = nil
-	nd.cfg.Home = t.TempDir()
-	if err := nd.saveCheckpoint(); err != nil {
-		t.Fatal(err)
-	}
-	r2 := freshNode(nd)
-	if ok, err := r2.resume(simOptions(21, 1)); !ok || err != nil || r2.resumedMom != nil {
-		t.Fatalf("resume without worker momentum: %v, %v, momentum %v", ok, err, r2.resumedMom != nil)
+// TestCheckpointKeepsMemberVectors pins the member's own vectors across a
+// restart — the error-feedback residual and the worker momentum: the loop's
+// is written with the checkpoint, comes back with the resumed model and is
+// the new loop's from its first attempt; without the setting there is none.
+func TestCheckpointKeepsMemberVectors(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		set     func(*Config)
+		put     func(*diloco.Loop, []float32) error
+		resumed func(*Node) []float32
+		loops   func(*diloco.Loop) []float32
+	}{
+		{"residual", func(c *Config) { c.ErrorFeedback = true }, (*diloco.Loop).SetResidual,
+			func(n *Node) []float32 { return n.resumedRes }, (*diloco.Loop).Residual},
+		{"worker momentum", func(c *Config) { c.WorkerMomentum = 0.6 }, (*diloco.Loop).SetWorkerMomentum,
+			func(n *Node) []float32 { return n.resumedMom }, (*diloco.Loop).WorkerMomentum},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nd := newCkptNode(t, t.TempDir(), 9, 3)
+			bare := nd.cfg
+			c.set(&nd.cfg)
+			l, err := diloco.New(diloco.Config{Inner: 2, ErrorFeedback: nd.cfg.ErrorFeedback, WorkerMomentum: nd.cfg.WorkerMomentum},
+				nd.engine, nd.model, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := unitVec(77, int(nd.params), 0.01)
+			if err := c.put(l, want); err != nil {
+				t.Fatal(err)
+			}
+			nd.loop = l
+			if err := nd.saveCheckpoint(); err != nil {
+				t.Fatal(err)
+			}
+			r := freshNode(nd)
+			if ok, err := r.resume(simOptions(21, 1)); !ok || err != nil || !slices.Equal(c.resumed(r), want) {
+				t.Fatalf("resume = %v, %v; the vector came back: %v", ok, err, slices.Equal(c.resumed(r), want))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the loop stops after its first inner step
+			if err := r.trainLoop(ctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("trainLoop: %v", err)
+			}
+			if c.resumed(r) != nil || !slices.Equal(c.loops(r.loop), want) {
+				t.Fatal("the loop does not carry the resumed vector")
+			}
+			nd.loop, nd.cfg = nil, bare
+			nd.cfg.Home = t.TempDir()
+			if err := nd.saveCheckpoint(); err != nil {
+				t.Fatal(err)
+			}
+			r2 := freshNode(nd)
+			if ok, err := r2.resume(simOptions(21, 1)); !ok || err != nil || c.resumed(r2) != nil {
+				t.Fatalf("resume without the setting: %v, %v, vector %v", ok, err, c.resumed(r2) != nil)
+			}
+		})
 	}
 }
 
