@@ -120,6 +120,39 @@ func TestTrafficReport(t *testing.T) {
 	}
 }
 
+// TestTrafficFrontierSeedMean: a point is judged by the mean of its
+// seeds' ratios on each corpus, so one seed over the budget does not take
+// it off the frontier when the mean is within, and one seed within does not
+// put it on when the mean is over.
+func TestTrafficFrontierSeedMean(t *testing.T) {
+	o := trafficOptions{out: t.TempDir(), corpora: "a", m: "4", preset: "tiny", steps: 100, budget: 0.03, require: 400, stretch: 4400}
+	res := map[string]sweepResult{}
+	add := func(seed uint64, run sweepRun, final, sent float64) {
+		r := sweepResult{Run: run, Seed: seed, Data: "a", Final: final, Eval: []float64{final}, Tokens: []int64{1},
+			SentPerInner: sent, RecvPerInner: sent, Params: 1000}
+		res[benchJob{corpus: "a", seed: seed, run: run}.key()] = r
+	}
+	for seed, pair := range map[uint64][2]float64{1: {1.0330, 1.0420}, 2: {1.0190, 1.0250}} {
+		add(seed, singleRun(1, 5, "muon"), 2.0, 0)
+		add(seed, singleRun(4, 5, "muon"), 1.0, 0)
+		r10, _ := trafficRunOf(4, 10, "q2", "plain")
+		r20, _ := trafficRunOf(4, 20, "q2", "plain")
+		add(seed, r10, pair[0], 10)
+		add(seed, r20, pair[1], 5)
+	}
+	var out strings.Builder
+	if err := trafficReport(o, nil, res, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !strings.Contains(s, "- H = 10, q2, plain: 600× less than data-parallel; a +2.60 % vs the batch, -48.70 % vs 1 node (2 seeds)") {
+		t.Errorf("H = 10 (seeds +3.3 %%, +1.9 %%; mean +2.6 %%) is not on the frontier with its mean:\n%s", s)
+	}
+	if strings.Contains(s, "H = 20, q2") {
+		t.Errorf("H = 20 (seeds +4.2 %%, +2.5 %%; mean +3.35 %%) is on the frontier:\n%s", s)
+	}
+}
+
 func TestParseBytesMetric(t *testing.T) {
 	text := `# HELP intellect_p2p_bytes_total x
 intellect_p2p_bytes_total{direction="sent",protocol="/meshsub/1.3.0"} 1.5e+06
