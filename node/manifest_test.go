@@ -214,6 +214,18 @@ func TestManifestDiffAndCheck(t *testing.T) {
 	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "--lr-decay 1 contradicts") || !strings.Contains(err.Error(), "train.decay_frac = 0.2") {
 		t.Fatalf("--lr-decay 1 on a run decaying over 0.2: %v", err)
 	}
+	// --worker-momentum 0.6 against a run without it (absent), and 0 against one with it.
+	mine = testManifest(t)
+	mine.WorkerMomentum = 0.6
+	err = checkAgainst(mine, rm, map[string]string{"worker_momentum": "--worker-momentum 0.6"})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "worker_momentum = (absent)") {
+		t.Fatalf("--worker-momentum 0.6 on a run without it: %v", err)
+	}
+	wraw, _ := mine.Encode()
+	err = checkAgainst(testManifest(t), newRunManifest(mine, wraw), map[string]string{"worker_momentum": "--worker-momentum 0"})
+	if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "worker_momentum = 0.6") {
+		t.Fatalf("--worker-momentum 0 on a run with 0.6: %v", err)
+	}
 	mine = testManifest(t)
 	mine.Data = []train.MixtureEntry{{Name: "web.tok", Weight: 1}}
 	if err := checkAgainst(mine, rm, nil); err == nil || !strings.Contains(err.Error(), "other data") {

@@ -132,9 +132,8 @@ func runStart(args []string) error {
 // manifest field they set.
 var runFlags = map[string]string{
 	"run": "run", "preset": "preset", "config": "train.model", "data": "data", "tokenizer": "tokenizer",
-	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum",
-	"worker-momentum": "worker_momentum",
-	"shards":          "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
+	"inner-steps": "inner_steps", "outer-lr": "outer_lr", "outer-momentum": "outer_momentum", "worker-momentum": "worker_momentum",
+	"shards": "compression.shards", "fp32": "compression.codec", "error-feedback": "compression.error_feedback",
 	"codec": "compression.codec", "topk": "compression.topk", "topk-bits": "compression.topk_bits",
 	"feedback-decay": "compression.feedback_decay", "result-feedback": "compression.result_feedback",
 	"averaging": "averaging", "admission": "admission.policy", "optimizer": "train.optimizer",
