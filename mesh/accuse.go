@@ -32,8 +32,9 @@ import "slices"
 //
 // Every input grows during a step (a peer's accusations are those of its
 // latest vote, which only grow unless it starts the step afresh: noteVote)
-// and every node sees the same votes, so the views converge to the same X; until they do, X can shrink as disputes
-// appear (the refuted votes are replaced, as always).
+// and every node sees the same votes, so the views converge to the same X;
+// until they do, X can shrink as disputes appear (the refuted votes are
+// replaced, as always).
 //
 // It runs on every vote heard, over up to K² accusations (K members each
 // naming the dead): every accuser's and accused's standing is found once

@@ -145,7 +145,7 @@ func trafficRunOf(m, h int, codec, outer string) (sweepRun, error) {
 	base, lag, ok3 := trafficOverlap(outer)
 	step, ok2 := trafficOuter(base)
 	if !ok || !ok2 || !ok3 || lag > h {
-		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v or nLRmMU, +ovN with N ≤ H", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
+		return sweepRun{}, fmt.Errorf("codec %q / outer %q: want one of %v / %v, nLRmMU or wLRmMU, +ovN with N ≤ H", codec, outer, sortedKeys(trafficCodecs), sortedKeys(trafficOuters))
 	}
 	c.Name = fmt.Sprintf("traffic-m%d-h%d-%s-%s", m, h, codec, outer)
 	c.Kind, c.M, c.K, c.H, c.LR, c.Mu, c.WMu, c.Overlap = "diloco", m, 1, h, step.lr, step.mu, step.wmu, lag
