@@ -83,6 +83,9 @@ func (n *Node) finishOuter(c diloco.Commit) {
 		Utilization: c.Compute.Seconds() / wall.Seconds(), BytesSent: c.Stats.BytesSent,
 		BytesReceived: c.Stats.BytesRecv, ModelHash: c.Hash, Attempts: c.Attempts,
 	}
+	if n.cfg.Averaging == AveragingRobust {
+		rec.Owners = segmentOwners(c.Ring)
+	}
 	n.board.record(rec)
 	n.met.outerDone(wall, c.Took, c.Attempts)
 	members := make([]string, len(c.Ring.Members))

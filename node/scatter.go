@@ -33,11 +33,7 @@ func (r scatterReducer) attempt(ctx context.Context, rg *mesh.Ring, b collective
 		return diloco.Stats{}, err
 	}
 	spec := scatter.Spec{ID: rs.ID, Step: rs.Step, Members: rs.Members, Self: rs.Self, SendRate: rs.SendRate, Wrap: wrap}
-	owners := len(rg.Owners)
-	if rg.Owners == nil {
-		owners = len(rg.Members)
-	}
-	n.log.Info("all-reduce start", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "owners", owners,
+	n.log.Info("all-reduce start", "step", rg.Step+1, "ring", rg.ID, "members", len(rg.Members), "owners", segmentOwners(rg),
 		"rank", spec.Self, "averaging", "robust")
 	actx, end := n.beginAttempt(ctx, rg)
 	defer end()
@@ -71,4 +67,13 @@ func (n *Node) exclude(id mesh.PeerID, reason, evidence string) {
 	if n.host.Block(pid, evidence) {
 		n.met.exclusions.WithLabelValues(reason).Inc()
 	}
+}
+
+// segmentOwners is how many members of a direct-scatter ring own a segment:
+// all of them, unless some do not reach every other directly.
+func segmentOwners(rg *mesh.Ring) int {
+	if rg.Owners == nil {
+		return len(rg.Members)
+	}
+	return len(rg.Owners)
 }

@@ -104,6 +104,10 @@ type OuterRecord struct {
 	BytesReceived int64     `json:"bytes_received"`
 	ModelHash     string    `json:"model_hash"`
 	Attempts      int       `json:"attempts"`
+	// Owners is how many members owned a segment of the robust average
+	// (fewer than Members when some did not reach every other directly);
+	// absent with --averaging mean.
+	Owners int `json:"owners,omitempty"`
 }
 
 // maxHistory bounds the outer steps kept in memory for /v1/history.

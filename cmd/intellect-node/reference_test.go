@@ -47,7 +47,30 @@ func TestNetworkMatchesReference(t *testing.T) {
 	}
 }
 
+// checkReference runs the network and the reference and compares every
+// outer step's model hash. A robust ring in which some member did not reach
+// every other directly yet has fewer segment owners (its record says so),
+// which the reference, every member an owner, does not model: such a run
+// is run again, up to twice, and said so.
 func checkReference(t *testing.T, flags []string, set func(*node.Config)) {
+	for try := 1; ; try++ {
+		errs, partial := runReference(t, flags, set)
+		if partial == "" || try == 3 {
+			for _, e := range errs {
+				t.Error(e)
+			}
+			if partial != "" && len(errs) > 0 {
+				t.Errorf("every try had a ring with fewer segment owners than members: %s", partial)
+			}
+			return
+		}
+		t.Logf("try %d: %s; running again", try, partial)
+	}
+}
+
+// runReference runs three nodes and the reference once: the mismatches,
+// and a ring with fewer segment owners than members, if there was one.
+func runReference(t *testing.T, flags []string, set func(*node.Config)) (errs []string, partial string) {
 	const nodes, inner, steps = 3, 4, 3
 	homes := make([]string, nodes)
 	ids := make([]peer.ID, nodes)
@@ -105,12 +128,16 @@ func checkReference(t *testing.T, flags []string, set func(*node.Config)) {
 			r, ok := h[s]
 			switch {
 			case !ok:
-				t.Errorf("%s: no record of outer step %d", p.name, s)
+				errs = append(errs, fmt.Sprintf("%s: no record of outer step %d", p.name, s))
 			case r.Members != nodes:
-				t.Errorf("%s: step %d had a ring of %d members, want %d", p.name, s, r.Members, nodes)
+				errs = append(errs, fmt.Sprintf("%s: step %d had a ring of %d members, want %d", p.name, s, r.Members, nodes))
 			case r.ModelHash != want[s-1]:
-				t.Errorf("%s: step %d model hash %.12s, reference %.12s", p.name, s, r.ModelHash, want[s-1])
+				errs = append(errs, fmt.Sprintf("%s: step %d model hash %.12s, reference %.12s", p.name, s, r.ModelHash, want[s-1]))
+			}
+			if ok && r.Owners > 0 && r.Owners < r.Members {
+				partial = fmt.Sprintf("%s: step %d had %d segment owners of %d members", p.name, s, r.Owners, r.Members)
 			}
 		}
 	}
+	return errs, partial
 }
