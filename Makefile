@@ -190,18 +190,20 @@ fuzz:
 # Root: the link emulator's checks, then INTELLECT-1's utilization table
 # (blocking / overlapped / nocomm per profile, sim nodes in network namespaces),
 # ≈ 8–9 min, then the home profile (100 Mbit/s links, a 1 B model's
-# proportions) with the 415× recipe and with int8 at H = 5, ≈ 6 min.
+# proportions) with the shipped default (q2, H = 26, 415×) and with int8 at
+# H = 5, ≈ 6 min. The first table's rates are scaled for int8 (docs/wan.md).
 # Each run's last lines are its table. See docs/wan.md.
 bench-wan: build
 	@if [ "$$(id -u)" != 0 ]; then echo "SKIP: bench-wan needs root (network namespaces, TUN devices)"; exit 0; fi; \
 	set -e; \
 	$(GO) build -o $(BIN)/wanbench ./cmd/wanbench; \
 	$(GO) test -count=1 ./cmd/linkemu ./cmd/wanbench ./internal/emu ./internal/wan; \
-	timeout -s INT 14m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -svg docs/figures/wan-utilization.svg; \
+	timeout -s INT 14m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -svg docs/figures/wan-utilization.svg \
+		-node-flags "--codec int8"; \
 	timeout -s INT 6m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -profiles home -preset small -sim-step 100ms \
-		-inner-steps 26 -outer-steps 8 -node-flags "--codec q2 --outer-lr 0.7 --outer-momentum 0.6"; \
+		-inner-steps 26 -outer-steps 8; \
 	timeout -s INT 10m $(BIN)/wanbench nodes -bin $(BIN)/intellect-node -profiles home -preset small -sim-step 100ms \
-		-inner-steps 5 -outer-steps 8
+		-inner-steps 5 -outer-steps 8 -node-flags "--codec int8"
 
 # Root: the NAT lab against bin/intellect-node (docs/nat.md):
 # a public member and homes behind cone / symmetric NAT routers, real nodes,

@@ -29,7 +29,7 @@ var unitLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // writeCheckpoint and resume need.
 func newCkptNode(t *testing.T, home string, step uint64, keep int) *Node {
 	t.Helper()
-	cfg := Config{Home: home, Run: "r", Device: "sim", SimStep: time.Nanosecond, StatusAddr: "off",
+	cfg := Config{Home: home, Run: "r", Device: "sim", SimStep: time.Nanosecond, StatusAddr: "off", Codec: CodecInt8,
 		KeepCheckpoints: keep, OuterLR: 0.7, OuterMomentum: new(float32(0.9)), Logger: unitLog}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -123,14 +123,14 @@ func TestCheckpointKeepsMemberVectors(t *testing.T) {
 	}{
 		{"residual", func(c *Config) { c.ErrorFeedback = true }, (*diloco.Loop).SetResidual,
 			func(n *Node) []float32 { return n.resumedRes }, (*diloco.Loop).Residual},
-		{"worker momentum", func(c *Config) { c.WorkerMomentum = 0.6 }, (*diloco.Loop).SetWorkerMomentum,
+		{"worker momentum", func(c *Config) { c.WorkerMomentum = new(float32(0.6)) }, (*diloco.Loop).SetWorkerMomentum,
 			func(n *Node) []float32 { return n.resumedMom }, (*diloco.Loop).WorkerMomentum},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			nd := newCkptNode(t, t.TempDir(), 9, 3)
 			bare := nd.cfg
 			c.set(&nd.cfg)
-			l, err := diloco.New(diloco.Config{Inner: 2, ErrorFeedback: nd.cfg.ErrorFeedback, WorkerMomentum: nd.cfg.WorkerMomentum},
+			l, err := diloco.New(diloco.Config{Inner: 2, ErrorFeedback: nd.cfg.ErrorFeedback, WorkerMomentum: *nd.cfg.WorkerMomentum},
 				nd.engine, nd.model, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -14,7 +14,7 @@ func TestCodecSettings(t *testing.T) {
 		cfg  Config
 		want collective.AllReduceConfig
 	}{
-		{Config{}, collective.AllReduceConfig{Shards: DefaultShards, Codec: collective.CodecInt8}},
+		{Config{Codec: CodecInt8}, collective.AllReduceConfig{Shards: DefaultShards, Codec: collective.CodecInt8}},
 		{Config{FP32: true, Averaging: AveragingMean}, collective.AllReduceConfig{Shards: DefaultShards, Codec: collective.CodecFP32}},
 		{Config{Codec: CodecQ2}, collective.AllReduceConfig{Shards: DefaultShards, Codec: collective.CodecQ2, ErrorFeedback: true, FeedbackDecay: DefaultFeedbackDecay}},
 		{Config{Codec: CodecTopK, FeedbackDecay: 0.9, TopK: 32, TopKBits: 4}, collective.AllReduceConfig{Shards: DefaultShards,

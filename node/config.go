@@ -1,9 +1,9 @@
 // Package node is the composition root of intellect-node: it reads the
 // configuration, starts the libp2p host, drives the pure mesh state machine
 // with timers and gossip, runs the DiLoCo training loop (H inner steps of the
-// inner optimizer, an int8 average of the pseudo-gradients — robust direct
-// scatter by default, the ring's mean with --averaging mean — and the outer
-// step: plain averaging by default, Nesterov momentum when set), serves the
+// inner optimizer, a compressed average of the pseudo-gradients — robust
+// direct scatter by default, the ring's mean with --averaging mean — and the
+// outer Nesterov step, each codec with its operating point), serves the
 // local REST status API and web page, and keeps checkpoints. It is the only
 // package that owns long-lived goroutines.
 package node
@@ -82,9 +82,9 @@ type Config struct {
 	// REST API (same access rules): what an operator reads a leak or a
 	// hot loop with (`go tool pprof http://127.0.0.1:8642/debug/pprof/heap`).
 	Pprof bool
-	// InnerSteps is H, the inner optimizer's steps between outer steps. Default
-	// DefaultInnerSteps; larger H sends proportionally fewer bytes per token
-	// and converges worse (docs/convergence.md).
+	// InnerSteps is H, the inner optimizer's steps between outer steps.
+	// Default the codec's (CodecPoint); larger H sends proportionally fewer
+	// bytes per token and converges worse (docs/traffic.md).
 	InnerSteps int
 	// MinMembers holds the run's first outer step until this many members
 	// agree on a ring. A creator records it in the run manifest; a member
@@ -103,21 +103,20 @@ type Config struct {
 	// MaxOuterSteps, if > 0, makes the node leave gracefully after completing
 	// that outer step.
 	MaxOuterSteps uint64
-	// OuterLR is the outer optimizer's learning rate (> 0; default
-	// DefaultOuterLR). Every member of a run must use the same.
+	// OuterLR is the outer optimizer's learning rate (> 0; default the
+	// codec's, CodecPoint). Every member of a run must use the same.
 	OuterLR float32
 	// OuterMomentum is the outer optimizer's Nesterov momentum μ in [0, 1);
-	// nil means DefaultOuterMomentum (DefaultOverlapOuterMomentum with
-	// Overlap). 0 is plain SGD on the averaged pseudo-gradient. Every member
-	// of a run must use the same.
+	// nil means the codec's (CodecPoint). 0 is plain SGD on the averaged
+	// pseudo-gradient. Every member of a run must use the same.
 	OuterMomentum *float32
 	// WorkerMomentum μ in [0, 1) has each member keep Nesterov momentum of
 	// its own pseudo-gradients and send Δ + μ·v (diloco.Config.WorkerMomentum);
 	// with OuterMomentum 0 it is the same outer step, and the robust
 	// owners compare members' momenta, in which an attack that hides in the
-	// honest spread stands out more (docs/robust.md). Every member of a run
-	// must use the same.
-	WorkerMomentum float32
+	// honest spread stands out more (docs/robust.md). nil means the
+	// codec's (CodecPoint). Every member of a run must use the same.
+	WorkerMomentum *float32
 	// Shards is the number of parallel rings (streams per neighbour) of the
 	// all-reduce. Default DefaultShards; 1..collective.MaxShards. Every member of
 	// a run must use the same.
@@ -156,8 +155,8 @@ type Config struct {
 	// LRDecay is the fraction of the schedule's steps over which the inner
 	// learning rate decays linearly to its minimum (train.Options.DecayFrac;
 	// the schedule ends at --max-outer-steps × H, else the preset's
-	// TotalSteps). 0: the preset's. Recorded in the run manifest
-	// (train.decay_frac).
+	// TotalSteps). 0: the codec's (CodecPoint), whose 0 is the preset's.
+	// Recorded in the run manifest (train.decay_frac).
 	LRDecay float64
 	// Tick is the period of the mesh state machine's clock. Default
 	// DefaultTick.
@@ -226,21 +225,6 @@ type Config struct {
 	Libp2p p2p.Libp2pFunc
 }
 
-// Defaults of DiLoCo, chosen by the sweeps of docs/convergence.md (tiny
-// preset, 4 members, embedded corpus and real text). H = 5: the gap to one
-// node with a 4× batch was +2.9 % at H = 5, +6.3 % at H = 10 and +9.8 % at
-// H = 20 on real text. Plain averaging (outer lr 1, no momentum) beat every
-// outer lr above 1 and every momentum tried, with or without overlap (the
-// DiLoCo paper's lr 0.7 / momentum 0.9 is tuned for H = 500 from a
-// pretrained model and cost 5 % at H = 20 here); it also makes a lone node
-// train exactly as one without DiLoCo would.
-const (
-	DefaultInnerSteps           = 5
-	DefaultOuterLR              = 1.0
-	DefaultOuterMomentum        = 0.0
-	DefaultOverlapOuterMomentum = 0.0
-)
-
 // DefaultOverlap is the --overlap flag's default: the all-reduce runs behind
 // the next phase's inner steps. It costs +0.59 % in loss with Muon at H = 5
 // (under the 1 % a hidden all-reduce is worth) and lets the close rule keep
@@ -274,7 +258,7 @@ const (
 	DefaultAveraging = AveragingRobust
 	// DefaultCodec, DefaultTopK and DefaultFeedbackDecay: the codec's
 	// defaults (docs/convergence.md "Traffic").
-	DefaultCodec            = CodecInt8
+	DefaultCodec            = CodecQ2
 	DefaultTopK             = collective.DefaultTopK
 	DefaultFeedbackDecay    = 1
 	DefaultOptimizer        = train.OptimizerMuon
@@ -353,22 +337,13 @@ func (c *Config) fillDefaults() error {
 	defString(&c.Optimizer, DefaultOptimizer)
 	defString(&c.Tokenizer, DefaultTokenizer)
 	defString(&c.Admission, AdmissionOpen)
-	defInt(&c.InnerSteps, DefaultInnerSteps)
+	c.fillPoint(CodecPoint(c.Codec))
 	defInt(&c.MinMembers, DefaultMinMembers)
 	defInt(&c.Shards, DefaultShards)
 	defInt(&c.CheckpointEvery, DefaultCheckpointEvery)
 	defInt(&c.KeepCheckpoints, DefaultKeepCheckpoints)
-	if c.OuterLR == 0 {
-		c.OuterLR = DefaultOuterLR
-	}
 	if c.CloseFraction == nil {
 		c.CloseFraction = new(float64(DefaultCloseFraction))
-	}
-	if c.OuterMomentum == nil {
-		c.OuterMomentum = new(float32(DefaultOuterMomentum))
-		if c.Overlap {
-			c.OuterMomentum = new(float32(DefaultOverlapOuterMomentum))
-		}
 	}
 	defDuration(&c.Tick, DefaultTick)
 	defDuration(&c.AllReduceTimeout, DefaultAllReduceTimeout)
@@ -376,6 +351,23 @@ func (c *Config) fillDefaults() error {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// fillPoint sets the DiLoCo settings left zero (nil) to p's.
+func (c *Config) fillPoint(p Point) {
+	defInt(&c.InnerSteps, p.InnerSteps)
+	if c.OuterLR == 0 {
+		c.OuterLR = p.OuterLR
+	}
+	if c.OuterMomentum == nil {
+		c.OuterMomentum = new(p.OuterMomentum)
+	}
+	if c.WorkerMomentum == nil {
+		c.WorkerMomentum = new(p.WorkerMomentum)
+	}
+	if c.LRDecay == 0 {
+		c.LRDecay = p.LRDecay
+	}
 }
 
 // checkStatus rejects a status API reachable from elsewhere without a
@@ -415,8 +407,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: shards must be in 1..%d, got %d", ErrBadConfig, collective.MaxShards, c.Shards)
 	case !(c.OuterLR > 0 && c.OuterLR <= 10) || !(*c.OuterMomentum >= 0 && *c.OuterMomentum < 1):
 		return fmt.Errorf("%w: outer lr %v (want (0, 10]), momentum %v (want [0, 1))", ErrBadConfig, c.OuterLR, *c.OuterMomentum)
-	case !(c.WorkerMomentum >= 0 && c.WorkerMomentum < 1):
-		return fmt.Errorf("%w: worker momentum %v: want [0, 1)", ErrBadConfig, c.WorkerMomentum)
+	case !(*c.WorkerMomentum >= 0 && *c.WorkerMomentum < 1):
+		return fmt.Errorf("%w: worker momentum %v: want [0, 1)", ErrBadConfig, *c.WorkerMomentum)
 	case c.Tick < time.Millisecond:
 		return fmt.Errorf("%w: tick %v too short", ErrBadConfig, c.Tick)
 	case c.Device == "sim" && c.SimStep <= 0:

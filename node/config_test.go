@@ -16,8 +16,9 @@ func TestShippedDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Home: c.Home, Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip6/::/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/udp/4001/quic-v1"}, Run: "default", Reachability: "auto", Averaging: "robust", Codec: "int8", Preset: "tiny", Device: "cpu",
-		StatusAddr: "127.0.0.1:8642", InnerSteps: 5, MinMembers: 1, CloseFraction: new(0.5), OuterLR: 1, OuterMomentum: new(float32(0)), Shards: 4,
+	want := Config{Home: c.Home, Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip6/::/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/udp/4001/quic-v1"}, Run: "default", Reachability: "auto", Averaging: "robust", Codec: "q2", Preset: "tiny", Device: "cpu",
+		StatusAddr: "127.0.0.1:8642", InnerSteps: 26, MinMembers: 1, CloseFraction: new(0.5), OuterLR: 0.7, OuterMomentum: new(float32(0)), Shards: 4,
+		WorkerMomentum: new(float32(0.6)), LRDecay: 0.5, ErrorFeedback: true, FeedbackDecay: 1,
 		Tick: 100 * time.Millisecond, AllReduceTimeout: time.Minute, CheckpointEvery: 10, KeepCheckpoints: 3,
 		RingOrder: "latency", Tokenizer: "byte", Admission: "open", Optimizer: "muon", Logger: c.Logger}
 	if !reflect.DeepEqual(c, want) {
@@ -34,12 +35,8 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.InnerSteps != DefaultInnerSteps || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != DefaultOuterLR || *c.CloseFraction != DefaultCloseFraction || *c.OuterMomentum != DefaultOuterMomentum || c.Tick != 100*time.Millisecond {
+	if c.InnerSteps != Q2Point.InnerSteps || c.Run != "default" || c.RingOrder != "latency" || c.OuterLR != Q2Point.OuterLR || *c.CloseFraction != DefaultCloseFraction || *c.OuterMomentum != Q2Point.OuterMomentum || c.Tick != 100*time.Millisecond {
 		t.Fatalf("defaults not filled: %+v", c)
-	}
-	o := Config{Home: t.TempDir(), Overlap: true}
-	if err := o.Validate(); err != nil || *o.OuterMomentum != DefaultOverlapOuterMomentum {
-		t.Fatalf("overlapped default momentum %v (%v), want %v", *o.OuterMomentum, err, DefaultOverlapOuterMomentum)
 	}
 	open := Config{Home: t.TempDir(), StatusAddr: "0.0.0.0:0", StatusToken: "0123456789abcdef"}
 	if err := open.Validate(); err != nil {

@@ -36,13 +36,16 @@ func TestConfigDefaultsTable(t *testing.T) {
 		{"Preset", c.Preset, "tiny"},
 		{"Device", c.Device, "cpu"},
 		{"StatusAddr", c.StatusAddr, "127.0.0.1:8642"},
-		{"InnerSteps", c.InnerSteps, DefaultInnerSteps},
+		{"Codec", c.Codec, "q2"},
+		{"InnerSteps", c.InnerSteps, 26},
 		{"MinMembers", c.MinMembers, 1},
 		{"Shards", c.Shards, 4},
 		{"CheckpointEvery", c.CheckpointEvery, 10},
 		{"KeepCheckpoints", c.KeepCheckpoints, 3},
-		{"OuterLR", c.OuterLR, float32(DefaultOuterLR)},
-		{"OuterMomentum", *c.OuterMomentum, float32(DefaultOuterMomentum)},
+		{"OuterLR", c.OuterLR, float32(0.7)},
+		{"OuterMomentum", *c.OuterMomentum, float32(0)},
+		{"WorkerMomentum", *c.WorkerMomentum, float32(0.6)},
+		{"LRDecay", c.LRDecay, 0.5},
 		{"RingOrder", c.RingOrder, "latency"},
 		{"Tick", c.Tick, 100 * time.Millisecond},
 		{"AllReduceTimeout", c.AllReduceTimeout, 60 * time.Second},
@@ -63,6 +66,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 	c := Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Run: "r", Preset: "small",
 		Device: "sim", SimStep: time.Millisecond, StatusAddr: "off", InnerSteps: 20, MinMembers: 3, Shards: 8,
 		CheckpointEvery: 2, KeepCheckpoints: 1, OuterLR: 0.7, OuterMomentum: new(float32(0.9)), CloseFraction: new(0.25),
+		WorkerMomentum: new(float32(0.3)), LRDecay: 0.4,
 		RingOrder: "sorted", Tick: 50 * time.Millisecond, AllReduceTimeout: time.Minute, Overlap: true, OverlapSteps: 20,
 		Reachability: "private", Averaging: "robust", Codec: "int8", Tokenizer: "bpe-x", Admission: AdmissionAllowlist, Optimizer: "muon"}
 	want := c
@@ -101,8 +105,8 @@ func TestConfigRejectsTable(t *testing.T) {
 		{"momentum negative", func(c *Config) { c.OuterMomentum = new(float32(-0.01)) }, "momentum"},
 		{"momentum 1", func(c *Config) { c.OuterMomentum = new(float32(1)) }, "momentum"},
 		{"momentum NaN", func(c *Config) { c.OuterMomentum = new(float32(math.NaN())) }, "momentum"},
-		{"worker momentum 1", func(c *Config) { c.WorkerMomentum = 1 }, "worker momentum"},
-		{"worker momentum NaN", func(c *Config) { c.WorkerMomentum = float32(math.NaN()) }, "worker momentum"},
+		{"worker momentum 1", func(c *Config) { c.WorkerMomentum = new(float32(1)) }, "worker momentum"},
+		{"worker momentum NaN", func(c *Config) { c.WorkerMomentum = new(float32(math.NaN())) }, "worker momentum"},
 		{"tick too short", func(c *Config) { c.Tick = time.Microsecond }, "tick"},
 		{"tick negative", func(c *Config) { c.Tick = -time.Second }, "tick"},
 		{"sim without step", func(c *Config) { c.Device = "sim" }, "--sim-step"},
@@ -165,26 +169,31 @@ func TestConfigAcceptsTable(t *testing.T) {
 	}
 }
 
-// TestConfigOverlapMomentum pins the default momentum per mode, and that an
-// explicit 0 is kept (plain SGD), not replaced by the default.
-func TestConfigOverlapMomentum(t *testing.T) {
-	for _, overlap := range []bool{false, true} {
-		c := Config{Home: t.TempDir(), Overlap: overlap}
+// TestConfigCodecPoint pins that each codec's zero settings take its
+// operating point, and that set values — an explicit 0 momentum among them
+// — are kept.
+func TestConfigCodecPoint(t *testing.T) {
+	for _, codec := range []string{CodecQ2, CodecInt8, CodecQ4, CodecTopK, CodecFP32} {
+		c := Config{Home: t.TempDir(), Codec: codec, Overlap: true}
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		want := float32(DefaultOuterMomentum)
-		if overlap {
-			want = DefaultOverlapOuterMomentum
+		got := Point{c.InnerSteps, c.OuterLR, *c.OuterMomentum, *c.WorkerMomentum, c.LRDecay}
+		if got != CodecPoint(codec) {
+			t.Errorf("%s: %+v, want %+v", codec, got, CodecPoint(codec))
 		}
-		if *c.OuterMomentum != want {
-			t.Errorf("overlap %v: momentum %v, want %v", overlap, *c.OuterMomentum, want)
+		set := Config{Home: t.TempDir(), Codec: codec, InnerSteps: 7, OuterLR: 0.9, OuterMomentum: new(float32(0.5)),
+			WorkerMomentum: new(float32(0)), LRDecay: 0.3}
+		if err := set.Validate(); err != nil {
+			t.Fatal(err)
 		}
-		mu := float32(0.5)
-		c = Config{Home: t.TempDir(), Overlap: overlap, OuterMomentum: &mu}
-		if err := c.Validate(); err != nil || *c.OuterMomentum != 0.5 {
-			t.Errorf("overlap %v: momentum 0.5 became %v (%v)", overlap, *c.OuterMomentum, err)
+		got = Point{set.InnerSteps, set.OuterLR, *set.OuterMomentum, *set.WorkerMomentum, set.LRDecay}
+		if want := (Point{7, 0.9, 0.5, 0, 0.3}); got != want {
+			t.Errorf("%s: set values became %+v, want %+v", codec, got, want)
 		}
+	}
+	if Q2Point == Int8Point || CodecPoint(DefaultCodec) != Q2Point || CodecPoint(CodecInt8) != Int8Point {
+		t.Error("the default codec's point is not q2's, or int8's is q2's")
 	}
 }
 
@@ -209,8 +218,15 @@ func TestTrainOptions(t *testing.T) {
 	if o, err = trainOptions(c, self); err != nil || o.Seed != 77 || o.TotalSteps != 200 {
 		t.Fatalf("seed %d total %d (%v), want 77 and 200", o.Seed, o.TotalSteps, err)
 	}
-	if o.DecayFrac != def.DecayFrac {
-		t.Fatalf("decay %v without --lr-decay, want the preset's %v", o.DecayFrac, def.DecayFrac)
+	if o.DecayFrac != Q2Point.LRDecay {
+		t.Fatalf("decay %v without --lr-decay, want the default codec's %v", o.DecayFrac, Q2Point.LRDecay)
+	}
+	i8 := Config{Home: t.TempDir(), Run: "r1", Codec: CodecInt8}
+	if err := i8.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := trainOptions(i8, self); err != nil || o.DecayFrac != def.DecayFrac {
+		t.Fatalf("--codec int8: decay %v (%v), want the preset's %v", o.DecayFrac, err, def.DecayFrac)
 	}
 	c.LRDecay = 1
 	if o, err = trainOptions(c, self); err != nil || o.DecayFrac != 1 || o.LRAt(100) >= o.LR || o.LRAt(199) > o.MinLR*1.0001 {

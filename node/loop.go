@@ -16,7 +16,7 @@ import (
 func (n *Node) trainLoop(ctx context.Context) error {
 	cfg := diloco.Config{Inner: n.cfg.InnerSteps, MaxOuter: n.cfg.MaxOuterSteps, Tick: n.cfg.Tick,
 		Drain: diloco.DefaultDrain, ErrorFeedback: n.cfg.ErrorFeedback, Eval: true, Logger: n.log,
-		WorkerMomentum: n.cfg.WorkerMomentum}
+		WorkerMomentum: *n.cfg.WorkerMomentum}
 	if n.cfg.Overlap {
 		cfg.Lag = n.cfg.OverlapSteps
 		if cfg.Lag == 0 {

@@ -22,7 +22,7 @@ import (
 // would write.
 func testManifest(t testing.TB) *Manifest {
 	t.Helper()
-	return testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20})
+	return testManifestOf(t, Config{Home: t.TempDir(), Run: "m1", InnerSteps: 20, Codec: CodecInt8})
 }
 
 // testManifestOf is the manifest a creator with c would write.

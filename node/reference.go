@@ -34,7 +34,7 @@ func ReferenceDiLoCo(cfg Config, members []peer.ID) (diloco.LocalConfig, error) 
 		return diloco.LocalConfig{}, err
 	}
 	d := diloco.LocalConfig{Options: opts, Inner: cfg.InnerSteps, Outer: int(cfg.MaxOuterSteps),
-		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, WorkerMomentum: cfg.WorkerMomentum}
+		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, WorkerMomentum: *cfg.WorkerMomentum}
 	if cfg.Averaging == AveragingRobust {
 		sc := cfg.scatterConfig()
 		j, err := account.NewJudge(sc, nil)

@@ -75,7 +75,7 @@ func manifestFromConfig(cfg Config, data train.Source) (*Manifest, error) {
 	m := &Manifest{
 		Version: ManifestVersion, Run: cfg.Run, Preset: cfg.Preset, Tokenizer: cfg.Tokenizer,
 		Data: dataMixture(data), InnerSteps: cfg.InnerSteps, Train: opts,
-		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, WorkerMomentum: cfg.WorkerMomentum,
+		OuterLR: cfg.OuterLR, OuterMomentum: *cfg.OuterMomentum, WorkerMomentum: *cfg.WorkerMomentum,
 		Compression: cfg.compression(),
 		Averaging:   cfg.Averaging, Admission: Admission{Policy: cfg.Admission}, MaxWeight: cfg.InnerSteps,
 		MinMembers: cfg.MinMembers, CloseFraction: *cfg.CloseFraction,
@@ -237,7 +237,7 @@ func (n *Node) applyManifest(rm *runManifest) error {
 	m := rm.m
 	c := &n.cfg
 	c.Run, c.Preset, c.Tokenizer, c.InnerSteps = m.Run, m.Preset, m.Tokenizer, m.InnerSteps
-	c.OuterLR, c.OuterMomentum, c.WorkerMomentum = m.OuterLR, new(m.OuterMomentum), m.WorkerMomentum
+	c.OuterLR, c.OuterMomentum, c.WorkerMomentum = m.OuterLR, new(m.OuterMomentum), new(m.WorkerMomentum)
 	c.applyCompression(m.Compression)
 	c.Averaging = m.Averaging
 	c.Optimizer = m.Train.Optimizer

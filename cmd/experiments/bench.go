@@ -57,7 +57,7 @@ func benchRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ms, "m", "2,4,8", "comma-separated DiLoCo member counts M")
 	fs.StringVar(&o.corpora, "corpora", "default,gosrc", "comma-separated corpora: default (embedded arithmetic), gosrc (Go's source as bytes), or shard paths")
 	fs.IntVar(&o.steps, "steps", 600, "inner steps per node (the baselines' optimizer steps)")
-	fs.IntVar(&o.h, "h", node.DefaultInnerSteps, "inner steps per outer step (H)")
+	fs.IntVar(&o.h, "h", node.Int8Point.InnerSteps, "inner steps per outer step (H)")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs at the same time")
 	fs.StringVar(&o.opt, "opt", node.DefaultOptimizer, "inner optimizer of every run: adamw or muon; runs of another than adamw carry it in their names")
 	fs.BoolVar(&o.fp32, "fp32", true, "also run DiLoCo with an fp32 all-reduce for the largest M ≤ 4 (the int8 cost)")
@@ -171,7 +171,7 @@ const plainCodec = "int8"
 // read as another's.
 func defaultDiLoCo(m, h int, codec, opt string) sweepRun {
 	return withOpt(sweepRun{Name: fmt.Sprintf("diloco-%d-%s", m, codec), Kind: "diloco", M: m, K: 1, H: h,
-		LR: node.DefaultOuterLR, Mu: node.DefaultOuterMomentum, Codec: codec}, opt)
+		LR: node.Int8Point.OuterLR, Mu: node.Int8Point.OuterMomentum, Codec: codec}, opt)
 }
 
 // overlapDiLoCo is DiLoCo as a node runs it with --overlap on a link fast
@@ -179,7 +179,7 @@ func defaultDiLoCo(m, h int, codec, opt string) sweepRun {
 // --overlap-steps 0, applies it then), averaging with codec.
 func overlapDiLoCo(m, h int, codec, opt string) sweepRun {
 	r := defaultDiLoCo(m, h, codec, train.OptimizerAdamW)
-	r.Name, r.Overlap, r.Mu = fmt.Sprintf("diloco-%d-%s-overlap1", m, codec), 1, node.DefaultOverlapOuterMomentum
+	r.Name, r.Overlap = fmt.Sprintf("diloco-%d-%s-overlap1", m, codec), 1
 	return withOpt(r, opt)
 }
 
@@ -332,7 +332,7 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	codec := shippedCodec()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v, %s), H = %d, %d inner steps per node, inner optimizer %s (the baselines' too).\n\n",
-		finalEvalBatches, node.DefaultOuterLR, node.DefaultOuterMomentum, codecText(codec), o.h, o.steps, o.opt)
+		finalEvalBatches, node.Int8Point.OuterLR, node.Int8Point.OuterMomentum, codecText(codec), o.h, o.steps, o.opt)
 	b.WriteString("| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | seeds |\n|---|---|---|---|---|---|---|---|\n")
 	var notes strings.Builder
 	for _, c := range corpora {

@@ -85,15 +85,11 @@ func TestBenchPlanShippedDefaults(t *testing.T) {
 			continue
 		}
 		delete(want, r.Name)
-		if r.Codec != w.Codec || r.M != w.M || r.Overlap != w.Overlap || r.H != 5 || r.LR != node.DefaultOuterLR {
+		if r.Codec != w.Codec || r.M != w.M || r.Overlap != w.Overlap || r.H != node.Int8Point.InnerSteps || r.LR != node.Int8Point.OuterLR {
 			t.Errorf("%s: %+v", r.Name, r)
 		}
-		mu := float32(node.DefaultOuterMomentum)
-		if r.Overlap > 0 {
-			mu = node.DefaultOverlapOuterMomentum
-		}
-		if r.Mu != mu {
-			t.Errorf("%s: outer momentum %v, want %v", r.Name, r.Mu, mu)
+		if r.Mu != node.Int8Point.OuterMomentum {
+			t.Errorf("%s: outer momentum %v, want %v", r.Name, r.Mu, node.Int8Point.OuterMomentum)
 		}
 	}
 	for name := range want {

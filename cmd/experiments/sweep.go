@@ -113,7 +113,7 @@ func sweepMain(args []string) error {
 	preset := fs.String("preset", "tiny", "model preset")
 	data := fs.String("data", "default", "training data (as intellect-node train --data), or gosrc: the Go standard library's source as bytes")
 	steps := fs.Int("steps", 600, "inner steps per worker (= the single baselines' steps)")
-	h := fs.Int("h", node.DefaultInnerSteps, "default H")
+	h := fs.Int("h", node.Int8Point.InnerSteps, "default H")
 	out := fs.String("out", "", "append JSON lines here too")
 	workers := fs.Int("parallel", 1, "runs at the same time (each trainer runs two lanes; 1 suits 2 cores)")
 	if err := fs.Parse(args); err != nil {

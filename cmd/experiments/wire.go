@@ -44,7 +44,7 @@ func wireMain(args []string) error {
 	fs.StringVar(&o.preset, "preset", "tiny", "model preset")
 	fs.StringVar(&o.flags, "node-flags", "", "extra `intellect-node start` flags, space-separated (e.g. '--codec topk')")
 	fs.IntVar(&o.nodes, "nodes", 4, "node processes")
-	fs.IntVar(&o.h, "h", node.DefaultInnerSteps, "inner steps per outer step")
+	fs.IntVar(&o.h, "h", node.CodecPoint(node.DefaultCodec).InnerSteps, "inner steps per outer step")
 	fs.Uint64Var(&o.from, "from", 2, "outer step at which counting starts (after start-up)")
 	fs.Uint64Var(&o.to, "to", 12, "outer step at which counting ends")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")

@@ -31,7 +31,7 @@ func runDemo(args []string) error {
 	fs := newFlagSet("demo", "[--nodes N] [--outer-steps N] [--inner-steps H] [--dir DIR] [--port P]")
 	nodes := fs.Int("nodes", 3, "nodes started at the beginning (the first waits until all of them agree on a ring)")
 	outer := fs.Int("outer-steps", 12, "outer steps the network trains; a further node joins at a third of them, node2 leaves at two thirds")
-	inner := fs.Int("inner-steps", 20, "inner steps per outer step (H)")
+	inner := fs.Int("inner-steps", node.CodecPoint(node.DefaultCodec).InnerSteps, "inner steps per outer step (H)")
 	preset := fs.String("preset", "tiny", "model preset")
 	dir := fs.String("dir", "", "directory for the nodes' homes and logs (default: a new temporary one)")
 	port := fs.Int("port", 8650, "status API port of the first node; the others use the next ones")

@@ -41,8 +41,8 @@ func runDemoText(args []string) error {
 	fs.StringVar(&f.preset, "preset", "tiny", "model preset")
 	fs.StringVar(&f.prompt, "prompt", "func (s *Server) ", "prompt of the sample printed at the end")
 	fs.IntVar(&f.nodes, "nodes", 3, "nodes training together")
-	fs.IntVar(&f.outer, "outer-steps", 100, "outer steps")
-	fs.IntVar(&f.inner, "inner-steps", 5, "inner steps per outer step (H)")
+	fs.IntVar(&f.outer, "outer-steps", 20, "outer steps")
+	fs.IntVar(&f.inner, "inner-steps", node.CodecPoint(node.DefaultCodec).InnerSteps, "inner steps per outer step (H)")
 	fs.IntVar(&f.port, "port", 8660, "status API port of the first node; the others use the next ones")
 	fs.BoolVar(&f.baseline, "baseline", false, "then train 1 node with nodes× the batch for the same steps (equal tokens) and compare")
 	if err := parseFlags(fs, args); err != nil {

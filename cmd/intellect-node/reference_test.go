@@ -30,7 +30,8 @@ func TestNetworkMatchesReference(t *testing.T) {
 		flags []string
 		cfg   func(*node.Config)
 	}{
-		{"int8", nil, func(*node.Config) {}},
+		{"defaults", nil, func(*node.Config) {}}, // q2 with its point: worker momentum, decay
+		{"int8", []string{"--codec", "int8"}, func(c *node.Config) { c.Codec = node.CodecInt8 }},
 		{"overlap", []string{"--overlap", "--overlap-steps", "2"}, func(c *node.Config) { c.Overlap, c.OverlapSteps = true, 2 }},
 		{"fp32-plain", []string{"--fp32", "--outer-lr", "1.3", "--outer-momentum", "0"},
 			func(c *node.Config) { c.FP32, c.OuterLR, c.OuterMomentum = true, 1.3, new(float32(0)) }},
@@ -38,10 +39,6 @@ func TestNetworkMatchesReference(t *testing.T) {
 			func(c *node.Config) { c.Codec, c.FeedbackDecay = node.CodecTopK, 0.9 }},
 		{"q4-ring", []string{"--codec", "q4", "--averaging", "mean"},
 			func(c *node.Config) { c.Codec, c.Averaging = node.CodecQ4, node.AveragingMean }},
-		{"q2-worker-momentum", []string{"--codec", "q2", "--outer-lr", "0.7", "--outer-momentum", "0", "--worker-momentum", "0.6"},
-			func(c *node.Config) {
-				c.Codec, c.OuterLR, c.OuterMomentum, c.WorkerMomentum = node.CodecQ2, 0.7, new(float32(0)), 0.6
-			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { checkReference(t, tc.flags, tc.cfg) })
 	}

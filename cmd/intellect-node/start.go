@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -23,8 +24,6 @@ func init() {
 // field one to one.
 type startFlags struct {
 	boot, listen, announce multiFlag
-	outerLR                *float64
-	workerMomentum         *float64
 	tokenFile              *string
 	level                  *string
 }
@@ -56,17 +55,20 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
 	fs.BoolVar(&c.Overlap, "overlap", node.DefaultOverlap, "average each outer step's pseudo-gradients while the next inner steps run, and apply the average during that phase (see --overlap-steps); --overlap=false waits for the average at each phase's end (blocking)")
 	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
-	fs.IntVar(&c.InnerSteps, "inner-steps", node.DefaultInnerSteps, "inner optimizer steps per outer step (H); larger sends fewer bytes per token, converges worse (docs/convergence.md); in the run manifest")
-	f.outerLR = fs.Float64("outer-lr", node.DefaultOuterLR, "outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov); 1 with --outer-momentum 0 is plain averaging; in the run manifest")
-	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default %v, %v with --overlap); in the run manifest",
-		node.DefaultOuterMomentum, node.DefaultOverlapOuterMomentum))
-	f.workerMomentum = fs.Float64("worker-momentum", 0, "each member keeps Nesterov `momentum` μ in [0, 1) of its own pseudo-gradients and sends Δ + μv: with --outer-momentum 0 the same outer step, and attacks that hide in the honest spread cost less under robust averaging (docs/robust.md); in the run manifest")
+	fs.IntVar(&c.InnerSteps, "inner-steps", 0, fmt.Sprintf("inner optimizer steps per outer step (H) (default the codec's: %d with q2, %d with the others); larger sends fewer bytes per token, converges worse (docs/traffic.md); in the run manifest",
+		node.Q2Point.InnerSteps, node.Int8Point.InnerSteps))
+	fs.Var(float32Flag{&c.OuterLR}, "outer-lr", fmt.Sprintf("outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov) (default the codec's: %v with q2, %v with the others); 1 with --outer-momentum 0 is plain averaging; in the run manifest",
+		node.Q2Point.OuterLR, node.Int8Point.OuterLR))
+	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default the codec's: %v with q2, %v with the others); in the run manifest",
+		node.Q2Point.OuterMomentum, node.Int8Point.OuterMomentum))
+	fs.Var(optFloat32{&c.WorkerMomentum}, "worker-momentum", fmt.Sprintf("each member keeps Nesterov `momentum` μ in [0, 1) of its own pseudo-gradients and sends Δ + μv: with --outer-momentum 0 the same outer step, and attacks that hide in the honest spread cost less under robust averaging (docs/robust.md) (default the codec's: %v with q2, %v with the others); in the run manifest",
+		node.Q2Point.WorkerMomentum, node.Int8Point.WorkerMomentum))
 	c.CloseFraction = new(float64(node.DefaultCloseFraction))
 	fs.Float64Var(c.CloseFraction, "close-fraction", node.DefaultCloseFraction, "close each outer step once its Ready members' inner steps (each up to H) sum to this `fraction` of members × H: members still training end their phase and contribute the inner steps they finished; 0 waits for every member; in the run manifest")
 	fs.IntVar(&c.MinMembers, "min-members", node.DefaultMinMembers, "hold the run's first outer step until `N` members agree on a ring; a creator records it in the run manifest and every member, joiners included, holds the first ring to it; a member's own higher value keeps it out of any smaller first ring (it joins after), a lower one is ignored")
 	fs.Uint64Var(&c.MaxOuterSteps, "max-outer-steps", 0, "leave gracefully and exit after outer step `N` (0: run until stopped)")
 	fs.IntVar(&c.Shards, "shards", node.DefaultShards, "`N` shards of the average: parallel rings (streams per neighbour) with --averaging mean, 2N streams per peer with robust; each shard quantizes its own blocks, so it changes the arithmetic; in the run manifest")
-	fs.StringVar(&c.Codec, "codec", "", "how pseudo-gradients travel (default "+node.DefaultCodec+"): int8; q4 or q2 (dense 4- or 2-bit, error feedback); topk (per 4096 values the --topk largest of the error-feedback buffer, --topk-bits each plus a 12-bit index); fp32 (for comparisons; implies --averaging mean); docs/allreduce.md; in the run manifest")
+	fs.StringVar(&c.Codec, "codec", "", "how pseudo-gradients travel (default "+node.DefaultCodec+"; each codec brings its own defaults of --inner-steps, --outer-lr, --outer-momentum, --worker-momentum and --lr-decay, docs/traffic.md): int8; q4 or q2 (dense 4- or 2-bit, error feedback); topk (per 4096 values the --topk largest of the error-feedback buffer, --topk-bits each plus a 12-bit index); fp32 (for comparisons; implies --averaging mean); docs/allreduce.md; in the run manifest")
 	fs.IntVar(&c.TopK, "topk", 0, fmt.Sprintf("with --codec topk: entries kept per 4096-value block (default %d); in the run manifest", node.DefaultTopK))
 	fs.IntVar(&c.TopKBits, "topk-bits", 0, fmt.Sprintf("with --codec topk: bits per kept value, 2 or 4 (default %d); in the run manifest", collective.DefaultTopKBits))
 	fs.Var(float32Flag{&c.FeedbackDecay}, "feedback-decay", fmt.Sprintf("with --codec q4, q2 or topk: the error-feedback buffer's decay β in (0, 1]: e ← β·e + Δ, send the compressed e, keep what was not sent (default %v); in the run manifest", node.DefaultFeedbackDecay))
@@ -75,7 +77,8 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.BoolVar(&c.ErrorFeedback, "error-feedback", false, "with --codec int8: carry the quantization error into the next pseudo-gradient (the compressed codecs always do); in the run manifest")
 	fs.StringVar(&c.Averaging, "averaging", node.DefaultAveraging, "how members average: robust (direct scatter; each segment's owner clips and combines every contribution, so one poisoned update cannot wreck the run; docs/robust.md) or mean (the ring's weighted mean; the default with --fp32); recorded in the run manifest")
 	fs.StringVar(&c.Optimizer, "optimizer", node.DefaultOptimizer, "inner `optimizer`: adamw, or muon (Muon on the hidden matrices, AdamW on the rest; docs/convergence.md); recorded in the run manifest")
-	fs.Float64Var(&c.LRDecay, "lr-decay", 0, "the `fraction` of the schedule's inner steps (--max-outer-steps × H, else the preset's) over which the inner learning rate decays linearly to its minimum (0: the preset's, 0.2); larger H trains better with 0.5–1 (docs/traffic.md); in the run manifest")
+	fs.Float64Var(&c.LRDecay, "lr-decay", 0, fmt.Sprintf("the `fraction` of the schedule's inner steps (--max-outer-steps × H, else the preset's) over which the inner learning rate decays linearly to its minimum (default the codec's: %v with q2; the others the preset's, 0.2); larger H trains better with 0.5–1 (docs/traffic.md); in the run manifest",
+		node.Q2Point.LRDecay))
 	fs.StringVar(&c.RingOrder, "ring-order", node.DefaultRingOrder, "ring `order`: latency (maximise the slowest link, from measured round trips) or sorted (by peer id)")
 	fs.Float64Var(&c.MaxSendRate, "max-send-rate", 0, "cap the all-reduce's send rate, in `bytes/s` (0: unlimited)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", node.DefaultCheckpointEvery, "write a checkpoint every `N` outer steps (0: only at exit)")
@@ -90,8 +93,10 @@ func runStart(args []string) error {
 		return err
 	}
 	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
-	c.OuterLR, c.WorkerMomentum = float32(*f.outerLR), float32(*f.workerMomentum)
 	c.Given = givenRunFlags(fs)
+	if err := zeroMeansDefault(c.Given); err != nil {
+		return err
+	}
 	if _, ok := c.Given["averaging"]; (c.FP32 || c.Codec == node.CodecFP32) && !ok {
 		c.Averaging = node.AveragingMean // --fp32 alone: the ring's mean (robust averaging sends int8)
 	}
@@ -138,6 +143,22 @@ var runFlags = map[string]string{
 	"feedback-decay": "compression.feedback_decay", "result-feedback": "compression.result_feedback",
 	"averaging": "averaging", "admission": "admission.policy", "optimizer": "train.optimizer",
 	"lr-decay": "train.decay_frac",
+}
+
+// zeroMeansDefault rejects an explicit 0 for the settings whose 0 is "the
+// codec's" (node.CodecPoint): it would not mean what it says.
+func zeroMeansDefault(given map[string]string) error {
+	for _, f := range []string{"inner_steps", "outer_lr", "train.decay_frac"} {
+		v, ok := given[f]
+		if !ok {
+			continue
+		}
+		name, val, _ := strings.Cut(v, " ")
+		if x, err := strconv.ParseFloat(val, 64); val == "" || err == nil && x == 0 {
+			return fmt.Errorf("%s 0: want > 0 (leave it out for the codec's default)", name)
+		}
+	}
+	return nil
 }
 
 // givenRunFlags returns the run-manifest flags the user actually set

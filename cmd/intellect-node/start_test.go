@@ -19,7 +19,7 @@ func TestStartFlagDefaults(t *testing.T) {
 	if err := parseFlags(fs, nil); err != nil {
 		t.Fatal(err)
 	}
-	fromFlags.Home, fromFlags.Listen, fromFlags.OuterLR = home, f.listen, float32(*f.outerLR)
+	fromFlags.Home, fromFlags.Listen = home, f.listen
 	// The command overlaps by default; Config's zero value blocks, the mode
 	// seeded references reproduce.
 	zero := node.Config{Home: home, Overlap: node.DefaultOverlap}

@@ -142,7 +142,7 @@ func parseRun(args []string) (config, error) {
 	fs.IntVar(&c.Initial, "members", 8, "members when the faults start; churn keeps between this and -max-members")
 	fs.IntVar(&c.Max, "max-members", 12, "most members churn's joins lead to")
 	fs.IntVar(&c.LongLived, "long-lived", 2, "members never killed nor made to leave (their resources are judged)")
-	fs.DurationVar(&c.SimStep, "sim-step", 2*time.Second, "--sim-step of the members (--device sim): H = 5 of them make an outer step's compute")
+	fs.DurationVar(&c.SimStep, "sim-step", 400*time.Millisecond, "--sim-step of the members (--device sim): the default codec's H of them make an outer step's compute (26: 10.4 s)")
 	fs.DurationVar(&c.HealWindow, "heal-window", 60*time.Second, "after a partition heals, how long its sides may still differ (also the quiet phase at the end)")
 	fs.StringVar(&c.Profile, "profile", "usa", "wan profile widened to -slots hosts")
 	nodeFlags := fs.String("node-flags", "", "space-separated flags added to every member's start command, e.g. \"--log-level debug\"")

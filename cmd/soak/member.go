@@ -85,8 +85,8 @@ func newRunner(c config, n *wan.Net) *runner {
 	r := &runner{c: c, net: n, t0: time.Now(), links: newLinkState(), rep: &soak.Report{
 		Seed: c.Seed, HealWindow: c.HealWindow, Injected: map[soak.Kind]int{}, Skipped: map[soak.Kind]int{},
 		Usage: map[string]map[string][]soak.Point{}, Explained: map[string]int{},
-		Setup: fmt.Sprintf("%d slots on %s widened, %d–%d members (%d long-lived); intellect-node start --device sim --sim-step %v, shipped defaults otherwise (tiny, H = 5), %s; links ×%.3f of paper rate",
-			c.Slots, c.Profile, c.Initial, c.Max, c.LongLived, c.SimStep, builds(c), c.rateScale)}}
+		Setup: fmt.Sprintf("%d slots on %s widened, %d–%d members (%d long-lived); intellect-node start --device sim --sim-step %v, shipped defaults otherwise (tiny, %s, H = %d), %s; links ×%.3f of paper rate",
+			c.Slots, c.Profile, c.Initial, c.Max, c.LongLived, c.SimStep, node.DefaultCodec, node.CodecPoint(node.DefaultCodec).InnerSteps, builds(c), c.rateScale)}}
 	for i, h := range n.Hosts {
 		r.slots = append(r.slots, &slot{i: i, host: h.Name, longLived: i < c.LongLived, resume: -1,
 			hc: n.HTTPClient(i)})
