@@ -194,7 +194,8 @@ func (f *demoTextFlags) trainBaseline(ctx context.Context, data string, perByte,
 	fmt.Printf("baseline: 1 node, %d× batch, %d steps (train --grad-accum %d)\n", f.nodes, steps, f.nodes)
 	cmd := exec.CommandContext(ctx, self, "train", "--preset", f.preset, "--data", data, "--home", filepath.Join(f.dir, "baseline"),
 		"--grad-accum", fmt.Sprint(f.nodes), "--steps", fmt.Sprint(steps), "--seed", fmt.Sprint(node.RunSeed("demo-text")),
-		"--eval-every", fmt.Sprint(steps), "--json", "--save-every", fmt.Sprint(steps))
+		"--eval-every", fmt.Sprint(steps), "--json", "--save-every", fmt.Sprint(steps),
+		"--lr-decay", fmt.Sprint(node.CodecPoint(node.DefaultCodec).LRDecay)) // the network's schedule (0: the preset's)
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("baseline train: %w", err)

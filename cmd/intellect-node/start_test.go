@@ -9,6 +9,7 @@ import (
 
 	"github.com/intellect-node/intellect-node/node"
 	"github.com/intellect-node/intellect-node/p2p"
+	"github.com/intellect-node/intellect-node/train"
 )
 
 // `start` without flags runs the node's defaults, and -h prints them.
@@ -41,6 +42,21 @@ func TestStartFlagDefaults(t *testing.T) {
 		`(default "` + node.DefaultStatusAddr + `")`, "(default 4)"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("-h lacks %q", want)
+		}
+	}
+}
+
+// TestTrainFlagsDecay pins `train --lr-decay`: the fraction given, or the
+// preset's without it (demo-text's baseline takes the network's schedule).
+func TestTrainFlagsDecay(t *testing.T) {
+	def, err := train.DefaultOptions("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ flag, want float64 }{{0, def.DecayFrac}, {0.5, 0.5}, {1, 1}} {
+		rc, err := trainFlags{preset: "tiny", decay: tc.flag}.runConfig()
+		if err != nil || rc.Options.DecayFrac != tc.want {
+			t.Errorf("--lr-decay %v: decay %v (%v), want %v", tc.flag, rc.Options.DecayFrac, err, tc.want)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type trainFlags struct {
 	lr                         float64
 	seed, worker               uint64
 	resume, json, info         bool
+	decay                      float64
 	optimizer                  string
 	logEvery, evalEvery        int
 	saveEvery, keep            int
@@ -40,6 +41,7 @@ func runTrain(args []string) error {
 	fs.IntVar(&f.seq, "seq", 0, "tokens per row (default: preset)")
 	fs.IntVar(&f.accum, "grad-accum", 0, "micro-batches per step (default: preset)")
 	fs.Float64Var(&f.lr, "lr", 0, "peak learning rate (default: preset)")
+	fs.Float64Var(&f.decay, "lr-decay", 0, "the `fraction` of the steps over which the learning rate decays linearly to its minimum (default: preset, 0.2)")
 	fs.StringVar(&f.optimizer, "optimizer", node.DefaultOptimizer, "optimizer: muon (Muon on the hidden matrices, AdamW on the rest; a node's default too) or adamw")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of init and data sampling")
 	fs.Uint64Var(&f.worker, "worker", 0, "worker id (selects this worker's data stream)")
@@ -89,6 +91,9 @@ func (f trainFlags) runConfig() (train.RunConfig, error) {
 	setIf(&o.TotalSteps, f.steps)
 	if f.lr > 0 {
 		o.LR, o.MinLR = f.lr, f.lr/10
+	}
+	if f.decay != 0 {
+		o.DecayFrac = f.decay
 	}
 	if f.optimizer != "" && f.optimizer != train.OptimizerAdamW {
 		o.Optimizer = f.optimizer
