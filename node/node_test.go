@@ -69,13 +69,13 @@ func TestRestartWhileBootstrapDown(t *testing.T) {
 	}
 }
 
-// TestSlowMemberCloses: three nodes, one 60× slower per inner step, under
+// TestSlowMemberCloses: three nodes, one 200× slower per inner step, under
 // the default close rule: every step's ring holds all three, every member
 // ends with the same model, and the slow member's phases end early (its
 // compute per step well under H of its inner steps) instead of setting the
 // others' pace.
 func TestSlowMemberCloses(t *testing.T) {
-	const steps, inner, slowStep = 3, 10, 60 * time.Millisecond
+	const steps, inner, slowStep = 3, 10, 200 * time.Millisecond
 	c := newCluster(t, "node-slow")
 	var nodes []*Node
 	for i := range 3 {
