@@ -47,8 +47,8 @@ type Point struct {
 // 415× less than fp32 data-parallel training; the outer Nesterov step
 // (0.7, 0.6) with the momentum kept by each member, so that robust owners
 // compare momenta; the inner rate decayed over the schedule's second half.
-// At M = 4 it ends +2.55 % of one node with a 4× batch on Go source (mean
-// of 3 seeds) and below it on the embedded corpus.
+// At M = 4 it ends +2.54 % of one node with a 4× batch on Go source (mean
+// of 4 seeds) and below it on the embedded corpus.
 var Q2Point = Point{InnerSteps: 26, OuterLR: 0.7, OuterMomentum: 0, WorkerMomentum: 0.6, LRDecay: 0.5}
 
 // Int8Point is every other codec's point: plain averaging every 5 inner

@@ -55,9 +55,9 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
 	fs.BoolVar(&c.Overlap, "overlap", node.DefaultOverlap, "average each outer step's pseudo-gradients while the next inner steps run, and apply the average during that phase (see --overlap-steps); --overlap=false waits for the average at each phase's end (blocking)")
 	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
-	fs.IntVar(&c.InnerSteps, "inner-steps", 0, fmt.Sprintf("inner optimizer steps per outer step (H) (default the codec's: %d with q2, %d with the others); larger sends fewer bytes per token, converges worse (docs/traffic.md); in the run manifest",
+	fs.IntVar(&c.InnerSteps, "inner-steps", 0, fmt.Sprintf("inner optimizer steps per outer step, H (default the codec's: %d with q2, %d with the others); larger sends fewer bytes per token, converges worse (docs/traffic.md); in the run manifest",
 		node.Q2Point.InnerSteps, node.Int8Point.InnerSteps))
-	fs.Var(float32Flag{&c.OuterLR}, "outer-lr", fmt.Sprintf("outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄ (Nesterov) (default the codec's: %v with q2, %v with the others); 1 with --outer-momentum 0 is plain averaging; in the run manifest",
+	fs.Var(float32Flag{&c.OuterLR}, "outer-lr", fmt.Sprintf("outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄, Nesterov (default the codec's: %v with q2, %v with the others); 1 with --outer-momentum 0 is plain averaging; in the run manifest",
 		node.Q2Point.OuterLR, node.Int8Point.OuterLR))
 	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default the codec's: %v with q2, %v with the others); in the run manifest",
 		node.Q2Point.OuterMomentum, node.Int8Point.OuterMomentum))

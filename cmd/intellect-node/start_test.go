@@ -60,3 +60,27 @@ func TestTrainFlagsDecay(t *testing.T) {
 		}
 	}
 }
+
+// TestStartRefusesExplicitZero pins that the settings whose 0 means "the
+// codec's" refuse an explicit 0 by name, and take other values.
+func TestStartRefusesExplicitZero(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		bad  string
+	}{
+		{[]string{"--inner-steps", "0"}, "--inner-steps 0"},
+		{[]string{"--outer-lr", "0"}, "--outer-lr 0"},
+		{[]string{"--lr-decay", "0"}, "--lr-decay 0"},
+		{[]string{"--inner-steps", "5", "--outer-lr", "0.5", "--lr-decay", "0.2", "--outer-momentum", "0", "--worker-momentum", "0"}, ""},
+	} {
+		var c node.Config
+		fs, _ := newStartFlags(&c)
+		if err := parseFlags(fs, tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := zeroMeansDefault(givenRunFlags(fs))
+		if tc.bad == "" && err != nil || tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)) {
+			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.bad)
+		}
+	}
+}
