@@ -21,8 +21,9 @@ import (
 	"github.com/intellect-node/intellect-node/train"
 )
 
-// The convergence benchmark (make bench-convergence): DiLoCo with the
-// shipped defaults for M = 2, 4, 8 against both single-node baselines — one
+// The convergence benchmark (make bench-convergence): DiLoCo at the int8
+// point (node.Int8Point, `--codec int8`; the default q2 point is the traffic
+// benchmark's) for M = 2, 4, 8 against both single-node baselines — one
 // node with the same batch and steps (1×), one node with an M× batch (equal
 // tokens) — on the embedded corpus and on real text, over several seeds.
 // Everything runs in this process through diloco.RunLocal with the nodes'
@@ -151,8 +152,8 @@ func withOpt(r sweepRun, opt string) sweepRun {
 }
 
 // shippedCodec is the sweep codec of a node's default averaging
-// (node.DefaultAveraging): "robust" (int8, once quantized), or "int8", the
-// ring's plain mean.
+// (node.DefaultAveraging) with int8: "robust" (int8, once quantized), or
+// "int8", the ring's plain mean.
 func shippedCodec() string {
 	if node.DefaultAveraging == node.AveragingRobust {
 		return "robust"
@@ -331,7 +332,7 @@ func benchReport(o benchOptions, plan []benchJob, res map[string]sweepResult, w 
 	}
 	codec := shippedCodec()
 	var b strings.Builder
-	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo with the shipped defaults (outer lr %v, momentum %v, %s), H = %d, %d inner steps per node, inner optimizer %s (the baselines' too).\n\n",
+	fmt.Fprintf(&b, "Final held-out loss (%d held-out batches), mean over seeds [min–max]; DiLoCo at the int8 point (`--codec int8`: outer lr %v, momentum %v, %s), H = %d, %d inner steps per node, inner optimizer %s (the baselines' too).\n\n",
 		finalEvalBatches, node.Int8Point.OuterLR, node.Int8Point.OuterMomentum, codecText(codec), o.h, o.steps, o.opt)
 	b.WriteString("| corpus | M | 1 node, 1× batch | 1 node, M× batch | DiLoCo ×M | vs M× batch | vs 1× | seeds |\n|---|---|---|---|---|---|---|---|\n")
 	var notes strings.Builder
