@@ -169,6 +169,11 @@ func TestConfigAcceptsTable(t *testing.T) {
 	}
 }
 
+// pointOf is the operating point a validated c runs.
+func pointOf(c Config) Point {
+	return Point{c.InnerSteps, c.OuterLR, *c.OuterMomentum, *c.WorkerMomentum, c.LRDecay}
+}
+
 // TestConfigCodecPoint pins that each codec's zero settings take its
 // operating point, and that set values — an explicit 0 momentum among them
 // — are kept.
@@ -178,7 +183,7 @@ func TestConfigCodecPoint(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		got := Point{c.InnerSteps, c.OuterLR, *c.OuterMomentum, *c.WorkerMomentum, c.LRDecay}
+		got := pointOf(c)
 		if got != CodecPoint(codec) {
 			t.Errorf("%s: %+v, want %+v", codec, got, CodecPoint(codec))
 		}
@@ -187,7 +192,7 @@ func TestConfigCodecPoint(t *testing.T) {
 		if err := set.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		got = Point{set.InnerSteps, set.OuterLR, *set.OuterMomentum, *set.WorkerMomentum, set.LRDecay}
+		got = pointOf(set)
 		if want := (Point{7, 0.9, 0.5, 0, 0.3}); got != want {
 			t.Errorf("%s: set values became %+v, want %+v", codec, got, want)
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -55,14 +54,11 @@ func newStartFlags(c *node.Config) (*flag.FlagSet, *startFlags) {
 	fs.DurationVar(&c.SimStep, "sim-step", 0, "with --device sim: the `duration` of one simulated inner step")
 	fs.BoolVar(&c.Overlap, "overlap", node.DefaultOverlap, "average each outer step's pseudo-gradients while the next inner steps run, and apply the average during that phase (see --overlap-steps); --overlap=false waits for the average at each phase's end (blocking)")
 	fs.IntVar(&c.OverlapSteps, "overlap-steps", 0, "with --overlap: apply the average after `N` inner steps of the next phase (0: as soon as it arrives)")
-	fs.IntVar(&c.InnerSteps, "inner-steps", 0, fmt.Sprintf("inner optimizer steps per outer step, H (default the codec's: %d with q2, %d with the others); larger sends fewer bytes per token, converges worse (docs/traffic.md); in the run manifest",
-		node.Q2Point.InnerSteps, node.Int8Point.InnerSteps))
-	fs.Var(float32Flag{&c.OuterLR}, "outer-lr", fmt.Sprintf("outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄, Nesterov (default the codec's: %v with q2, %v with the others); 1 with --outer-momentum 0 is plain averaging; in the run manifest",
-		node.Q2Point.OuterLR, node.Int8Point.OuterLR))
-	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", fmt.Sprintf("outer Nesterov `momentum` μ in [0, 1), 0 for none (default the codec's: %v with q2, %v with the others); in the run manifest",
-		node.Q2Point.OuterMomentum, node.Int8Point.OuterMomentum))
-	fs.Var(optFloat32{&c.WorkerMomentum}, "worker-momentum", fmt.Sprintf("each member keeps Nesterov `momentum` μ in [0, 1) of its own pseudo-gradients and sends Δ + μv: with --outer-momentum 0 the same outer step, and attacks that hide in the honest spread cost less under robust averaging (docs/robust.md) (default the codec's: %v with q2, %v with the others); in the run manifest",
-		node.Q2Point.WorkerMomentum, node.Int8Point.WorkerMomentum))
+	q2, others := node.Q2Point, node.Int8Point
+	fs.IntVar(&c.InnerSteps, "inner-steps", 0, "inner optimizer steps per outer step, H ("+codecsDefault(q2.InnerSteps, others.InnerSteps)+"); larger sends fewer bytes per token, converges worse (docs/traffic.md); in the run manifest")
+	fs.Var(float32Flag{&c.OuterLR}, "outer-lr", "outer learning `rate`: θ ← θ − rate·(Δ̄ + μv) with v ← μv + Δ̄, Nesterov ("+codecsDefault(q2.OuterLR, others.OuterLR)+"); 1 with --outer-momentum 0 is plain averaging; in the run manifest")
+	fs.Var(optFloat32{&c.OuterMomentum}, "outer-momentum", "outer Nesterov `momentum` μ in [0, 1), 0 for none ("+codecsDefault(q2.OuterMomentum, others.OuterMomentum)+"); in the run manifest")
+	fs.Var(optFloat32{&c.WorkerMomentum}, "worker-momentum", "each member keeps Nesterov `momentum` μ in [0, 1) of its own pseudo-gradients and sends Δ + μv: with --outer-momentum 0 the same outer step, and attacks that hide in the honest spread cost less under robust averaging (docs/robust.md) ("+codecsDefault(q2.WorkerMomentum, others.WorkerMomentum)+"); in the run manifest")
 	c.CloseFraction = new(float64(node.DefaultCloseFraction))
 	fs.Float64Var(c.CloseFraction, "close-fraction", node.DefaultCloseFraction, "close each outer step once its Ready members' inner steps (each up to H) sum to this `fraction` of members × H: members still training end their phase and contribute the inner steps they finished; 0 waits for every member; in the run manifest")
 	fs.IntVar(&c.MinMembers, "min-members", node.DefaultMinMembers, "hold the run's first outer step until `N` members agree on a ring; a creator records it in the run manifest and every member, joiners included, holds the first ring to it; a member's own higher value keeps it out of any smaller first ring (it joins after), a lower one is ignored")
@@ -94,7 +90,7 @@ func runStart(args []string) error {
 	}
 	c.Bootstrap, c.Listen, c.Announce = f.boot, f.listen, f.announce
 	c.Given = givenRunFlags(fs)
-	if err := zeroMeansDefault(c.Given); err != nil {
+	if err := zeroMeansDefault(&c); err != nil {
 		return err
 	}
 	if _, ok := c.Given["averaging"]; (c.FP32 || c.Codec == node.CodecFP32) && !ok {
@@ -145,17 +141,21 @@ var runFlags = map[string]string{
 	"lr-decay": "train.decay_frac",
 }
 
-// zeroMeansDefault rejects an explicit 0 for the settings whose 0 is "the
-// codec's" (node.CodecPoint): it would not mean what it says.
-func zeroMeansDefault(given map[string]string) error {
-	for _, f := range []string{"inner_steps", "outer_lr", "train.decay_frac"} {
-		v, ok := given[f]
-		if !ok {
-			continue
-		}
-		name, val, _ := strings.Cut(v, " ")
-		if x, err := strconv.ParseFloat(val, 64); val == "" || err == nil && x == 0 {
-			return fmt.Errorf("%s 0: want > 0 (leave it out for the codec's default)", name)
+// codecsDefault words a setting's default that node.CodecPoint gives: q2's
+// and every other codec's.
+func codecsDefault(q2, others any) string {
+	return fmt.Sprintf("default the codec's: %v with q2, %v with the others", q2, others)
+}
+
+// zeroMeansDefault rejects an explicit 0 (c.Given) for the settings whose
+// 0 is "the codec's" (node.CodecPoint): it would not mean what it says.
+func zeroMeansDefault(c *node.Config) error {
+	for _, s := range []struct {
+		field string
+		zero  bool
+	}{{"inner_steps", c.InnerSteps == 0}, {"outer_lr", c.OuterLR == 0}, {"train.decay_frac", c.LRDecay == 0}} {
+		if given, ok := c.Given[s.field]; ok && s.zero {
+			return fmt.Errorf("%s 0: want > 0 (leave it out for the codec's default)", strings.Fields(given)[0])
 		}
 	}
 	return nil

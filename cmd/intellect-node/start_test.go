@@ -78,7 +78,8 @@ func TestStartRefusesExplicitZero(t *testing.T) {
 		if err := parseFlags(fs, tc.args); err != nil {
 			t.Fatal(err)
 		}
-		err := zeroMeansDefault(givenRunFlags(fs))
+		c.Given = givenRunFlags(fs)
+		err := zeroMeansDefault(&c)
 		if tc.bad == "" && err != nil || tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)) {
 			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.bad)
 		}
