@@ -100,7 +100,10 @@ func TestPageInBrowser(t *testing.T) {
 		t.Skip("browser and node processes")
 	}
 	b := newBrowser(t)
-	args := append(append([]string{}, e2eArgs...), "--inner-steps", "3", "--max-outer-steps", "1000")
+	// Without worker momentum: the lone node's momentum against the
+	// joiners' fresh zero gets it flagged, at times excluded (docs/robust.md
+	// "Limits"), and this test is about the page.
+	args := append(append([]string{}, e2eArgs...), "--inner-steps", "3", "--max-outer-steps", "1000", "--worker-momentum", "0")
 	a := startNode(t, "a", "", args...)
 	url := "http://" + a.api() + "/"
 
